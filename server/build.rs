@@ -1,0 +1,4 @@
+//! Rebuild when the embedded migrations change.
+fn main() {
+    println!("cargo:rerun-if-changed=../migrations");
+}

@@ -1,0 +1,60 @@
+//! The domain's error vocabulary. The gRPC layer maps each variant to one
+//! status code (see `grpc::status`); storage maps database errors into it.
+
+/// Everything a sessionstore operation can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request field is missing, malformed or out of range.
+    #[error("{field}: {description}")]
+    InvalidArgument { field: String, description: String },
+
+    /// The session does not exist for this tenant.
+    #[error("session {0:?} not found")]
+    SessionNotFound(String),
+
+    /// A caller-chosen session id is taken.
+    #[error("session {0:?} already exists")]
+    SessionExists(String),
+
+    /// `expected_next_sequence` did not match.
+    #[error("expected_next_sequence is {expected}, but the session's next sequence is {actual}")]
+    SequenceMismatch { expected: i64, actual: i64 },
+
+    /// `full_history` does not begin with the stored history.
+    #[error("full_history[{index}] {reason}")]
+    HistoryMismatch { index: usize, reason: String },
+
+    /// An idempotency key was reused with a different request body.
+    #[error("request_id {0:?} was already used with a different request")]
+    IdempotencyConflict(String),
+
+    /// `after_revision` lies beyond the session's head.
+    #[error("after_revision {requested} is beyond the session's head revision {head}")]
+    RevisionOutOfRange { requested: i64, head: i64 },
+
+    /// The server is shutting down and takes no more writes.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+
+    /// The database failed. The source is logged, never sent to clients.
+    #[error("storage error")]
+    Storage(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl Error {
+    /// An `InvalidArgument` naming `field`.
+    pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            field: field.into(),
+            description: description.into(),
+        }
+    }
+
+    /// Wraps a storage-layer error.
+    pub fn storage(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::Storage(Box::new(source))
+    }
+}
+
+/// Shorthand for domain results.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

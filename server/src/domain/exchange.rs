@@ -1,0 +1,206 @@
+//! AppendExchange: the request, its validation, its idempotency
+//! fingerprint, and the `full_history` diff rule.
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::session::is_system_prompt;
+use super::{Error, Message, ProviderCall, Result};
+
+/// The longest idempotency key or run id accepted.
+pub const MAX_KEY_LEN: usize = 256;
+
+/// An AppendExchange request, already converted from the wire.
+#[derive(Clone, Debug, Serialize)]
+pub struct NewExchange {
+    pub session_id: String,
+    /// New client-supplied messages.
+    pub messages: Vec<Message>,
+    /// The full history as sent to the provider (instead of `messages`).
+    pub full_history: Vec<Message>,
+    /// The provider call; its `id`, `session_id` and `create_time` are assigned by the store.
+    pub provider_call: Option<ProviderCall>,
+    /// What the provider call produced.
+    pub response_messages: Vec<Message>,
+    pub expected_next_sequence: Option<i64>,
+    /// Idempotency key (empty: none). Not part of the fingerprint.
+    #[serde(skip)]
+    pub request_id: String,
+    pub run_id: String,
+}
+
+impl NewExchange {
+    /// Checks the rules that need no stored state.
+    pub fn validate(&self) -> Result<()> {
+        if !self.messages.is_empty() && !self.full_history.is_empty() {
+            return Err(Error::invalid(
+                "full_history",
+                "cannot be combined with messages; send one or the other",
+            ));
+        }
+        if !self.response_messages.is_empty() && self.provider_call.is_none() {
+            return Err(Error::invalid(
+                "provider_call",
+                "is required when response_messages are given",
+            ));
+        }
+        if self.messages.is_empty()
+            && self.full_history.is_empty()
+            && self.provider_call.is_none()
+            && self.response_messages.is_empty()
+        {
+            return Err(Error::invalid(
+                "messages",
+                "the exchange has nothing to write: give messages, full_history, provider_call or response_messages",
+            ));
+        }
+        if let Some(call) = &self.provider_call {
+            for (field, value) in [
+                ("provider_call.prompt_tokens", call.prompt_tokens),
+                ("provider_call.completion_tokens", call.completion_tokens),
+                ("provider_call.total_tokens", call.total_tokens),
+                ("provider_call.cost_micros_usd", call.cost_micros_usd),
+            ] {
+                if value < 0 {
+                    return Err(Error::invalid(field, "must not be negative"));
+                }
+            }
+        }
+        if let Some(expected) = self.expected_next_sequence {
+            if expected < 0 {
+                return Err(Error::invalid(
+                    "expected_next_sequence",
+                    "must not be negative",
+                ));
+            }
+        }
+        for (field, value) in [("request_id", &self.request_id), ("run_id", &self.run_id)] {
+            if value.len() > MAX_KEY_LEN {
+                return Err(Error::invalid(
+                    field,
+                    format!("must be at most {MAX_KEY_LEN} bytes"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A digest of everything that makes two requests "the same body" for
+    /// idempotency: all fields except `request_id`.
+    pub fn fingerprint(&self) -> Vec<u8> {
+        // Serializing a struct of BTreeMaps and Vecs is deterministic.
+        let encoded = serde_json::to_vec(self).unwrap_or_default();
+        Sha256::digest(&encoded).to_vec()
+    }
+
+    /// The provider call with `total_tokens` filled in when it was sent as 0.
+    pub fn normalized_call(&self) -> Option<ProviderCall> {
+        self.provider_call.clone().map(|mut call| {
+            if call.total_tokens == 0 {
+                call.total_tokens = call.prompt_tokens.saturating_add(call.completion_tokens);
+            }
+            call
+        })
+    }
+}
+
+/// Given `full_history` as sent and the stored history, returns the index
+/// in `full_history` where the new messages begin.
+///
+/// A leading copy of the system prompt is skipped; the rest must begin with
+/// the stored history, compared whole message by whole message. Otherwise
+/// the error names the first differing index, counted in `full_history` as
+/// sent.
+pub fn diff_full_history(
+    full_history: &[Message],
+    system_prompt: &str,
+    stored: &[Message],
+) -> Result<usize> {
+    let skip = usize::from(
+        full_history
+            .first()
+            .is_some_and(|m| is_system_prompt(m, system_prompt)),
+    );
+    let sent = &full_history[skip..];
+    for (i, stored_message) in stored.iter().enumerate() {
+        match sent.get(i) {
+            None => {
+                return Err(Error::HistoryMismatch {
+                    index: skip + i,
+                    reason: format!(
+                        "is missing: full_history ends before the stored history, which holds {} messages",
+                        stored.len()
+                    ),
+                });
+            }
+            Some(message) if message != stored_message => {
+                return Err(Error::HistoryMismatch {
+                    index: skip + i,
+                    reason: format!("differs from the stored message at sequence {i}"),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(skip + stored.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Role;
+
+    fn user(text: &str) -> Message {
+        Message::text(Role::User, text)
+    }
+
+    #[test]
+    fn full_history_appends_only_what_is_new() {
+        let stored = [user("a"), user("b")];
+        let sent = [
+            Message::text(Role::System, "prompt"),
+            user("a"),
+            user("b"),
+            user("c"),
+        ];
+        assert_eq!(diff_full_history(&sent, "prompt", &stored).ok(), Some(3));
+        assert_eq!(
+            diff_full_history(&sent[1..], "prompt", &stored).ok(),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn full_history_mismatch_names_the_index_as_sent() {
+        let stored = [user("a"), user("b")];
+        let sent = [Message::text(Role::System, "prompt"), user("a"), user("X")];
+        match diff_full_history(&sent, "prompt", &stored) {
+            Err(Error::HistoryMismatch { index, .. }) => assert_eq!(index, 2),
+            other => panic!("unexpected {other:?}"),
+        }
+        match diff_full_history(&sent[..2], "prompt", &stored) {
+            Err(Error::HistoryMismatch { index, .. }) => assert_eq!(index, 2),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fingerprint_ignores_request_id_only() {
+        let base = NewExchange {
+            session_id: "s".into(),
+            messages: vec![user("a")],
+            full_history: vec![],
+            provider_call: None,
+            response_messages: vec![],
+            expected_next_sequence: None,
+            request_id: "k1".into(),
+            run_id: String::new(),
+        };
+        let mut same = base.clone();
+        same.request_id = "k2".into();
+        assert_eq!(base.fingerprint(), same.fingerprint());
+        let mut other = base.clone();
+        other.messages[0].content.push('!');
+        assert_ne!(base.fingerprint(), other.fingerprint());
+    }
+}

@@ -1,0 +1,142 @@
+//! Session-level requests and their rules.
+
+use super::{Error, Message, Metadata, Result, Role};
+
+/// The longest caller-chosen session id.
+pub const MAX_SESSION_ID_LEN: usize = 128;
+
+/// Checks a caller-chosen session id: 1–128 ASCII letters, digits, `_ - . :`.
+pub fn validate_new_session_id(field: &str, id: &str) -> Result<()> {
+    if id.len() > MAX_SESSION_ID_LEN {
+        return Err(Error::invalid(
+            field,
+            format!("must be at most {MAX_SESSION_ID_LEN} characters"),
+        ));
+    }
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+    {
+        return Err(Error::invalid(
+            field,
+            "may hold only ASCII letters, digits and _ - . :",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that a session id naming an existing session is present.
+pub fn require_session_id(field: &str, id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(Error::invalid(field, "is required"));
+    }
+    if id.len() > MAX_SESSION_ID_LEN {
+        // No such session can exist; say so plainly rather than querying.
+        return Err(Error::invalid(
+            field,
+            format!("must be at most {MAX_SESSION_ID_LEN} characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `message` is just the session's system prompt restated (as an
+/// export with `include_system_prompt` emits it), and so not history.
+pub fn is_system_prompt(message: &Message, system_prompt: &str) -> bool {
+    !system_prompt.is_empty() && *message == Message::text(Role::System, system_prompt)
+}
+
+/// A CreateSession request.
+#[derive(Clone, Debug)]
+pub struct NewSession {
+    /// The caller's chosen id, if any.
+    pub id: Option<String>,
+    pub title: String,
+    pub system_prompt: String,
+    pub user: String,
+    pub metadata: Metadata,
+    pub initial_history: Vec<Message>,
+}
+
+impl NewSession {
+    /// Checks the request's own fields.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(id) = &self.id {
+            validate_new_session_id("session_id", id)?;
+        }
+        Ok(())
+    }
+
+    /// The history to store: `initial_history` without a leading copy of the
+    /// system prompt.
+    pub fn history_to_store(&self) -> &[Message] {
+        match self.initial_history.split_first() {
+            Some((first, rest)) if is_system_prompt(first, &self.system_prompt) => rest,
+            _ => &self.initial_history,
+        }
+    }
+}
+
+/// An UpdateSession request: `Some` fields are replaced.
+#[derive(Clone, Debug, Default)]
+pub struct SessionPatch {
+    pub title: Option<String>,
+    pub system_prompt: Option<String>,
+    pub metadata: Option<Metadata>,
+    pub summary_message_id: Option<String>,
+}
+
+impl SessionPatch {
+    /// Whether the patch changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.title.is_none()
+            && self.system_prompt.is_none()
+            && self.metadata.is_none()
+            && self.summary_message_id.is_none()
+    }
+}
+
+/// Where a ListSessions page starts: after this (update_time, id).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionCursor {
+    pub update_time: i64,
+    pub id: String,
+}
+
+/// A ListSessions query.
+#[derive(Clone, Debug)]
+pub struct SessionQuery {
+    /// Only this user's sessions, if set.
+    pub user: Option<String>,
+    pub after: Option<SessionCursor>,
+    pub limit: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caller_ids_are_checked() {
+        assert!(validate_new_session_id("session_id", "ses_abc-1.2:3").is_ok());
+        assert!(validate_new_session_id("session_id", "has space").is_err());
+        assert!(validate_new_session_id("session_id", &"x".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn only_a_leading_copy_of_the_prompt_is_dropped() {
+        let new = NewSession {
+            id: None,
+            title: String::new(),
+            system_prompt: "be brief".into(),
+            user: String::new(),
+            metadata: Metadata::new(),
+            initial_history: vec![
+                Message::text(Role::System, "be brief"),
+                Message::text(Role::System, "be brief"),
+                Message::text(Role::User, "hi"),
+            ],
+        };
+        assert_eq!(new.history_to_store().len(), 2);
+    }
+}

@@ -1,0 +1,252 @@
+//! The domain's data types. They mirror the API's resources but carry no
+//! protobuf or SQL: the gRPC layer converts at the edge, storage encodes them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// String metadata, ordered so that encodings (and fingerprints) are stable.
+pub type Metadata = BTreeMap<String, String>;
+
+/// Microseconds since the Unix epoch.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    /// The current wall-clock time.
+    pub fn now() -> Self {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timestamp(i64::try_from(since_epoch.as_micros()).unwrap_or(i64::MAX))
+    }
+}
+
+/// Who wrote a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+    Developer,
+}
+
+/// One conversation entry, kept losslessly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub content_blocks: Vec<ContentBlock>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tool_call_id: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tool_error: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: Metadata,
+}
+
+impl Message {
+    /// A message with only a role and text.
+    pub fn text(role: Role, content: impl Into<String>) -> Self {
+        Message {
+            role,
+            content: content.into(),
+            content_blocks: Vec::new(),
+            tool_calls: Vec::new(),
+            tool_call_id: String::new(),
+            tool_error: false,
+            name: String::new(),
+            metadata: Metadata::new(),
+        }
+    }
+
+    /// The tool-call ids this message answers (a `tool` message's
+    /// `tool_call_id`, and any `tool_result` blocks).
+    pub fn answered_tool_calls(&self) -> impl Iterator<Item = &str> {
+        let by_role = (self.role == Role::Tool && !self.tool_call_id.is_empty())
+            .then_some(self.tool_call_id.as_str());
+        let by_block = self.content_blocks.iter().filter_map(|b| match b {
+            ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id.as_str()),
+            _ => None,
+        });
+        by_role.into_iter().chain(by_block)
+    }
+
+    /// Whether this message is a tool result (and so needs its tool call before it).
+    pub fn is_tool_result(&self) -> bool {
+        self.role == Role::Tool || self.answered_tool_calls().next().is_some()
+    }
+
+    /// Whether this message makes the tool call with the given id.
+    pub fn makes_tool_call(&self, id: &str) -> bool {
+        self.tool_calls.iter().any(|c| c.id == id)
+            || self
+                .content_blocks
+                .iter()
+                .any(|b| matches!(b, ContentBlock::ToolUse { id: use_id, .. } if use_id == id))
+    }
+}
+
+/// One structured piece of a message. JSON-carrying strings (`input`, `json`)
+/// are kept verbatim and never parsed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text {
+        text: String,
+    },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    RedactedThinking {
+        data: String,
+    },
+    Image {
+        media_type: String,
+        url: String,
+        #[serde(with = "base64_bytes")]
+        data: Vec<u8>,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: String,
+    },
+    ToolResult {
+        tool_use_id: String,
+        content: String,
+        is_error: bool,
+    },
+    Json {
+        #[serde(rename = "type")]
+        kind: String,
+        json: String,
+    },
+}
+
+/// An OpenAI-style tool call; `arguments` is kept verbatim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A session's own fields.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    pub id: String,
+    pub title: String,
+    pub system_prompt: String,
+    pub user: String,
+    pub metadata: Metadata,
+    pub summary_message_id: String,
+    pub revision: i64,
+    pub create_time: Timestamp,
+    pub update_time: Timestamp,
+}
+
+/// A message as stored in a session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredMessage {
+    pub id: String,
+    pub session_id: String,
+    pub sequence: i64,
+    pub produced_by_call_id: String,
+    pub message: Message,
+    pub create_time: Timestamp,
+}
+
+/// What one upstream model call cost and how it was routed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderCall {
+    pub id: String,
+    pub session_id: String,
+    pub request_id: String,
+    pub provider: String,
+    pub model: String,
+    pub requested_provider: String,
+    pub requested_model: String,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub total_tokens: i64,
+    pub cost_micros_usd: i64,
+    pub create_time: Timestamp,
+}
+
+/// A session with the figures a listing shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionSummary {
+    pub session: Session,
+    pub message_count: i64,
+    pub provider_call_count: i64,
+    pub last_model: String,
+    pub last_provider: String,
+    pub last_cost_micros_usd: i64,
+    pub last_request_id: String,
+    pub total_tokens: i64,
+    pub total_cost_micros_usd: i64,
+}
+
+/// A committed change to a session: one revision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEvent {
+    pub revision: i64,
+    pub time: Timestamp,
+    pub change: Change,
+}
+
+/// What a revision changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    SessionCreated {
+        session: Session,
+        messages: Vec<StoredMessage>,
+    },
+    ExchangeAppended(AppendedExchange),
+    SessionUpdated {
+        session: Session,
+    },
+    SessionDeleted,
+}
+
+/// The outcome of one AppendExchange: what was stored, at which revision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendedExchange {
+    pub messages: Vec<StoredMessage>,
+    pub provider_call: Option<ProviderCall>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run_id: String,
+    pub next_sequence: i64,
+}
+
+/// Serde helper: bytes as a base64 string (compact in JSON).
+mod base64_bytes {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        STANDARD
+            .decode(text.as_bytes())
+            .map_err(serde::de::Error::custom)
+    }
+}

@@ -1,0 +1,313 @@
+//! Conversions between the wire types (`sessionstore.v1`) and the domain.
+//! Incoming conversions validate and name the offending field.
+
+use sessionstore_client::v1 as pb;
+use sessionstore_client::v1::content_block::Block;
+
+use crate::domain::{
+    AppendedExchange, Change, ContentBlock, Error, Message, ProviderCall, Result, Role, Session,
+    SessionEvent, SessionSummary, StoredMessage, Timestamp, ToolCall,
+};
+
+pub fn timestamp(t: Timestamp) -> prost_types::Timestamp {
+    let micros = t.0;
+    prost_types::Timestamp {
+        seconds: micros.div_euclid(1_000_000),
+        // In 0..1e9, so it fits.
+        nanos: i32::try_from(micros.rem_euclid(1_000_000) * 1000).unwrap_or(0),
+    }
+}
+
+fn role_from_pb(role: i32, field: &str) -> Result<Role> {
+    match pb::Role::try_from(role) {
+        Ok(pb::Role::System) => Ok(Role::System),
+        Ok(pb::Role::User) => Ok(Role::User),
+        Ok(pb::Role::Assistant) => Ok(Role::Assistant),
+        Ok(pb::Role::Tool) => Ok(Role::Tool),
+        Ok(pb::Role::Developer) => Ok(Role::Developer),
+        Ok(pb::Role::Unspecified) => Err(Error::invalid(
+            format!("{field}.role"),
+            "is required (ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_TOOL or ROLE_DEVELOPER)",
+        )),
+        Err(_) => Err(Error::invalid(
+            format!("{field}.role"),
+            format!("{role} is not a known role"),
+        )),
+    }
+}
+
+fn role_to_pb(role: Role) -> pb::Role {
+    match role {
+        Role::System => pb::Role::System,
+        Role::User => pb::Role::User,
+        Role::Assistant => pb::Role::Assistant,
+        Role::Tool => pb::Role::Tool,
+        Role::Developer => pb::Role::Developer,
+    }
+}
+
+fn block_from_pb(block: pb::ContentBlock, field: &str) -> Result<ContentBlock> {
+    Ok(match block.block {
+        None => {
+            return Err(Error::invalid(
+                field,
+                "is empty: set one of text, thinking, redacted_thinking, image, tool_use, tool_result, json",
+            ));
+        }
+        Some(Block::Text(b)) => ContentBlock::Text { text: b.text },
+        Some(Block::Thinking(b)) => ContentBlock::Thinking {
+            thinking: b.thinking,
+            signature: b.signature,
+        },
+        Some(Block::RedactedThinking(b)) => ContentBlock::RedactedThinking { data: b.data },
+        Some(Block::Image(b)) => ContentBlock::Image {
+            media_type: b.media_type,
+            url: b.url,
+            data: b.data,
+        },
+        Some(Block::ToolUse(b)) => ContentBlock::ToolUse {
+            id: b.id,
+            name: b.name,
+            input: b.input,
+        },
+        Some(Block::ToolResult(b)) => ContentBlock::ToolResult {
+            tool_use_id: b.tool_use_id,
+            content: b.content,
+            is_error: b.is_error,
+        },
+        Some(Block::Json(b)) => ContentBlock::Json {
+            kind: b.r#type,
+            json: b.json,
+        },
+    })
+}
+
+fn block_to_pb(block: ContentBlock) -> pb::ContentBlock {
+    let block = match block {
+        ContentBlock::Text { text } => Block::Text(pb::TextBlock { text }),
+        ContentBlock::Thinking {
+            thinking,
+            signature,
+        } => Block::Thinking(pb::ThinkingBlock {
+            thinking,
+            signature,
+        }),
+        ContentBlock::RedactedThinking { data } => {
+            Block::RedactedThinking(pb::RedactedThinkingBlock { data })
+        }
+        ContentBlock::Image {
+            media_type,
+            url,
+            data,
+        } => Block::Image(pb::ImageBlock {
+            media_type,
+            url,
+            data,
+        }),
+        ContentBlock::ToolUse { id, name, input } => {
+            Block::ToolUse(pb::ToolUseBlock { id, name, input })
+        }
+        ContentBlock::ToolResult {
+            tool_use_id,
+            content,
+            is_error,
+        } => Block::ToolResult(pb::ToolResultBlock {
+            tool_use_id,
+            content,
+            is_error,
+        }),
+        ContentBlock::Json { kind, json } => Block::Json(pb::JsonBlock { r#type: kind, json }),
+    };
+    pb::ContentBlock { block: Some(block) }
+}
+
+/// Converts one message; `field` names it in errors, e.g. `messages[2]`.
+pub fn message_from_pb(message: pb::Message, field: &str) -> Result<Message> {
+    let role = role_from_pb(message.role, field)?;
+    let content_blocks = message
+        .content_blocks
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| block_from_pb(b, &format!("{field}.content_blocks[{i}]")))
+        .collect::<Result<_>>()?;
+    Ok(Message {
+        role,
+        content: message.content,
+        content_blocks,
+        tool_calls: message
+            .tool_calls
+            .into_iter()
+            .map(|c| ToolCall {
+                id: c.id,
+                name: c.name,
+                arguments: c.arguments,
+            })
+            .collect(),
+        tool_call_id: message.tool_call_id,
+        tool_error: message.tool_error,
+        name: message.name,
+        metadata: message.metadata,
+    })
+}
+
+/// Converts a list of messages; `field` is the list's name.
+pub fn messages_from_pb(messages: Vec<pb::Message>, field: &str) -> Result<Vec<Message>> {
+    messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| message_from_pb(m, &format!("{field}[{i}]")))
+        .collect()
+}
+
+pub fn message_to_pb(message: Message) -> pb::Message {
+    pb::Message {
+        role: role_to_pb(message.role).into(),
+        content: message.content,
+        content_blocks: message
+            .content_blocks
+            .into_iter()
+            .map(block_to_pb)
+            .collect(),
+        tool_calls: message
+            .tool_calls
+            .into_iter()
+            .map(|c| pb::ToolCall {
+                id: c.id,
+                name: c.name,
+                arguments: c.arguments,
+            })
+            .collect(),
+        tool_call_id: message.tool_call_id,
+        tool_error: message.tool_error,
+        name: message.name,
+        metadata: message.metadata,
+    }
+}
+
+pub fn stored_message_to_pb(stored: StoredMessage) -> pb::StoredMessage {
+    pb::StoredMessage {
+        id: stored.id,
+        session_id: stored.session_id,
+        sequence: stored.sequence,
+        produced_by_call_id: stored.produced_by_call_id,
+        message: Some(message_to_pb(stored.message)),
+        create_time: Some(timestamp(stored.create_time)),
+    }
+}
+
+/// A provider call as sent by a client; the server-assigned fields are ignored.
+pub fn provider_call_from_pb(call: pb::ProviderCall) -> ProviderCall {
+    ProviderCall {
+        id: String::new(),
+        session_id: String::new(),
+        request_id: call.request_id,
+        provider: call.provider,
+        model: call.model,
+        requested_provider: call.requested_provider,
+        requested_model: call.requested_model,
+        prompt_tokens: call.prompt_tokens,
+        completion_tokens: call.completion_tokens,
+        total_tokens: call.total_tokens,
+        cost_micros_usd: call.cost_micros_usd,
+        create_time: Timestamp::default(),
+    }
+}
+
+pub fn provider_call_to_pb(call: ProviderCall) -> pb::ProviderCall {
+    pb::ProviderCall {
+        id: call.id,
+        session_id: call.session_id,
+        request_id: call.request_id,
+        provider: call.provider,
+        model: call.model,
+        requested_provider: call.requested_provider,
+        requested_model: call.requested_model,
+        prompt_tokens: call.prompt_tokens,
+        completion_tokens: call.completion_tokens,
+        total_tokens: call.total_tokens,
+        cost_micros_usd: call.cost_micros_usd,
+        create_time: Some(timestamp(call.create_time)),
+    }
+}
+
+pub fn session_to_pb(session: Session) -> pb::Session {
+    pb::Session {
+        id: session.id,
+        title: session.title,
+        system_prompt: session.system_prompt,
+        user: session.user,
+        metadata: session.metadata,
+        summary_message_id: session.summary_message_id,
+        revision: session.revision,
+        create_time: Some(timestamp(session.create_time)),
+        update_time: Some(timestamp(session.update_time)),
+    }
+}
+
+pub fn summary_to_pb(summary: SessionSummary) -> pb::SessionSummary {
+    pb::SessionSummary {
+        session: Some(session_to_pb(summary.session)),
+        message_count: summary.message_count,
+        provider_call_count: summary.provider_call_count,
+        last_model: summary.last_model,
+        last_provider: summary.last_provider,
+        last_cost_micros_usd: summary.last_cost_micros_usd,
+        last_request_id: summary.last_request_id,
+        total_tokens: summary.total_tokens,
+        total_cost_micros_usd: summary.total_cost_micros_usd,
+    }
+}
+
+pub fn append_response_to_pb(
+    revision: i64,
+    appended: AppendedExchange,
+) -> pb::AppendExchangeResponse {
+    pb::AppendExchangeResponse {
+        messages: appended
+            .messages
+            .into_iter()
+            .map(stored_message_to_pb)
+            .collect(),
+        provider_call: appended.provider_call.map(provider_call_to_pb),
+        revision,
+        next_sequence: appended.next_sequence,
+    }
+}
+
+pub fn event_to_pb(event: &SessionEvent) -> pb::SessionEvent {
+    use pb::session_event::Event;
+    let payload = match event.change.clone() {
+        Change::SessionCreated { session, messages } => Event::SessionCreated(pb::SessionCreated {
+            session: Some(session_to_pb(session)),
+            messages: messages.into_iter().map(stored_message_to_pb).collect(),
+        }),
+        Change::ExchangeAppended(appended) => Event::ExchangeAppended(pb::ExchangeAppended {
+            messages: appended
+                .messages
+                .into_iter()
+                .map(stored_message_to_pb)
+                .collect(),
+            provider_call: appended.provider_call.map(provider_call_to_pb),
+            run_id: appended.run_id,
+            next_sequence: appended.next_sequence,
+        }),
+        Change::SessionUpdated { session } => Event::SessionUpdated(pb::SessionUpdated {
+            session: Some(session_to_pb(session)),
+        }),
+        Change::SessionDeleted => Event::SessionDeleted(pb::SessionDeleted {}),
+    };
+    pb::SessionEvent {
+        revision: event.revision,
+        time: Some(timestamp(event.time)),
+        event: Some(payload),
+    }
+}
+
+/// A `caught_up` or `progress` marker at `revision`, stamped now.
+pub fn marker_to_pb(revision: i64, event: pb::session_event::Event) -> pb::SessionEvent {
+    pb::SessionEvent {
+        revision,
+        time: Some(timestamp(Timestamp::now())),
+        event: Some(event),
+    }
+}

@@ -1,0 +1,485 @@
+//! The gRPC edge: each handler validates and converts its request, calls one
+//! store or domain operation, and converts the answer. Only this module
+//! touches the generated `sessionstore.v1` types.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_core::Stream;
+use futures_util::StreamExt as _;
+use prost::Message as _;
+use sessionstore_client::v1 as pb;
+use sessionstore_client::v1::session_store_server::SessionStore as SessionStoreRpc;
+use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
+
+use crate::domain::paging::{decode_token, encode_token, page_size, token_int};
+use crate::domain::session::require_session_id;
+use crate::domain::{
+    Error, Message, NewExchange, NewSession, Result, Role, SessionCursor, SessionPatch,
+    SessionQuery,
+};
+use crate::store::{ExportStart, Store};
+use crate::watch::{self, Hub, WatchItem, WatchOptions};
+
+pub mod convert;
+mod status;
+
+pub use status::ERROR_DOMAIN;
+
+/// The tenant of unauthenticated calls.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// Export chunks stay below this many encoded bytes (a single larger
+/// message travels alone).
+pub const EXPORT_CHUNK_BYTES: usize = 1024 * 1024;
+/// Messages read from storage per step of an export.
+const EXPORT_PAGE: usize = 256;
+
+/// The tenant a request acts for, as set by the authentication layer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tenant(pub String);
+
+fn tenant_of<T>(request: &Request<T>) -> String {
+    request
+        .extensions()
+        .get::<Tenant>()
+        .map_or_else(|| DEFAULT_TENANT.to_owned(), |t| t.0.clone())
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The `SessionStore` service over a store.
+pub struct SessionStoreService<S> {
+    store: S,
+    hub: Arc<Hub>,
+    watch_options: WatchOptions,
+}
+
+impl<S: Store> SessionStoreService<S> {
+    pub fn new(store: S, hub: Arc<Hub>, watch_options: WatchOptions) -> Self {
+        SessionStoreService {
+            store,
+            hub,
+            watch_options,
+        }
+    }
+}
+
+fn span(method: &'static str, session_id: &str) -> tracing::Span {
+    tracing::info_span!("rpc", method, session_id = %session_id)
+}
+
+#[tonic::async_trait]
+impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
+    async fn create_session(
+        &self,
+        request: Request<pb::CreateSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let span = span("CreateSession", &req.session_id);
+        async {
+            let new = NewSession {
+                id: (!req.session_id.is_empty()).then_some(req.session_id),
+                title: req.title,
+                system_prompt: req.system_prompt,
+                user: req.user,
+                metadata: req.metadata,
+                initial_history: convert::messages_from_pb(req.initial_history, "initial_history")?,
+            };
+            new.validate()?;
+            let (session, _) = self.store.create_session(&tenant, new).await?;
+            Ok(Response::new(convert::session_to_pb(session)))
+        }
+        .instrument(span)
+        .await
+        .map_err(|e: Error| e.into())
+    }
+
+    async fn get_session(
+        &self,
+        request: Request<pb::GetSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        async {
+            require_session_id("session_id", &req.session_id)?;
+            let session = self.store.get_session(&tenant, &req.session_id).await?;
+            Ok(Response::new(convert::session_to_pb(session)))
+        }
+        .instrument(span("GetSession", &req.session_id))
+        .await
+        .map_err(|e: Error| e.into())
+    }
+
+    async fn list_sessions(
+        &self,
+        request: Request<pb::ListSessionsRequest>,
+    ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        async {
+            let limit = page_size(req.page_size)?;
+            let after = match decode_token("sessions", &req.page_token, 3)? {
+                None => None,
+                Some(parts) => {
+                    if parts[0] != req.user {
+                        return Err(Error::invalid(
+                            "page_token",
+                            "was made for a different user filter",
+                        ));
+                    }
+                    Some(SessionCursor {
+                        update_time: token_int(&parts[1])?,
+                        id: parts[2].clone(),
+                    })
+                }
+            };
+            let query = SessionQuery {
+                user: (!req.user.is_empty()).then(|| req.user.clone()),
+                after,
+                limit: limit + 1,
+            };
+            let mut sessions = self.store.list_sessions(&tenant, query).await?;
+            let next_page_token = if sessions.len() > limit {
+                sessions.truncate(limit);
+                sessions.last().map_or_else(String::new, |last| {
+                    encode_token(
+                        "sessions",
+                        &[
+                            &req.user,
+                            &last.session.update_time.0.to_string(),
+                            &last.session.id,
+                        ],
+                    )
+                })
+            } else {
+                String::new()
+            };
+            Ok(Response::new(pb::ListSessionsResponse {
+                sessions: sessions.into_iter().map(convert::summary_to_pb).collect(),
+                next_page_token,
+            }))
+        }
+        .instrument(span("ListSessions", ""))
+        .await
+        .map_err(|e: Error| e.into())
+    }
+
+    async fn update_session(
+        &self,
+        request: Request<pb::UpdateSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req
+            .session
+            .as_ref()
+            .map(|s| s.id.clone())
+            .unwrap_or_default();
+        async {
+            let session = req
+                .session
+                .ok_or_else(|| Error::invalid("session", "is required"))?;
+            require_session_id("session.id", &session.id)?;
+            let paths = req.update_mask.map(|m| m.paths).unwrap_or_default();
+            let all = paths.is_empty() || paths.iter().any(|p| p == "*");
+            let mut patch = SessionPatch::default();
+            let wants = |name: &str| all || paths.iter().any(|p| p == name);
+            for path in &paths {
+                if !matches!(
+                    path.as_str(),
+                    "*" | "title" | "system_prompt" | "metadata" | "summary_message_id"
+                ) {
+                    return Err(Error::invalid(
+                        "update_mask",
+                        format!(
+                            "path {path:?} cannot be updated; use title, system_prompt, metadata or summary_message_id"
+                        ),
+                    ));
+                }
+            }
+            if wants("title") {
+                patch.title = Some(session.title);
+            }
+            if wants("system_prompt") {
+                patch.system_prompt = Some(session.system_prompt);
+            }
+            if wants("metadata") {
+                patch.metadata = Some(session.metadata);
+            }
+            if wants("summary_message_id") {
+                patch.summary_message_id = Some(session.summary_message_id);
+            }
+            let updated = self
+                .store
+                .update_session(&tenant, &session.id, patch)
+                .await?;
+            Ok(Response::new(convert::session_to_pb(updated)))
+        }
+        .instrument(span("UpdateSession", &session_id))
+        .await
+        .map_err(|e: Error| e.into())
+    }
+
+    async fn delete_session(
+        &self,
+        request: Request<pb::DeleteSessionRequest>,
+    ) -> Result<Response<pb::DeleteSessionResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        async {
+            require_session_id("session_id", &req.session_id)?;
+            self.store.delete_session(&tenant, &req.session_id).await?;
+            Ok(Response::new(pb::DeleteSessionResponse {}))
+        }
+        .instrument(span("DeleteSession", &req.session_id))
+        .await
+        .map_err(|e: Error| e.into())
+    }
+
+    async fn append_exchange(
+        &self,
+        request: Request<pb::AppendExchangeRequest>,
+    ) -> Result<Response<pb::AppendExchangeResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let span = span("AppendExchange", &req.session_id);
+        async {
+            require_session_id("session_id", &req.session_id)?;
+            let exchange = NewExchange {
+                session_id: req.session_id,
+                messages: convert::messages_from_pb(req.messages, "messages")?,
+                full_history: convert::messages_from_pb(req.full_history, "full_history")?,
+                provider_call: req.provider_call.map(convert::provider_call_from_pb),
+                response_messages: convert::messages_from_pb(
+                    req.response_messages,
+                    "response_messages",
+                )?,
+                expected_next_sequence: req.expected_next_sequence,
+                request_id: req.request_id,
+                run_id: req.run_id,
+            };
+            exchange.validate()?;
+            let (revision, appended) = self.store.append_exchange(&tenant, exchange).await?;
+            Ok(Response::new(convert::append_response_to_pb(
+                revision, appended,
+            )))
+        }
+        .instrument(span)
+        .await
+        .map_err(|e: Error| e.into())
+    }
+
+    type ExportHistoryStream = BoxStream<pb::ExportHistoryResponse>;
+
+    async fn export_history(
+        &self,
+        request: Request<pb::ExportHistoryRequest>,
+    ) -> Result<Response<Self::ExportHistoryStream>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let span = span("ExportHistory", &req.session_id);
+        let stream = async {
+            require_session_id("session_id", &req.session_id)?;
+            let session = self.store.resolve(&tenant, &req.session_id).await?;
+            let start = ExportStart::compute(
+                &self.store,
+                &session,
+                req.from_summary,
+                req.after_sequence,
+                req.max_messages,
+            )
+            .await?;
+            let prompt = (req.include_system_prompt
+                && req.after_sequence.is_none()
+                && !session.system_prompt.is_empty())
+            .then(|| Message::text(Role::System, session.system_prompt.clone()));
+            Ok::<_, Error>(export_stream(self.store.clone(), session, start, prompt))
+        }
+        .instrument(span)
+        .await?;
+        let stream = stream.map(|item| item.map_err(Status::from));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn list_messages(
+        &self,
+        request: Request<pb::ListMessagesRequest>,
+    ) -> Result<Response<pb::ListMessagesResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        async {
+            require_session_id("session_id", &req.session_id)?;
+            let limit = page_size(req.page_size)?;
+            if req.after_sequence.is_some_and(|a| a < -1) {
+                return Err(Error::invalid("after_sequence", "must be at least -1"));
+            }
+            let from_token = decode_token("messages", &req.page_token, 2)?;
+            let after = match from_token {
+                Some(parts) if parts[0] != req.session_id => {
+                    return Err(Error::invalid(
+                        "page_token",
+                        "was made for a different session",
+                    ));
+                }
+                Some(parts) => token_int(&parts[1])?,
+                None => req.after_sequence.unwrap_or(-1),
+            };
+            let session = self.store.resolve(&tenant, &req.session_id).await?;
+            let mut messages = self.store.read_messages(&session, after, limit + 1).await?;
+            let next_page_token = if messages.len() > limit {
+                messages.truncate(limit);
+                messages.last().map_or_else(String::new, |last| {
+                    encode_token("messages", &[&req.session_id, &last.sequence.to_string()])
+                })
+            } else {
+                String::new()
+            };
+            Ok(Response::new(pb::ListMessagesResponse {
+                messages: messages
+                    .into_iter()
+                    .map(convert::stored_message_to_pb)
+                    .collect(),
+                next_page_token,
+            }))
+        }
+        .instrument(span("ListMessages", &req.session_id))
+        .await
+        .map_err(|e: Error| e.into())
+    }
+
+    async fn list_provider_calls(
+        &self,
+        request: Request<pb::ListProviderCallsRequest>,
+    ) -> Result<Response<pb::ListProviderCallsResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        async {
+            require_session_id("session_id", &req.session_id)?;
+            let limit = page_size(req.page_size)?;
+            let after = match decode_token("calls", &req.page_token, 2)? {
+                Some(parts) if parts[0] != req.session_id => {
+                    return Err(Error::invalid(
+                        "page_token",
+                        "was made for a different session",
+                    ));
+                }
+                Some(parts) => token_int(&parts[1])?,
+                None => 0,
+            };
+            let session = self.store.resolve(&tenant, &req.session_id).await?;
+            let mut calls = self
+                .store
+                .read_provider_calls(&session, after, limit + 1)
+                .await?;
+            let next_page_token = if calls.len() > limit {
+                calls.truncate(limit);
+                calls.last().map_or_else(String::new, |last| {
+                    encode_token("calls", &[&req.session_id, &last.ordinal.to_string()])
+                })
+            } else {
+                String::new()
+            };
+            Ok(Response::new(pb::ListProviderCallsResponse {
+                provider_calls: calls
+                    .into_iter()
+                    .map(|c| convert::provider_call_to_pb(c.call))
+                    .collect(),
+                next_page_token,
+            }))
+        }
+        .instrument(span("ListProviderCalls", &req.session_id))
+        .await
+        .map_err(|e: Error| e.into())
+    }
+
+    type WatchSessionStream = BoxStream<pb::SessionEvent>;
+
+    async fn watch_session(
+        &self,
+        request: Request<pb::WatchSessionRequest>,
+    ) -> Result<Response<Self::WatchSessionStream>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let span = span("WatchSession", &req.session_id);
+        let events = async {
+            require_session_id("session_id", &req.session_id)?;
+            if req.after_revision < 0 {
+                return Err(Error::invalid("after_revision", "must not be negative"));
+            }
+            let session = self.store.resolve(&tenant, &req.session_id).await?;
+            watch::watch(
+                self.store.clone(),
+                Arc::clone(&self.hub),
+                session,
+                req.after_revision,
+                self.watch_options,
+            )
+        }
+        .instrument(span)
+        .await?;
+        let stream = events.map(|item| {
+            use pb::session_event::Event;
+            match item {
+                Ok(WatchItem::Event(event)) => Ok(convert::event_to_pb(&event)),
+                Ok(WatchItem::CaughtUp { revision }) => Ok(convert::marker_to_pb(
+                    revision,
+                    Event::CaughtUp(pb::CaughtUp {}),
+                )),
+                Ok(WatchItem::Progress { revision }) => Ok(convert::marker_to_pb(
+                    revision,
+                    Event::Progress(pb::Progress {}),
+                )),
+                Err(error) => Err(Status::from(error)),
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// Streams messages after `start`, up to the session's length when the
+/// export began, packed into chunks of at most [`EXPORT_CHUNK_BYTES`].
+fn export_stream<S: Store>(
+    store: S,
+    session: crate::store::SessionHandle,
+    start: ExportStart,
+    prompt: Option<Message>,
+) -> impl Stream<Item = Result<pb::ExportHistoryResponse>> + Send + 'static {
+    async_stream::try_stream! {
+        let end = session.next_sequence;
+        let mut chunk = pb::ExportHistoryResponse::default();
+        let mut chunk_bytes = 0;
+        if let Some(prompt) = prompt {
+            let message = convert::message_to_pb(prompt);
+            chunk_bytes += message.encoded_len() + 8;
+            chunk.messages.push(message);
+        }
+        let mut after = start.after;
+        'pages: loop {
+            let page = store.read_messages(&session, after, EXPORT_PAGE).await?;
+            let full = page.len() == EXPORT_PAGE;
+            for stored in page {
+                if stored.sequence >= end {
+                    break 'pages;
+                }
+                after = stored.sequence;
+                let message = convert::message_to_pb(stored.message);
+                let size = message.encoded_len() + 8;
+                if !chunk.messages.is_empty() && chunk_bytes + size > EXPORT_CHUNK_BYTES {
+                    yield std::mem::take(&mut chunk);
+                    chunk_bytes = 0;
+                }
+                chunk_bytes += size;
+                chunk.messages.push(message);
+            }
+            if !full {
+                break;
+            }
+        }
+        if !chunk.messages.is_empty() {
+            yield chunk;
+        }
+    }
+}

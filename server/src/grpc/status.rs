@@ -1,0 +1,81 @@
+//! The one place domain errors become gRPC statuses, with
+//! `google.rpc.ErrorInfo` (an UPPER_SNAKE reason) and, for bad fields,
+//! `google.rpc.BadRequest`. Storage error text is logged, never sent.
+
+use std::collections::HashMap;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::domain::Error;
+
+/// The `ErrorInfo.domain` of every error this service returns.
+pub const ERROR_DOMAIN: &str = "sessionstore";
+
+fn info(reason: &str, metadata: &[(&str, String)]) -> ErrorDetails {
+    let metadata: HashMap<String, String> = metadata
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect();
+    ErrorDetails::with_error_info(reason, ERROR_DOMAIN, metadata)
+}
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Self {
+        let message = error.to_string();
+        let (code, details) = match error {
+            Error::InvalidArgument { field, description } => {
+                let mut details = info("INVALID_ARGUMENT", &[("field", field.clone())]);
+                details.add_bad_request_violation(field, description);
+                (Code::InvalidArgument, details)
+            }
+            Error::SessionNotFound(id) => (
+                Code::NotFound,
+                info("SESSION_NOT_FOUND", &[("session_id", id)]),
+            ),
+            Error::SessionExists(id) => (
+                Code::AlreadyExists,
+                info("SESSION_ALREADY_EXISTS", &[("session_id", id)]),
+            ),
+            Error::SequenceMismatch { expected, actual } => (
+                Code::Aborted,
+                info(
+                    "SEQUENCE_MISMATCH",
+                    &[
+                        ("expected_next_sequence", expected.to_string()),
+                        ("actual_next_sequence", actual.to_string()),
+                    ],
+                ),
+            ),
+            Error::HistoryMismatch { index, reason } => {
+                let field = format!("full_history[{index}]");
+                let mut details = info(
+                    "HISTORY_MISMATCH",
+                    &[("index", index.to_string()), ("field", field.clone())],
+                );
+                details.add_bad_request_violation(field, reason);
+                (Code::FailedPrecondition, details)
+            }
+            Error::IdempotencyConflict(request_id) => (
+                Code::AlreadyExists,
+                info("REQUEST_ID_REUSED", &[("request_id", request_id)]),
+            ),
+            Error::RevisionOutOfRange { requested, head } => (
+                Code::OutOfRange,
+                info(
+                    "REVISION_OUT_OF_RANGE",
+                    &[
+                        ("after_revision", requested.to_string()),
+                        ("head_revision", head.to_string()),
+                    ],
+                ),
+            ),
+            Error::ShuttingDown => (Code::Unavailable, info("SHUTTING_DOWN", &[])),
+            Error::Storage(source) => {
+                tracing::error!(error = %source, "storage error");
+                (Code::Internal, info("STORAGE_ERROR", &[]))
+            }
+        };
+        Status::with_error_details(code, message, details)
+    }
+}

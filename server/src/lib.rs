@@ -1,0 +1,11 @@
+//! sessionstore: a gRPC service that stores LLM chat sessions losslessly.
+//!
+//! Layers, with arrows pointing one way: `grpc → domain ← store`,
+//! `grpc → watch → store`; [`server`] wires them. See ARCHITECTURE.md.
+
+pub mod config;
+pub mod domain;
+pub mod grpc;
+pub mod server;
+pub mod store;
+pub mod watch;

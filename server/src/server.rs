@@ -1,0 +1,135 @@
+//! Wiring: store, hub and service into a tonic server with health checking
+//! and reflection, and an orderly shutdown.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use sessionstore_client::v1::session_store_server::SessionStoreServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::config::ServeConfig;
+use crate::grpc::SessionStoreService;
+use crate::store::{SqliteStore, Store};
+use crate::watch::{Hub, WatchOptions};
+
+/// Creates the directory a `sqlite://PATH` URL's file lives in.
+pub fn prepare_sqlite_path(url: &str) -> anyhow::Result<()> {
+    let Some(rest) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    else {
+        return Ok(());
+    };
+    let path = rest.split('?').next().unwrap_or_default();
+    if path.is_empty() || path.contains(":memory:") {
+        return Ok(());
+    }
+    if let Some(dir) = Path::new(path)
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the database directory {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// Applies migrations for `database_url` (the `migrate` command).
+pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
+    if database_url.starts_with("sqlite:") {
+        prepare_sqlite_path(database_url)?;
+        SqliteStore::migrate(database_url).await?;
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "unsupported database URL {database_url:?}: use sqlite://PATH or sqlite::memory:"
+        )
+    }
+}
+
+/// Serves on `listener` until `shutdown` resolves, then ends watch streams,
+/// lets in-flight calls finish and closes the store.
+pub async fn serve(
+    config: ServeConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let url = config.database.database_url.clone();
+    let hub = Arc::new(Hub::default());
+    if url.starts_with("sqlite:") {
+        prepare_sqlite_path(&url)?;
+        let store = SqliteStore::open(&url, hub.clone()).await?;
+        serve_store(config, store, hub, listener, shutdown).await
+    } else {
+        anyhow::bail!("unsupported database URL {url:?}: use sqlite://PATH or sqlite::memory:")
+    }
+}
+
+async fn serve_store<S: Store>(
+    config: ServeConfig,
+    store: S,
+    hub: Arc<Hub>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let service = SessionStoreService::new(
+        store.clone(),
+        Arc::clone(&hub),
+        WatchOptions {
+            progress_interval: config.progress_interval(),
+        },
+    );
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<SessionStoreServer<SessionStoreService<S>>>()
+        .await;
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(sessionstore_client::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+
+    let local = listener.local_addr().ok();
+    tracing::info!(address = ?local, database = %redact_url(&config.database.database_url), "sessionstore serving");
+
+    let stopping_hub = Arc::clone(&hub);
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: ending watch streams, finishing in-flight calls");
+        health
+            .set_not_serving::<SessionStoreServer<SessionStoreService<S>>>()
+            .await;
+        stopping_hub.close();
+    };
+    let result = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(
+            SessionStoreServer::new(service)
+                .max_decoding_message_size(config.max_request_bytes)
+                .max_encoding_message_size(usize::MAX),
+        )
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+        .await;
+    store.close().await;
+    tracing::info!("sessionstore stopped");
+    result.context("the gRPC server failed")
+}
+
+/// A database URL without its password, for logs.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{}://{user}:***{}", &url[..scheme_end], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}

@@ -1,0 +1,133 @@
+//! Storage: one trait, one module per backend.
+//!
+//! Every method is scoped to a tenant or takes a [`SessionHandle`] that was
+//! resolved for one. Backends map their database errors into
+//! [`domain::Error`](crate::domain::Error) here, at the boundary; nothing
+//! above this module sees a database type.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::domain::{
+    AppendedExchange, NewExchange, NewSession, ProviderCall, Result, Session, SessionEvent,
+    SessionPatch, SessionQuery, SessionSummary, StoredMessage,
+};
+
+mod export;
+pub mod sqlite;
+
+pub use export::ExportStart;
+pub use sqlite::SqliteStore;
+
+/// A live session as a reader needs it: its internal key and current head.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionHandle {
+    /// The internal key; never reused, so it names this incarnation of the id.
+    pub key: i64,
+    pub id: String,
+    pub revision: i64,
+    pub next_sequence: i64,
+    pub system_prompt: String,
+    pub summary_message_id: String,
+}
+
+/// A provider call with its position in the session's call list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedCall {
+    pub ordinal: i64,
+    pub call: ProviderCall,
+}
+
+/// Receives every committed change, in commit order per session, right
+/// after its transaction commits. The watch hub implements it.
+pub trait CommitSink: Send + Sync + 'static {
+    /// `events` were committed for the session with internal key `session_key`.
+    fn committed(&self, session_key: i64, events: &[Arc<SessionEvent>]);
+}
+
+/// The storage contract every backend fulfils; the shared test suite runs
+/// against each one.
+pub trait Store: Clone + Send + Sync + 'static {
+    /// Creates a session (revision 1) with its initial history.
+    fn create_session(
+        &self,
+        tenant: &str,
+        new: NewSession,
+    ) -> impl Future<Output = Result<(Session, Vec<StoredMessage>)>> + Send;
+
+    /// Returns a live session.
+    fn get_session(&self, tenant: &str, id: &str) -> impl Future<Output = Result<Session>> + Send;
+
+    /// Lists live sessions, newest `update_time` first, then id descending.
+    fn list_sessions(
+        &self,
+        tenant: &str,
+        query: SessionQuery,
+    ) -> impl Future<Output = Result<Vec<SessionSummary>>> + Send;
+
+    /// Applies a patch as one revision.
+    fn update_session(
+        &self,
+        tenant: &str,
+        id: &str,
+        patch: SessionPatch,
+    ) -> impl Future<Output = Result<Session>> + Send;
+
+    /// Deletes a session's messages, calls and history; records `session_deleted`.
+    fn delete_session(&self, tenant: &str, id: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Appends an exchange atomically; returns its revision and what was stored.
+    fn append_exchange(
+        &self,
+        tenant: &str,
+        exchange: NewExchange,
+    ) -> impl Future<Output = Result<(i64, AppendedExchange)>> + Send;
+
+    /// Resolves a live session for reading.
+    fn resolve(&self, tenant: &str, id: &str)
+    -> impl Future<Output = Result<SessionHandle>> + Send;
+
+    /// Messages with `sequence > after`, ascending, at most `limit`.
+    fn read_messages(
+        &self,
+        session: &SessionHandle,
+        after: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<StoredMessage>>> + Send;
+
+    /// Messages with `sequence < before`, descending, at most `limit`.
+    fn read_messages_before(
+        &self,
+        session: &SessionHandle,
+        before: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<StoredMessage>>> + Send;
+
+    /// The sequence of a message of this session, if it exists.
+    fn message_sequence(
+        &self,
+        session: &SessionHandle,
+        message_id: &str,
+    ) -> impl Future<Output = Result<Option<i64>>> + Send;
+
+    /// Provider calls with `ordinal > after`, in recording order, at most `limit`.
+    fn read_provider_calls(
+        &self,
+        session: &SessionHandle,
+        after: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<ListedCall>>> + Send;
+
+    /// Events of the session with internal key `session_key` and
+    /// `revision > after`, ascending, at most `limit`. Works for a deleted
+    /// session too (its last event is `session_deleted`).
+    fn read_events(
+        &self,
+        session_key: i64,
+        after: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<SessionEvent>>> + Send;
+
+    /// Finishes queued writes and closes the database.
+    fn close(&self) -> impl Future<Output = ()> + Send;
+}
