@@ -66,13 +66,11 @@ impl NewExchange {
                 }
             }
         }
-        if let Some(expected) = self.expected_next_sequence {
-            if expected < 0 {
-                return Err(Error::invalid(
-                    "expected_next_sequence",
-                    "must not be negative",
-                ));
-            }
+        if self.expected_next_sequence.is_some_and(|e| e < 0) {
+            return Err(Error::invalid(
+                "expected_next_sequence",
+                "must not be negative",
+            ));
         }
         for (field, value) in [("request_id", &self.request_id), ("run_id", &self.run_id)] {
             if value.len() > MAX_KEY_LEN {

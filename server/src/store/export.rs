@@ -31,13 +31,13 @@ impl ExportStart {
         }
         // `floor` is the first sequence the request allows at all.
         let mut floor = after_sequence.map_or(0, |a| a + 1);
-        if from_summary && !session.summary_message_id.is_empty() {
-            if let Some(seq) = store
+        if from_summary
+            && !session.summary_message_id.is_empty()
+            && let Some(seq) = store
                 .message_sequence(session, &session.summary_message_id)
                 .await?
-            {
-                floor = floor.max(seq);
-            }
+        {
+            floor = floor.max(seq);
         }
         let limit = usize::try_from(max_messages).unwrap_or(usize::MAX);
         if limit == 0 {

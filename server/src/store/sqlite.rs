@@ -145,7 +145,7 @@ enum WriteOp {
     Create(NewSession),
     Update { id: String, patch: SessionPatch },
     Delete { id: String },
-    Append(NewExchange),
+    Append(Box<NewExchange>),
 }
 
 enum Written {
@@ -283,7 +283,7 @@ async fn apply(conn: &mut SqliteConnection, tenant: &str, op: WriteOp) -> Result
         WriteOp::Create(new) => create_session(conn, tenant, new).await,
         WriteOp::Update { id, patch } => update_session(conn, tenant, &id, patch).await,
         WriteOp::Delete { id } => delete_session(conn, tenant, &id).await,
-        WriteOp::Append(exchange) => append_exchange(conn, tenant, exchange).await,
+        WriteOp::Append(exchange) => append_exchange(conn, tenant, *exchange).await,
     }
 }
 
@@ -475,20 +475,18 @@ async fn update_session(
     let SessionRow {
         key, mut session, ..
     } = load_live(conn, tenant, id).await?;
-    if let Some(summary) = &patch.summary_message_id {
-        if !summary.is_empty() {
-            let exists: Option<i64> =
-                sqlx::query_scalar("SELECT 1 FROM messages WHERE session_key = ? AND id = ?")
-                    .bind(key)
-                    .bind(summary)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-            if exists.is_none() {
-                return Err(Error::invalid(
-                    "session.summary_message_id",
-                    format!("names no message of session {id:?}"),
-                ));
-            }
+    if let Some(summary) = patch.summary_message_id.as_ref().filter(|s| !s.is_empty()) {
+        let exists: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM messages WHERE session_key = ? AND id = ?")
+                .bind(key)
+                .bind(summary)
+                .fetch_optional(&mut *conn)
+                .await?;
+        if exists.is_none() {
+            return Err(Error::invalid(
+                "session.summary_message_id",
+                format!("names no message of session {id:?}"),
+            ));
         }
     }
     let SessionPatch {
@@ -611,13 +609,13 @@ async fn append_exchange(
         session,
         next_sequence,
     } = load_live(conn, tenant, &exchange.session_id).await?;
-    if let Some(expected) = exchange.expected_next_sequence {
-        if expected != next_sequence {
-            return Err(Error::SequenceMismatch {
-                expected,
-                actual: next_sequence,
-            });
-        }
+    if let Some(expected) = exchange.expected_next_sequence
+        && expected != next_sequence
+    {
+        return Err(Error::SequenceMismatch {
+            expected,
+            actual: next_sequence,
+        });
     }
     let call = exchange.normalized_call();
     let NewExchange {
@@ -885,7 +883,10 @@ impl Store for SqliteStore {
         tenant: &str,
         exchange: NewExchange,
     ) -> Result<(i64, AppendedExchange)> {
-        match self.submit(tenant, WriteOp::Append(exchange)).await? {
+        match self
+            .submit(tenant, WriteOp::Append(Box::new(exchange)))
+            .await?
+        {
             Written::Appended(revision, appended) => Ok((revision, appended)),
             other => Err(unexpected(other)),
         }
