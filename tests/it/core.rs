@@ -125,7 +125,12 @@ async fn initial_history_drops_the_leading_prompt(backend: Backend) {
     let sequences: Vec<i64> = listed.messages.iter().map(|m| m.sequence).collect();
     assert_eq!(sequences, [0, 1]);
     assert_eq!(listed.messages[0].message, Some(user("hi")));
-    assert!(listed.messages.iter().all(|m| m.produced_by_call_id.is_empty()));
+    assert!(
+        listed
+            .messages
+            .iter()
+            .all(|m| m.produced_by_call_id.is_empty())
+    );
     assert!(listed.messages[0].id.starts_with("msg_"));
 
     // The next append continues after the rehydrated history.
@@ -435,7 +440,10 @@ async fn update_session_honours_the_mask(backend: Backend) {
         .await
         .unwrap_err();
     assert_eq!(unknown_path.code(), Code::InvalidArgument);
-    assert_eq!(error_details(&unknown_path).1.as_deref(), Some("update_mask"));
+    assert_eq!(
+        error_details(&unknown_path).1.as_deref(),
+        Some("update_mask")
+    );
 
     let bad_summary = client
         .update_session(pb::UpdateSessionRequest {
@@ -562,7 +570,10 @@ async fn append_links_only_responses_to_the_call(backend: Backend) {
     let call = response.provider_call.unwrap();
     assert!(call.id.starts_with("call_"));
     assert_eq!(call.session_id, "link");
-    assert_eq!(call.total_tokens, 10, "total is prompt + completion when sent as 0");
+    assert_eq!(
+        call.total_tokens, 10,
+        "total is prompt + completion when sent as 0"
+    );
     let sequences: Vec<i64> = response.messages.iter().map(|m| m.sequence).collect();
     assert_eq!(sequences, [0, 1, 2, 3]);
     let links: Vec<&str> = response
@@ -768,7 +779,10 @@ async fn full_history_appends_only_what_is_new(backend: Backend) {
         .await
         .unwrap_err();
     assert_eq!(shorter.code(), Code::FailedPrecondition);
-    assert_eq!(error_details(&shorter).1.as_deref(), Some("full_history[1]"));
+    assert_eq!(
+        error_details(&shorter).1.as_deref(),
+        Some("full_history[1]")
+    );
 
     let session = client
         .get_session(pb::GetSessionRequest {
@@ -822,7 +836,11 @@ async fn export_options(backend: Backend) {
         }),
     )
     .await;
-    assert_eq!(contents(after), ["q2", "a2"], "no prompt with after_sequence");
+    assert_eq!(
+        contents(after),
+        ["q2", "a2"],
+        "no prompt with after_sequence"
+    );
 
     let from_zero = export(&mut client, request(|r| r.after_sequence = Some(0))).await;
     assert_eq!(from_zero.len(), 5, "after_sequence 0 skips sequence 0");
@@ -912,7 +930,10 @@ async fn max_messages_never_orphans_a_tool_result(backend: Backend) {
         },
     )
     .await;
-    assert_eq!(window, vec![asks, result("c1"), result("c2"), assistant("done")]);
+    assert_eq!(
+        window,
+        vec![asks, result("c1"), result("c2"), assistant("done")]
+    );
     server.stop().await.unwrap();
 }
 
@@ -963,7 +984,11 @@ async fn list_messages_and_calls_page(backend: Backend) {
         token = page.next_page_token;
     }
     assert_eq!(calls.len(), 5);
-    assert!(calls.iter().all(|c| c.session_id == "pages" && c.id.starts_with("call_")));
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.session_id == "pages" && c.id.starts_with("call_"))
+    );
 
     // A token from another session is refused.
     create(&mut client, "other").await;
@@ -994,7 +1019,11 @@ async fn list_messages_and_calls_page(backend: Backend) {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(oversized.messages.len(), 10, "oversized pages are clamped, not refused");
+    assert_eq!(
+        oversized.messages.len(),
+        10,
+        "oversized pages are clamped, not refused"
+    );
     server.stop().await.unwrap();
 }
 
@@ -1038,7 +1067,11 @@ async fn health_and_reflection_answer(backend: Backend) {
     else {
         panic!("unexpected reflection answer {answer:?}");
     };
-    assert!(list.service.iter().any(|s| s.name == "sessionstore.v1.SessionStore"));
+    assert!(
+        list.service
+            .iter()
+            .any(|s| s.name == "sessionstore.v1.SessionStore")
+    );
 
     let mut alpha = v1alpha::server_reflection_client::ServerReflectionClient::new(channel);
     let request = v1alpha::ServerReflectionRequest {

@@ -1,1 +1,12 @@
-fn main() {}
+//! sessionstore's end-to-end tests: the real server over real gRPC, against
+//! every storage backend. One binary; one module per area.
+
+#![allow(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)]
+
+mod support;
+
+mod concurrency;
+mod core;
+mod crash;
+mod large;
+mod watch;

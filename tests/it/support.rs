@@ -58,9 +58,13 @@ impl TestServer {
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(sessionstore_server::server::serve(config, listener, async {
-            let _ = rx.await;
-        }));
+        let task = tokio::spawn(sessionstore_server::server::serve(
+            config,
+            listener,
+            async {
+                let _ = rx.await;
+            },
+        ));
         TestServer {
             addr,
             shutdown: Some(tx),
@@ -128,7 +132,12 @@ pub fn assistant(content: &str) -> pb::Message {
     text(pb::Role::Assistant, content)
 }
 
-pub fn call(model: &str, prompt_tokens: i64, completion_tokens: i64, cost: i64) -> pb::ProviderCall {
+pub fn call(
+    model: &str,
+    prompt_tokens: i64,
+    completion_tokens: i64,
+    cost: i64,
+) -> pb::ProviderCall {
     pb::ProviderCall {
         provider: "openai".into(),
         model: model.into(),

@@ -1,0 +1,345 @@
+//! Durability: the real `sessionstore` binary, killed with SIGKILL while
+//! appends are in flight, keeps every acknowledged exchange.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sessionstore_client::SessionStoreClient;
+use sessionstore_client::v1 as pb;
+use tokio::process::{Child, Command};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::support::{assistant, call, user};
+
+/// Builds (if needed) the `sessionstore` binary and returns its path.
+fn sessionstore_binary() -> PathBuf {
+    let workspace = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let output = std::process::Command::new(env!("CARGO"))
+        .current_dir(workspace)
+        .args([
+            "build",
+            "-p",
+            "sessionstore-server",
+            "--bin",
+            "sessionstore",
+            "--message-format=json",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run cargo build");
+    assert!(
+        output.status.success(),
+        "cargo build of sessionstore failed"
+    );
+    let stdout = String::from_utf8(output.stdout).expect("cargo output is UTF-8");
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|msg| msg["reason"] == "compiler-artifact")
+        .filter(|msg| {
+            msg["target"]["name"] == "sessionstore"
+                && msg["target"]["kind"]
+                    .as_array()
+                    .is_some_and(|kinds| kinds.iter().any(|k| k == "bin"))
+        })
+        .find_map(|msg| msg["executable"].as_str().map(PathBuf::from))
+        .expect("cargo reported no sessionstore executable")
+}
+
+/// A running `sessionstore serve` child process.
+struct Instance {
+    child: Child,
+    endpoint: String,
+    log: PathBuf,
+}
+
+impl Instance {
+    /// Starts the binary on a free port and waits until it answers gRPC.
+    async fn start(binary: &Path, database_url: &str, log_dir: &Path, n: usize) -> Instance {
+        let mut last_failure = String::new();
+        for attempt in 0..5 {
+            let port = {
+                let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind probe");
+                probe.local_addr().expect("probe addr").port()
+            };
+            let log = log_dir.join(format!("server-{n}-{attempt}.log"));
+            let log_file = std::fs::File::create(&log).expect("log file");
+            let child = Command::new(binary)
+                .args([
+                    "serve",
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                    "--database-url",
+                    database_url,
+                ])
+                .env_remove("SESSIONSTORE_AUTH_TOKENS")
+                .env("SESSIONSTORE_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(log_file.try_clone().expect("log file"))
+                .stderr(log_file)
+                .kill_on_drop(true)
+                .spawn()
+                .expect("spawn sessionstore");
+            let mut instance = Instance {
+                child,
+                endpoint: format!("http://127.0.0.1:{port}"),
+                log,
+            };
+            match instance.wait_ready().await {
+                Ok(()) => return instance,
+                Err(failure) => {
+                    last_failure = format!("{failure}\n--- server log ---\n{}", instance.log());
+                    let _ = instance.child.kill().await;
+                }
+            }
+        }
+        panic!("sessionstore never became ready: {last_failure}");
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Polls with a real RPC (bounded) until the server answers.
+    async fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
+                return Err(format!("exited early with {status}"));
+            }
+            if let Ok(mut client) = self.try_client().await {
+                let probe = client
+                    .get_session(pb::GetSessionRequest {
+                        session_id: "ses_readiness_probe".into(),
+                    })
+                    .await;
+                match probe {
+                    Err(status) if status.code() == tonic::Code::NotFound => return Ok(()),
+                    Ok(_) => return Ok(()),
+                    Err(_) => {}
+                }
+            }
+            if Instant::now() > deadline {
+                return Err("not answering after 30 s".into());
+            }
+            // Poll interval of the bounded readiness loop.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn try_client(&self) -> Result<SessionStoreClient<Channel>, tonic::transport::Error> {
+        let channel = Endpoint::from_shared(self.endpoint.clone())?
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(10))
+            .connect()
+            .await?;
+        Ok(SessionStoreClient::new(channel))
+    }
+
+    async fn client(&self) -> SessionStoreClient<Channel> {
+        self.try_client().await.expect("connect to sessionstore")
+    }
+}
+
+async fn all_messages(
+    client: &mut SessionStoreClient<Channel>,
+    id: &str,
+) -> Vec<pb::StoredMessage> {
+    let mut out = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_messages(pb::ListMessagesRequest {
+                session_id: id.to_owned(),
+                page_size: 1000,
+                page_token,
+                ..Default::default()
+            })
+            .await
+            .expect("list messages")
+            .into_inner();
+        out.extend(page.messages);
+        if page.next_page_token.is_empty() {
+            return out;
+        }
+        page_token = page.next_page_token;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_keeps_every_acknowledged_exchange() {
+    const WRITERS: usize = 4;
+    const KILL_AFTER: usize = 200;
+    let binary = tokio::task::spawn_blocking(sessionstore_binary)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let database_url = format!("sqlite://{}/db.sqlite", dir.path().display());
+
+    let mut server = Instance::start(&binary, &database_url, dir.path(), 1).await;
+    let mut client = server.client().await;
+    let session_id = client
+        .create_session(pb::CreateSessionRequest {
+            session_id: "ses_crash".into(),
+            title: "crash".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+
+    let acked: Arc<Mutex<Vec<pb::AppendExchangeResponse>>> = Arc::default();
+    let (enough_tx, mut enough_rx) = tokio::sync::watch::channel(0_usize);
+    let enough_tx = Arc::new(enough_tx);
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let mut client = server.client().await;
+        let id = session_id.clone();
+        let acked = Arc::clone(&acked);
+        let enough_tx = Arc::clone(&enough_tx);
+        writers.push(tokio::spawn(async move {
+            let mut i = 0_usize;
+            loop {
+                let answer = client
+                    .append_exchange(pb::AppendExchangeRequest {
+                        session_id: id.clone(),
+                        messages: vec![user(&format!("w{w} q{i}"))],
+                        provider_call: Some(call("gpt-crash", 3, 4, 5)),
+                        response_messages: vec![assistant(&format!("w{w} a{i}"))],
+                        ..Default::default()
+                    })
+                    .await;
+                match answer {
+                    Ok(response) => {
+                        let count = {
+                            let mut acked = acked.lock().unwrap();
+                            acked.push(response.into_inner());
+                            acked.len()
+                        };
+                        enough_tx.send_replace(count);
+                    }
+                    // The server is gone: stop.
+                    Err(_) => return i,
+                }
+                i += 1;
+                assert!(i < 100_000, "the server was never killed");
+            }
+        }));
+    }
+
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        enough_rx.wait_for(|count| *count >= KILL_AFTER),
+    )
+    .await
+    .expect("enough acknowledgements in time")
+    .unwrap();
+    server.child.kill().await.expect("SIGKILL sessionstore");
+    for writer in writers {
+        tokio::time::timeout(Duration::from_secs(60), writer)
+            .await
+            .expect("writers notice the dead server")
+            .unwrap();
+    }
+    let acked = std::mem::take(&mut *acked.lock().unwrap());
+    assert!(acked.len() >= KILL_AFTER);
+
+    // Restart on the same database.
+    let server = Instance::start(&binary, &database_url, dir.path(), 2).await;
+    let mut client = server.client().await;
+    let stored = all_messages(&mut client, &session_id).await;
+
+    // Contiguous from 0, whole exchanges only.
+    let sequences: Vec<i64> = stored.iter().map(|m| m.sequence).collect();
+    let expected: Vec<i64> = (0..i64::try_from(stored.len()).unwrap()).collect();
+    assert_eq!(sequences, expected, "sequences must be contiguous from 0");
+    assert_eq!(stored.len() % 2, 0, "a torn exchange survived the crash");
+    for pair in stored.chunks(2) {
+        let role = |m: &pb::StoredMessage| m.message.as_ref().map(|m| m.role);
+        assert_eq!(role(&pair[0]), Some(pb::Role::User.into()));
+        assert_eq!(role(&pair[1]), Some(pb::Role::Assistant.into()));
+        assert!(!pair[1].produced_by_call_id.is_empty());
+    }
+
+    // Every acknowledged message is there, unchanged.
+    for response in &acked {
+        for m in &response.messages {
+            let index = usize::try_from(m.sequence).unwrap();
+            let found = stored.get(index);
+            assert_eq!(
+                found,
+                Some(m),
+                "acknowledged message {} (sequence {}) lost or changed",
+                m.id,
+                m.sequence
+            );
+        }
+    }
+
+    println!(
+        "crash: {} exchanges acknowledged before SIGKILL, {} survived",
+        acked.len(),
+        stored.len() / 2
+    );
+
+    // The revision and the event log agree with the messages.
+    let session = client
+        .get_session(pb::GetSessionRequest {
+            session_id: session_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let exchanges = i64::try_from(stored.len() / 2).unwrap();
+    assert_eq!(session.revision, 1 + exchanges);
+    let max_acked_revision = acked.iter().map(|r| r.revision).max().unwrap();
+    assert!(session.revision >= max_acked_revision);
+
+    let mut events = client
+        .watch_session(pb::WatchSessionRequest {
+            session_id: session_id.clone(),
+            after_revision: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut replayed = Vec::new();
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.message())
+            .await
+            .expect("event in time")
+            .unwrap()
+            .expect("stream open");
+        use pb::session_event::Event;
+        match event.event {
+            Some(Event::CaughtUp(_)) => {
+                assert_eq!(event.revision, session.revision);
+                break;
+            }
+            Some(Event::ExchangeAppended(appended)) => replayed.extend(appended.messages),
+            Some(Event::SessionCreated(_)) => assert_eq!(event.revision, 1),
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    assert_eq!(
+        replayed, stored,
+        "the event log matches the stored messages"
+    );
+
+    // The restarted server takes writes where the log ends.
+    let next = client
+        .append_exchange(pb::AppendExchangeRequest {
+            session_id: session_id.clone(),
+            messages: vec![user("after the crash")],
+            expected_next_sequence: Some(i64::try_from(stored.len()).unwrap()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(next.revision, session.revision + 1);
+    drop(server);
+}

@@ -1,0 +1,196 @@
+//! Large sessions: a ~10 MB history exports through a client with tonic's
+//! default 4 MiB decoding limit, in chunks of about 1 MiB.
+
+use prost::Message as _;
+use sessionstore_client::SessionStoreClient;
+use sessionstore_client::v1 as pb;
+use tonic::transport::Channel;
+
+use crate::support::{Backend, TestServer, assistant, call, create, user};
+
+/// The export chunk bound, plus room for one message's framing.
+const CHUNK_LIMIT: usize = 1024 * 1024 + 16 * 1024;
+
+/// ~`len` bytes of text, distinct per `tag`, with some multi-byte characters.
+fn body(tag: &str, len: usize) -> String {
+    let unit = format!("[{tag}] ünïcødé ✓ lorem ipsum dolor sit amet; ");
+    let mut text = unit.repeat(len / unit.len() + 1);
+    let mut cut = len;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text
+}
+
+/// Exports with a plain, default-configured client, checking chunk sizes.
+async fn export_checked(
+    client: &mut SessionStoreClient<Channel>,
+    request: pb::ExportHistoryRequest,
+) -> (Vec<pb::Message>, usize) {
+    let mut stream = client
+        .export_history(request)
+        .await
+        .expect("export")
+        .into_inner();
+    let mut out = Vec::new();
+    let mut chunks = 0;
+    while let Some(chunk) = stream.message().await.expect("export chunk") {
+        let size = chunk.encoded_len();
+        assert!(
+            size <= CHUNK_LIMIT,
+            "chunk {chunks} is {size} bytes, more than about 1 MiB"
+        );
+        assert!(!chunk.messages.is_empty(), "empty export chunk");
+        chunks += 1;
+        out.extend(chunk.messages);
+    }
+    (out, chunks)
+}
+
+async fn ten_megabyte_export_in_bounded_chunks(backend: Backend) {
+    const APPENDS: usize = 40;
+    const HALF: usize = 128 * 1024;
+    let server = TestServer::start(backend).await;
+    // Default client: 4 MiB max decoding message size.
+    let mut client = server.client().await;
+    let created = create(&mut client, "ses_large").await;
+
+    let mut expected = Vec::new();
+    for i in 0..APPENDS {
+        let question = user(&body(&format!("q{i}"), HALF));
+        let answer = assistant(&body(&format!("a{i}"), HALF));
+        let request = pb::AppendExchangeRequest {
+            session_id: created.id.clone(),
+            messages: vec![question.clone()],
+            provider_call: Some(call("gpt-large", 100_000, 100_000, 1)),
+            response_messages: vec![answer.clone()],
+            ..Default::default()
+        };
+        assert!(request.encoded_len() < 4 * 1024 * 1024);
+        client.append_exchange(request).await.expect("append");
+        expected.push(question);
+        expected.push(answer);
+    }
+    let total_text: usize = expected.iter().map(|m| m.content.len()).sum();
+    assert!(total_text >= 10 * 1000 * 1000, "{total_text} bytes");
+
+    let (exported, chunks) = export_checked(
+        &mut client,
+        pb::ExportHistoryRequest {
+            session_id: created.id.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(exported.len(), expected.len());
+    assert!(chunks >= 10, "{chunks} chunks for {total_text} bytes");
+    for (i, (got, want)) in exported.iter().zip(&expected).enumerate() {
+        assert_eq!(got.role, want.role, "message {i}");
+        assert!(got.content == want.content, "message {i} content differs");
+    }
+    let exported_text: usize = exported.iter().map(|m| m.content.len()).sum();
+    assert_eq!(exported_text, total_text);
+
+    // With the system prompt and from the middle, too.
+    let (with_prompt, _) = export_checked(
+        &mut client,
+        pb::ExportHistoryRequest {
+            session_id: created.id.clone(),
+            include_system_prompt: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(with_prompt.len(), expected.len() + 1);
+    assert_eq!(with_prompt[0].role, i32::from(pb::Role::System));
+    assert_eq!(with_prompt[0].content, created.system_prompt);
+    let (tail, _) = export_checked(
+        &mut client,
+        pb::ExportHistoryRequest {
+            session_id: created.id.clone(),
+            after_sequence: Some(49),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(tail.len(), expected.len() - 50);
+    assert!(tail[0].content == expected[50].content);
+
+    // Replaying the whole event log through the same default client works too.
+    let mut events = client
+        .watch_session(pb::WatchSessionRequest {
+            session_id: created.id.clone(),
+            after_revision: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut replayed = 0;
+    loop {
+        let event = events.message().await.unwrap().expect("stream open");
+        use pb::session_event::Event;
+        match event.event {
+            Some(Event::CaughtUp(_)) => break,
+            Some(Event::ExchangeAppended(appended)) => replayed += appended.messages.len(),
+            _ => {}
+        }
+    }
+    assert_eq!(replayed, expected.len());
+}
+
+/// A single message bigger than the chunk bound still exports through a
+/// default client, and does not inflate the chunks around it.
+async fn oversized_single_message_exports(backend: Backend) {
+    let server = TestServer::start(backend).await;
+    let mut client = server.client().await;
+    let created = create(&mut client, "ses_large_single").await;
+    let small_before = user("small before");
+    let big = assistant(&body("big", 3 * 1024 * 1024));
+    let small_after = user("small after");
+    client
+        .append_exchange(pb::AppendExchangeRequest {
+            session_id: created.id.clone(),
+            messages: vec![small_before.clone()],
+            provider_call: Some(call("gpt-large", 1, 1, 1)),
+            response_messages: vec![big.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    client
+        .append_exchange(pb::AppendExchangeRequest {
+            session_id: created.id.clone(),
+            messages: vec![small_after.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut stream = client
+        .export_history(pb::ExportHistoryRequest {
+            session_id: created.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut chunks = Vec::new();
+    while let Some(chunk) = stream.message().await.expect("export chunk") {
+        chunks.push(chunk);
+    }
+    let all: Vec<&pb::Message> = chunks.iter().flat_map(|c| &c.messages).collect();
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[0], &small_before);
+    assert!(all[1] == &big, "the big message differs");
+    assert_eq!(all[2], &small_after);
+    for chunk in &chunks {
+        if !chunk.messages.iter().any(|m| m.content == big.content) {
+            assert!(chunk.encoded_len() <= CHUNK_LIMIT);
+        }
+    }
+}
+
+crate::backend_tests!(
+    ten_megabyte_export_in_bounded_chunks,
+    oversized_single_message_exports,
+);
