@@ -23,13 +23,22 @@ pub enum Command {
 /// Where the data lives.
 #[derive(Clone, Debug, Args)]
 pub struct DatabaseConfig {
-    /// Database URL: `sqlite://PATH` (created if missing) or `sqlite::memory:`.
+    /// Database URL: `sqlite://PATH` (created if missing), `sqlite::memory:`,
+    /// or `postgres://USER@HOST:PORT/DB` (several replicas may share one).
     #[arg(
         long,
         env = "SESSIONSTORE_DATABASE_URL",
         default_value = "sqlite://data/sessionstore.db"
     )]
     pub database_url: String,
+
+    /// PostgreSQL connections per replica.
+    #[arg(
+        long,
+        env = "SESSIONSTORE_DATABASE_MAX_CONNECTIONS",
+        default_value_t = 16
+    )]
+    pub max_connections: u32,
 }
 
 /// How the server runs.
@@ -53,6 +62,15 @@ pub struct ServeConfig {
         default_value_t = 15_000
     )]
     pub progress_interval_ms: u64,
+
+    /// Milliseconds between a PostgreSQL replica's safety re-reads of watched
+    /// sessions' heads (commit hints normally make this unnecessary).
+    #[arg(
+        long,
+        env = "SESSIONSTORE_RECHECK_INTERVAL_MS",
+        default_value_t = 5_000
+    )]
+    pub recheck_interval_ms: u64,
 }
 
 impl ServeConfig {
@@ -68,5 +86,9 @@ impl ServeConfig {
 
     pub fn progress_interval(&self) -> Duration {
         Duration::from_millis(self.progress_interval_ms.max(1))
+    }
+
+    pub fn recheck_interval(&self) -> Duration {
+        Duration::from_millis(self.recheck_interval_ms.max(10))
     }
 }

@@ -12,7 +12,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::config::ServeConfig;
 use crate::grpc::SessionStoreService;
-use crate::store::{SqliteStore, Store};
+use crate::store::{self, Store, StoreOptions};
 use crate::watch::{Hub, WatchOptions};
 
 /// Creates the directory a `sqlite://PATH` URL's file lives in.
@@ -39,15 +39,9 @@ pub fn prepare_sqlite_path(url: &str) -> anyhow::Result<()> {
 
 /// Applies migrations for `database_url` (the `migrate` command).
 pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
-    if database_url.starts_with("sqlite:") {
-        prepare_sqlite_path(database_url)?;
-        SqliteStore::migrate(database_url).await?;
-        Ok(())
-    } else {
-        anyhow::bail!(
-            "unsupported database URL {database_url:?}: use sqlite://PATH or sqlite::memory:"
-        )
-    }
+    prepare_sqlite_path(database_url)?;
+    store::migrate(database_url).await?;
+    Ok(())
 }
 
 /// Serves on `listener` until `shutdown` resolves, then ends watch streams,
@@ -59,13 +53,13 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let url = config.database.database_url.clone();
     let hub = Arc::new(Hub::default());
-    if url.starts_with("sqlite:") {
-        prepare_sqlite_path(&url)?;
-        let store = SqliteStore::open(&url, hub.clone()).await?;
-        serve_store(config, store, hub, listener, shutdown).await
-    } else {
-        anyhow::bail!("unsupported database URL {url:?}: use sqlite://PATH or sqlite::memory:")
-    }
+    prepare_sqlite_path(&url)?;
+    let options = StoreOptions {
+        max_connections: config.database.max_connections,
+        recheck_interval: config.recheck_interval(),
+    };
+    let store = store::open(&url, hub.clone(), &options).await?;
+    serve_store(config, store, hub, listener, shutdown).await
 }
 
 async fn serve_store<S: Store>(

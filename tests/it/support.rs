@@ -16,6 +16,95 @@ pub enum Backend {
     Memory,
     /// A SQLite file in a fresh temporary directory.
     File,
+    /// A fresh database on the PostgreSQL server at `SESSIONSTORE_TEST_POSTGRES_URL`.
+    Postgres,
+}
+
+/// The PostgreSQL server tests create their databases on.
+pub fn postgres_admin_url() -> String {
+    std::env::var("SESSIONSTORE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// Whether PostgreSQL tests can run. Without a server they are skipped with
+/// a loud message, unless `SESSIONSTORE_REQUIRE_POSTGRES` is set (as
+/// `.ci/run` does), in which case they fail.
+pub async fn postgres_available(test: &str) -> bool {
+    use sqlx::Connection as _;
+    let url = postgres_admin_url();
+    match sqlx::PgConnection::connect(&url).await {
+        Ok(conn) => {
+            let _ = conn.close().await;
+            true
+        }
+        Err(error) => {
+            if std::env::var_os("SESSIONSTORE_REQUIRE_POSTGRES").is_some() {
+                panic!("PostgreSQL is required but unreachable at {url}: {error}");
+            }
+            eprintln!(
+                "\n!!! SKIPPED {test}: no PostgreSQL at {url} ({error}).\n!!! Set SESSIONSTORE_TEST_POSTGRES_URL to run the PostgreSQL tests.\n"
+            );
+            false
+        }
+    }
+}
+
+/// A database created for one test and dropped after it.
+pub struct PgDatabase {
+    pub url: String,
+    name: String,
+}
+
+impl PgDatabase {
+    pub async fn create() -> PgDatabase {
+        use sqlx::Connection as _;
+        let admin = postgres_admin_url();
+        let name = format!(
+            "sessionstore_test_{}_{}",
+            std::process::id(),
+            NEXT_DB.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let mut conn = sqlx::PgConnection::connect(&admin).await.expect("postgres");
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut conn)
+            .await
+            .expect("drop stale test database");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .expect("create test database");
+        let _ = conn.close().await;
+        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+        PgDatabase {
+            url: format!("{base}/{name}"),
+            name,
+        }
+    }
+}
+
+static NEXT_DB: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop runs inside a runtime; do the async cleanup on a thread of its own.
+        let done = std::thread::spawn(move || {
+            use sqlx::Connection as _;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&postgres_admin_url()).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await;
+                    let _ = conn.close().await;
+                }
+            });
+        });
+        let _ = done.join();
+    }
 }
 
 /// A running server; shut down (gracefully) on drop.
@@ -24,19 +113,21 @@ pub struct TestServer {
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     _dir: Option<tempfile::TempDir>,
+    /// Dropped after the server: the database outlives its users.
+    pg: Option<PgDatabase>,
 }
 
 impl TestServer {
     pub async fn start(backend: Backend) -> TestServer {
-        let (url, dir) = match backend {
-            Backend::Memory => ("sqlite::memory:".to_owned(), None),
-            Backend::File => {
-                let dir = tempfile::tempdir().expect("tempdir");
-                let url = format!("sqlite://{}/sessions.db", dir.path().display());
-                (url, Some(dir))
-            }
-        };
-        Self::start_with(url, dir, |_| {}).await
+        let storage = Storage::new(backend).await;
+        Self::start_on(storage, |_| {}).await
+    }
+
+    /// Starts a server on prepared storage; `tweak` adjusts its configuration.
+    pub async fn start_on(storage: Storage, tweak: impl FnOnce(&mut ServeConfig)) -> TestServer {
+        let mut server = Self::start_with(storage.url.clone(), storage.dir, tweak).await;
+        server.pg = storage.pg;
+        server
     }
 
     pub async fn start_with(
@@ -48,9 +139,11 @@ impl TestServer {
             listen: "127.0.0.1:0".into(),
             database: DatabaseConfig {
                 database_url: url.clone(),
+                max_connections: 8,
             },
             max_request_bytes: 64 * 1024 * 1024,
             progress_interval_ms: 15_000,
+            recheck_interval_ms: 5_000,
         };
         tweak(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -70,6 +163,7 @@ impl TestServer {
             shutdown: Some(tx),
             task: Some(task),
             _dir: dir,
+            pg: None,
         }
     }
 
@@ -88,10 +182,12 @@ impl TestServer {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        match self.task.take() {
+        let result = match self.task.take() {
             Some(task) => task.await?,
             None => Ok(()),
-        }
+        };
+        drop(self.pg.take());
+        result
     }
 }
 
@@ -99,6 +195,42 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
+        }
+    }
+}
+
+/// Where a test server keeps its data. Several servers may share one
+/// (PostgreSQL replicas); the storage is removed when dropped.
+pub struct Storage {
+    pub url: String,
+    dir: Option<tempfile::TempDir>,
+    pg: Option<PgDatabase>,
+}
+
+impl Storage {
+    pub async fn new(backend: Backend) -> Storage {
+        match backend {
+            Backend::Memory => Storage {
+                url: "sqlite::memory:".to_owned(),
+                dir: None,
+                pg: None,
+            },
+            Backend::File => {
+                let dir = tempfile::tempdir().expect("tempdir");
+                Storage {
+                    url: format!("sqlite://{}/sessions.db", dir.path().display()),
+                    dir: Some(dir),
+                    pg: None,
+                }
+            }
+            Backend::Postgres => {
+                let pg = PgDatabase::create().await;
+                Storage {
+                    url: pg.url.clone(),
+                    dir: None,
+                    pg: Some(pg),
+                }
+            }
         }
     }
 }
@@ -230,6 +362,16 @@ macro_rules! backend_tests {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::support::Backend::File).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if $crate::support::postgres_available(concat!(module_path!(), "::", stringify!($name))).await {
+                        super::$name($crate::support::Backend::Postgres).await;
+                    }
                 }
             )*
         }

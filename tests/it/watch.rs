@@ -9,7 +9,9 @@ use sessionstore_client::v1::session_event::Event;
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::support::{Backend, TestServer, assistant, call, create, error_details, exchange, user};
+use crate::support::{
+    Backend, Storage, TestServer, assistant, call, create, error_details, exchange, user,
+};
 
 /// Safety net for "the next event arrives": generous, never a pacing sleep.
 const NEXT_EVENT: Duration = Duration::from_secs(10);
@@ -102,18 +104,6 @@ fn assert_caught_up(event: &pb::SessionEvent, revision: i64) {
         kind(event)
     );
     assert_eq!(event.revision, revision, "caught_up revision");
-}
-
-/// Where a fresh server for `backend` keeps its data (as `TestServer::start`).
-fn storage(backend: Backend) -> (String, Option<tempfile::TempDir>) {
-    match backend {
-        Backend::Memory => ("sqlite::memory:".to_owned(), None),
-        Backend::File => {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let url = format!("sqlite://{}/sessions.db", dir.path().display());
-            (url, Some(dir))
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -385,8 +375,8 @@ async fn delete_while_replaying(backend: Backend) {
 }
 
 async fn progress_when_idle(backend: Backend) {
-    let (url, dir) = storage(backend);
-    let server = TestServer::start_with(url, dir, |c| c.progress_interval_ms = 100).await;
+    let storage = Storage::new(backend).await;
+    let server = TestServer::start_on(storage, |c| c.progress_interval_ms = 100).await;
     let mut client = server.client().await;
     let created = create(&mut client, "ses_watch_progress").await;
     let mut stream = watch(&mut client, &created.id, 0).await;

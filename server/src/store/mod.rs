@@ -14,10 +14,89 @@ use crate::domain::{
 };
 
 mod export;
-pub mod sqlite;
+mod ops;
+mod postgres;
+mod sql;
+mod sqlite;
+mod text;
 
 pub use export::ExportStart;
-pub use sqlite::SqliteStore;
+pub use sql::SqlStore;
+
+/// Why a store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("unsupported database URL {0:?}: use sqlite://PATH, sqlite::memory: or postgres://…")]
+    UnsupportedUrl(String),
+    #[error("cannot connect to the database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("cannot apply the database migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// Backend tuning that is not part of the URL.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// PostgreSQL pool size per replica.
+    pub max_connections: u32,
+    /// How often a PostgreSQL replica re-reads the heads of watched sessions,
+    /// in case a commit hint was lost.
+    pub recheck_interval: std::time::Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_connections: 16,
+            recheck_interval: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+fn backend_of(url: &str) -> Result<Backend, OpenError> {
+    if url.starts_with("sqlite:") {
+        Ok(Backend::Sqlite)
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Backend::Postgres)
+    } else {
+        Err(OpenError::UnsupportedUrl(url.to_owned()))
+    }
+}
+
+/// Opens the store a database URL names, applying its migrations.
+pub async fn open(
+    url: &str,
+    sink: Arc<dyn CommitSink>,
+    options: &StoreOptions,
+) -> Result<SqlStore, OpenError> {
+    match backend_of(url)? {
+        Backend::Sqlite => sqlite::open(url, sink).await,
+        Backend::Postgres => postgres::open(url, sink, options).await,
+    }
+}
+
+/// Applies the migrations for a database URL and returns.
+pub async fn migrate(url: &str) -> Result<(), OpenError> {
+    let pool = match backend_of(url)? {
+        Backend::Sqlite => {
+            let pool = sqlite::connect(url).await?;
+            sqlite::MIGRATOR.run(&pool).await?;
+            pool
+        }
+        Backend::Postgres => {
+            let pool = postgres::connect(url, 2).await?;
+            postgres::MIGRATOR.run(&pool).await?;
+            pool
+        }
+    };
+    pool.close().await;
+    Ok(())
+}
 
 /// A live session as a reader needs it: its internal key and current head.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,11 +117,18 @@ pub struct ListedCall {
     pub call: ProviderCall,
 }
 
-/// Receives every committed change, in commit order per session, right
-/// after its transaction commits. The watch hub implements it.
+/// Receives every committed change right after its transaction commits.
+/// The watch hub implements it.
 pub trait CommitSink: Send + Sync + 'static {
-    /// `events` were committed for the session with internal key `session_key`.
+    /// `events` were committed, here, for the session with internal key `session_key`.
     fn committed(&self, session_key: i64, events: &[Arc<SessionEvent>]);
+
+    /// The session's head is at least `revision` (a commit somewhere,
+    /// perhaps on another replica): watchers behind it should read the log.
+    fn head_moved(&self, session_key: i64, revision: i64);
+
+    /// The internal keys of the sessions that currently have watchers.
+    fn watched_sessions(&self) -> Vec<i64>;
 }
 
 /// The storage contract every backend fulfils; the shared test suite runs

@@ -22,9 +22,18 @@ const LIVE_BUFFER: usize = 256;
 /// Events read from storage per query while replaying.
 const REPLAY_PAGE: usize = 256;
 
+/// What travels to a session's watchers.
+#[derive(Clone, Debug)]
+enum Live {
+    /// A committed event, from this process.
+    Event(Arc<SessionEvent>),
+    /// The head is at least this revision (a commit hint): read the log.
+    Head(i64),
+}
+
 /// Routes committed events to the watchers of each session.
 pub struct Hub {
-    sessions: Mutex<HashMap<i64, broadcast::Sender<Arc<SessionEvent>>>>,
+    sessions: Mutex<HashMap<i64, broadcast::Sender<Live>>>,
     closing: watch::Sender<bool>,
 }
 
@@ -65,15 +74,15 @@ impl Hub {
     }
 }
 
-impl CommitSink for Hub {
-    fn committed(&self, session_key: i64, events: &[Arc<SessionEvent>]) {
+impl Hub {
+    fn send(&self, session_key: i64, items: impl IntoIterator<Item = Live>) {
         let mut sessions = self
             .sessions
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(sender) = sessions.get(&session_key) {
-            for event in events {
-                if sender.send(Arc::clone(event)).is_err() {
+            for item in items {
+                if sender.send(item).is_err() {
                     sessions.remove(&session_key);
                     return;
                 }
@@ -82,11 +91,28 @@ impl CommitSink for Hub {
     }
 }
 
+impl CommitSink for Hub {
+    fn committed(&self, session_key: i64, events: &[Arc<SessionEvent>]) {
+        self.send(session_key, events.iter().cloned().map(Live::Event));
+    }
+
+    fn head_moved(&self, session_key: i64, revision: i64) {
+        self.send(session_key, [Live::Head(revision)]);
+    }
+
+    fn watched_sessions(&self) -> Vec<i64> {
+        self.sessions
+            .lock()
+            .map(|s| s.keys().copied().collect())
+            .unwrap_or_default()
+    }
+}
+
 /// A watcher's receiver; removes the session's channel when the last one goes.
 struct Subscription {
     hub: Arc<Hub>,
     session_key: i64,
-    receiver: broadcast::Receiver<Arc<SessionEvent>>,
+    receiver: broadcast::Receiver<Live>,
 }
 
 impl Drop for Subscription {
@@ -126,7 +152,7 @@ pub struct WatchOptions {
 
 enum Wake {
     Closing,
-    Live(Result<Arc<SessionEvent>, broadcast::error::RecvError>),
+    Live(Result<Live, broadcast::error::RecvError>),
     Idle,
 }
 
@@ -188,7 +214,12 @@ pub fn watch<S: Store>(
             match wake {
                 Wake::Closing => break,
                 Wake::Idle => yield WatchItem::Progress { revision: last },
-                Wake::Live(Ok(event)) => {
+                Wake::Live(Ok(Live::Head(head))) => {
+                    if head > last {
+                        from_storage = true;
+                    }
+                }
+                Wake::Live(Ok(Live::Event(event))) => {
                     if event.revision <= last {
                         continue;
                     }
