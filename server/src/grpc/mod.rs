@@ -316,27 +316,16 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             if req.after_sequence.is_some_and(|a| a < -1) {
                 return Err(Error::invalid("after_sequence", "must be at least -1"));
             }
-            let from_token = decode_token("messages", &req.page_token, 2)?;
-            let after = match from_token {
-                Some(parts) if parts[0] != req.session_id => {
-                    return Err(Error::invalid(
-                        "page_token",
-                        "was made for a different session",
-                    ));
-                }
-                Some(parts) => token_int(&parts[1])?,
+            let after = match session_cursor("messages", &req.page_token, &req.session_id)? {
+                Some(after) => after,
                 None => req.after_sequence.unwrap_or(-1),
             };
             let session = self.store.resolve(&tenant, &req.session_id).await?;
             let mut messages = self.store.read_messages(&session, after, limit + 1).await?;
-            let next_page_token = if messages.len() > limit {
-                messages.truncate(limit);
-                messages.last().map_or_else(String::new, |last| {
-                    encode_token("messages", &[&req.session_id, &last.sequence.to_string()])
-                })
-            } else {
-                String::new()
-            };
+            let next_page_token =
+                next_session_token("messages", &req.session_id, &mut messages, limit, |m| {
+                    m.sequence
+                });
             Ok(Response::new(pb::ListMessagesResponse {
                 messages: messages
                     .into_iter()
@@ -359,29 +348,14 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         async {
             require_session_id("session_id", &req.session_id)?;
             let limit = page_size(req.page_size)?;
-            let after = match decode_token("calls", &req.page_token, 2)? {
-                Some(parts) if parts[0] != req.session_id => {
-                    return Err(Error::invalid(
-                        "page_token",
-                        "was made for a different session",
-                    ));
-                }
-                Some(parts) => token_int(&parts[1])?,
-                None => 0,
-            };
+            let after = session_cursor("calls", &req.page_token, &req.session_id)?.unwrap_or(0);
             let session = self.store.resolve(&tenant, &req.session_id).await?;
             let mut calls = self
                 .store
                 .read_provider_calls(&session, after, limit + 1)
                 .await?;
-            let next_page_token = if calls.len() > limit {
-                calls.truncate(limit);
-                calls.last().map_or_else(String::new, |last| {
-                    encode_token("calls", &[&req.session_id, &last.ordinal.to_string()])
-                })
-            } else {
-                String::new()
-            };
+            let next_page_token =
+                next_session_token("calls", &req.session_id, &mut calls, limit, |c| c.ordinal);
             Ok(Response::new(pb::ListProviderCallsResponse {
                 provider_calls: calls
                     .into_iter()
@@ -437,6 +411,37 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         });
         Ok(Response::new(Box::pin(stream)))
     }
+}
+
+/// The position a per-session list's page token holds, refusing tokens made
+/// for another list or another session.
+fn session_cursor(kind: &str, token: &str, session_id: &str) -> Result<Option<i64>> {
+    match decode_token(kind, token, 2)? {
+        None => Ok(None),
+        Some(parts) if parts[0] != session_id => Err(Error::invalid(
+            "page_token",
+            "was made for a different session",
+        )),
+        Some(parts) => token_int(&parts[1]).map(Some),
+    }
+}
+
+/// Cuts a page read with one extra item back to `limit` and returns the
+/// token for the next page (empty at the end).
+fn next_session_token<T>(
+    kind: &str,
+    session_id: &str,
+    items: &mut Vec<T>,
+    limit: usize,
+    position: impl Fn(&T) -> i64,
+) -> String {
+    if items.len() <= limit {
+        return String::new();
+    }
+    items.truncate(limit);
+    items.last().map_or_else(String::new, |last| {
+        encode_token(kind, &[session_id, &position(last).to_string()])
+    })
 }
 
 /// Streams messages after `start`, up to the session's length when the

@@ -57,6 +57,32 @@ impl SqlStore {
     }
 }
 
+impl SqlStore {
+    /// Messages of `session` matching `range` (a condition on `$2` and an
+    /// order), at most `limit`.
+    async fn messages_where(
+        &self,
+        session: &SessionHandle,
+        range: &str,
+        bound: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredMessage>> {
+        let sql = format!(
+            "SELECT id, sequence, produced_by_call_id, body, create_time FROM messages \
+             WHERE session_key = $1 AND {range} LIMIT $3"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(session.key)
+            .bind(bound)
+            .bind(limit_param(limit))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.iter()
+            .map(|row| stored_message_from_row(row, &session.id))
+            .collect()
+    }
+}
+
 fn stored_message_from_row(row: &AnyRow, session_id: &str) -> Result<StoredMessage> {
     let body: String = row.try_get("body")?;
     let call_id: Option<String> = row.try_get("produced_by_call_id")?;
@@ -223,18 +249,8 @@ impl Store for SqlStore {
         after: i64,
         limit: usize,
     ) -> Result<Vec<StoredMessage>> {
-        let rows = sqlx::query(
-            "SELECT id, sequence, produced_by_call_id, body, create_time FROM messages \
-             WHERE session_key = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
-        )
-        .bind(session.key)
-        .bind(after)
-        .bind(limit_param(limit))
-        .fetch_all(&self.inner.pool)
-        .await?;
-        rows.iter()
-            .map(|row| stored_message_from_row(row, &session.id))
-            .collect()
+        self.messages_where(session, "sequence > $2 ORDER BY sequence", after, limit)
+            .await
     }
 
     async fn read_messages_before(
@@ -243,18 +259,13 @@ impl Store for SqlStore {
         before: i64,
         limit: usize,
     ) -> Result<Vec<StoredMessage>> {
-        let rows = sqlx::query(
-            "SELECT id, sequence, produced_by_call_id, body, create_time FROM messages \
-             WHERE session_key = $1 AND sequence < $2 ORDER BY sequence DESC LIMIT $3",
+        self.messages_where(
+            session,
+            "sequence < $2 ORDER BY sequence DESC",
+            before,
+            limit,
         )
-        .bind(session.key)
-        .bind(before)
-        .bind(limit_param(limit))
-        .fetch_all(&self.inner.pool)
-        .await?;
-        rows.iter()
-            .map(|row| stored_message_from_row(row, &session.id))
-            .collect()
+        .await
     }
 
     async fn message_sequence(
