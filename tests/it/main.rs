@@ -5,6 +5,7 @@
 
 mod support;
 
+mod cli;
 mod concurrency;
 mod core;
 mod crash;

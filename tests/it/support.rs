@@ -245,6 +245,41 @@ pub async fn connect(endpoint: &str) -> SessionStoreClient<Channel> {
     SessionStoreClient::new(channel)
 }
 
+/// Builds (if needed) the `sessionstore` binary and returns its path.
+pub fn sessionstore_binary() -> std::path::PathBuf {
+    let workspace = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let output = std::process::Command::new(env!("CARGO"))
+        .current_dir(workspace)
+        .args([
+            "build",
+            "-p",
+            "sessionstore-server",
+            "--bin",
+            "sessionstore",
+            "--message-format=json",
+        ])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run cargo build");
+    assert!(
+        output.status.success(),
+        "cargo build of sessionstore failed"
+    );
+    let stdout = String::from_utf8(output.stdout).expect("cargo output is UTF-8");
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|msg| msg["reason"] == "compiler-artifact")
+        .filter(|msg| {
+            msg["target"]["name"] == "sessionstore"
+                && msg["target"]["kind"]
+                    .as_array()
+                    .is_some_and(|kinds| kinds.iter().any(|k| k == "bin"))
+        })
+        .find_map(|msg| msg["executable"].as_str().map(std::path::PathBuf::from))
+        .expect("cargo reported no sessionstore executable")
+}
+
 // ---------------------------------------------------------------------------
 // Message builders
 
