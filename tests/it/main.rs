@@ -10,4 +10,5 @@ mod concurrency;
 mod core;
 mod crash;
 mod large;
+mod replicas;
 mod watch;
