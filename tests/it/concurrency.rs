@@ -9,32 +9,9 @@ use sessionstore_client::v1 as pb;
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::support::{Backend, TestServer, assistant, call, create, error_details, exchange, user};
-
-async fn all_messages(
-    client: &mut SessionStoreClient<Channel>,
-    id: &str,
-) -> Vec<pb::StoredMessage> {
-    let mut out = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .list_messages(pb::ListMessagesRequest {
-                session_id: id.to_owned(),
-                page_size: 1000,
-                page_token,
-                ..Default::default()
-            })
-            .await
-            .expect("list messages")
-            .into_inner();
-        out.extend(page.messages);
-        if page.next_page_token.is_empty() {
-            return out;
-        }
-        page_token = page.next_page_token;
-    }
-}
+use crate::support::{
+    Backend, TestServer, all_messages, assistant, call, create, error_details, exchange, user,
+};
 
 async fn revision(client: &mut SessionStoreClient<Channel>, id: &str) -> i64 {
     client

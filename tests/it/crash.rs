@@ -11,7 +11,7 @@ use sessionstore_client::v1 as pb;
 use tokio::process::{Child, Command};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::support::{assistant, call, sessionstore_binary, user};
+use crate::support::{all_messages, assistant, call, sessionstore_binary, user};
 
 /// A running `sessionstore serve` child process.
 struct Instance {
@@ -105,31 +105,6 @@ impl Instance {
 
     async fn client(&self) -> SessionStoreClient<Channel> {
         self.try_client().await.expect("connect to sessionstore")
-    }
-}
-
-async fn all_messages(
-    client: &mut SessionStoreClient<Channel>,
-    id: &str,
-) -> Vec<pb::StoredMessage> {
-    let mut out = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .list_messages(pb::ListMessagesRequest {
-                session_id: id.to_owned(),
-                page_size: 1000,
-                page_token,
-                ..Default::default()
-            })
-            .await
-            .expect("list messages")
-            .into_inner();
-        out.extend(page.messages);
-        if page.next_page_token.is_empty() {
-            return out;
-        }
-        page_token = page.next_page_token;
     }
 }
 

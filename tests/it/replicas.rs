@@ -15,7 +15,7 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use crate::support::{
-    Backend, Storage, TestServer, assistant, call, connect, create, error_details,
+    Backend, Storage, TestServer, all_messages, assistant, call, connect, create, error_details,
     postgres_admin_url, postgres_available, user,
 };
 
@@ -128,28 +128,6 @@ fn assert_contiguous(response: &pb::AppendExchangeResponse, question: &str, answ
     let call = response.provider_call.as_ref().expect("provider call");
     assert_eq!(input.produced_by_call_id, "");
     assert_eq!(output.produced_by_call_id, call.id);
-}
-
-async fn all_messages(client: &mut Client, id: &str) -> Vec<pb::StoredMessage> {
-    let mut out = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .list_messages(pb::ListMessagesRequest {
-                session_id: id.to_owned(),
-                page_size: 1000,
-                page_token,
-                ..Default::default()
-            })
-            .await
-            .expect("list messages")
-            .into_inner();
-        out.extend(page.messages);
-        if page.next_page_token.is_empty() {
-            return out;
-        }
-        page_token = page.next_page_token;
-    }
 }
 
 async fn get(client: &mut Client, id: &str) -> pb::Session {

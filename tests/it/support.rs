@@ -352,6 +352,32 @@ pub async fn exchange(
         .into_inner()
 }
 
+/// Every stored message of a session, following page tokens.
+pub async fn all_messages(
+    client: &mut SessionStoreClient<Channel>,
+    id: &str,
+) -> Vec<pb::StoredMessage> {
+    let mut out = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_messages(pb::ListMessagesRequest {
+                session_id: id.to_owned(),
+                page_size: 1000,
+                page_token,
+                ..Default::default()
+            })
+            .await
+            .expect("list messages")
+            .into_inner();
+        out.extend(page.messages);
+        if page.next_page_token.is_empty() {
+            return out;
+        }
+        page_token = page.next_page_token;
+    }
+}
+
 /// Exports a session's history as plain messages.
 pub async fn export(
     client: &mut SessionStoreClient<Channel>,
