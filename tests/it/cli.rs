@@ -40,18 +40,7 @@ fn migrate_creates_the_sqlite_schema_and_its_directory() {
             .await
             .unwrap()
     });
-    for table in [
-        "events",
-        "idempotency_keys",
-        "messages",
-        "provider_calls",
-        "sessions",
-    ] {
-        assert!(
-            tables.iter().any(|t| t == table),
-            "{table} missing from {tables:?}"
-        );
-    }
+    assert_core_tables(&tables);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,18 +64,7 @@ async fn migrate_creates_the_postgres_schema() {
     .await
     .unwrap();
     conn.close().await.unwrap();
-    for table in [
-        "events",
-        "idempotency_keys",
-        "messages",
-        "provider_calls",
-        "sessions",
-    ] {
-        assert!(
-            tables.iter().any(|t| t == table),
-            "{table} missing from {tables:?}"
-        );
-    }
+    assert_core_tables(&tables);
 }
 
 #[test]
@@ -123,5 +101,21 @@ fn help_names_every_setting_and_its_environment_variable() {
         "sqlite://data/sessionstore.db",
     ] {
         assert!(help.contains(name), "{name} missing from help:\n{help}");
+    }
+}
+
+/// The schema holds every table the core service needs.
+fn assert_core_tables(tables: &[String]) {
+    for table in [
+        "events",
+        "idempotency_keys",
+        "messages",
+        "provider_calls",
+        "sessions",
+    ] {
+        assert!(
+            tables.iter().any(|t| t == table),
+            "{table} missing from {tables:?}"
+        );
     }
 }

@@ -10,7 +10,8 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use crate::support::{
-    Backend, TestServer, all_messages, assistant, call, create, error_details, exchange, user,
+    Backend, TestServer, all_messages, call, content, create, error_details, exchange,
+    exchange_request, watch,
 };
 
 async fn revision(client: &mut SessionStoreClient<Channel>, id: &str) -> i64 {
@@ -22,20 +23,6 @@ async fn revision(client: &mut SessionStoreClient<Channel>, id: &str) -> i64 {
         .expect("get session")
         .into_inner()
         .revision
-}
-
-fn request(id: &str, question: &str, answer: &str) -> pb::AppendExchangeRequest {
-    pb::AppendExchangeRequest {
-        session_id: id.to_owned(),
-        messages: vec![user(question)],
-        provider_call: Some(call("gpt-test", 10, 5, 42)),
-        response_messages: vec![assistant(answer)],
-        ..Default::default()
-    }
-}
-
-fn content(m: &pb::StoredMessage) -> &str {
-    m.message.as_ref().map_or("", |m| m.content.as_str())
 }
 
 async fn concurrent_writers_one_session(backend: Backend) {
@@ -54,7 +41,11 @@ async fn concurrent_writers_one_session(backend: Backend) {
             let mut responses = Vec::new();
             for i in 0..EACH {
                 let response = client
-                    .append_exchange(request(&id, &format!("w{w} q{i}"), &format!("w{w} a{i}")))
+                    .append_exchange(exchange_request(
+                        &id,
+                        &format!("w{w} q{i}"),
+                        &format!("w{w} a{i}"),
+                    ))
                     .await
                     .expect("append exchange")
                     .into_inner();
@@ -144,7 +135,7 @@ async fn expected_next_sequence_conflict(backend: Backend) {
         let status = client
             .append_exchange(pb::AppendExchangeRequest {
                 expected_next_sequence: Some(stale),
-                ..request(&created.id, "lost", "lost")
+                ..exchange_request(&created.id, "lost", "lost")
             })
             .await
             .expect_err("stale expected_next_sequence must fail");
@@ -164,7 +155,7 @@ async fn expected_next_sequence_conflict(backend: Backend) {
     let ok = client
         .append_exchange(pb::AppendExchangeRequest {
             expected_next_sequence: Some(4),
-            ..request(&created.id, "q2", "a2")
+            ..exchange_request(&created.id, "q2", "a2")
         })
         .await
         .unwrap()
@@ -188,7 +179,7 @@ async fn expected_next_sequence_race(backend: Backend) {
             client
                 .append_exchange(pb::AppendExchangeRequest {
                     expected_next_sequence: Some(0),
-                    ..request(&id, &format!("r{r}"), "a")
+                    ..exchange_request(&id, &format!("r{r}"), "a")
                 })
                 .await
         }));
@@ -211,7 +202,7 @@ async fn idempotent_retry(backend: Backend) {
     let created = create(&mut client, "ses_conc_idem").await;
     let first_request = pb::AppendExchangeRequest {
         request_id: "req-1".into(),
-        ..request(&created.id, "q", "a")
+        ..exchange_request(&created.id, "q", "a")
     };
     let first = client
         .append_exchange(first_request.clone())
@@ -232,14 +223,7 @@ async fn idempotent_retry(backend: Backend) {
     assert_eq!(messages.len(), 2);
     assert_eq!(calls.len(), 1);
 
-    let mut watch = client
-        .watch_session(pb::WatchSessionRequest {
-            session_id: created.id.clone(),
-            after_revision: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut watch = watch(&mut client, &created.id, 0).await;
 
     for _ in 0..3 {
         let retry = client
@@ -266,16 +250,16 @@ async fn idempotent_retry(backend: Backend) {
     for different in [
         pb::AppendExchangeRequest {
             request_id: "req-1".into(),
-            ..request(&created.id, "q changed", "a")
+            ..exchange_request(&created.id, "q changed", "a")
         },
         pb::AppendExchangeRequest {
             request_id: "req-1".into(),
-            ..request(&created.id, "q", "a changed")
+            ..exchange_request(&created.id, "q", "a changed")
         },
         pb::AppendExchangeRequest {
             request_id: "req-1".into(),
             provider_call: Some(call("other-model", 10, 5, 42)),
-            ..request(&created.id, "q", "a")
+            ..exchange_request(&created.id, "q", "a")
         },
     ] {
         let status = client
@@ -314,7 +298,7 @@ async fn idempotent_retry_with_stale_expected_sequence(backend: Backend) {
     let first_request = pb::AppendExchangeRequest {
         request_id: "req-stale".into(),
         expected_next_sequence: Some(0),
-        ..request(&created.id, "q", "a")
+        ..exchange_request(&created.id, "q", "a")
     };
     let first = client
         .append_exchange(first_request.clone())
@@ -355,7 +339,7 @@ async fn idempotent_concurrent_retries(backend: Backend) {
     let created = create(&mut client, "ses_conc_idem_race").await;
     let body = pb::AppendExchangeRequest {
         request_id: "req-race".into(),
-        ..request(&created.id, "q", "a")
+        ..exchange_request(&created.id, "q", "a")
     };
     let mut tasks = Vec::new();
     for _ in 0..RETRIES {

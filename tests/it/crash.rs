@@ -11,7 +11,7 @@ use sessionstore_client::v1 as pb;
 use tokio::process::{Child, Command};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::support::{all_messages, assistant, call, sessionstore_binary, user};
+use crate::support::{all_messages, assistant, call, sessionstore_binary, user, watch};
 
 /// A running `sessionstore serve` child process.
 struct Instance {
@@ -238,14 +238,7 @@ async fn sigkill_keeps_every_acknowledged_exchange() {
     let max_acked_revision = acked.iter().map(|r| r.revision).max().unwrap();
     assert!(session.revision >= max_acked_revision);
 
-    let mut events = client
-        .watch_session(pb::WatchSessionRequest {
-            session_id: session_id.clone(),
-            after_revision: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut events = watch(&mut client, &session_id, 0).await;
     let mut replayed = Vec::new();
     loop {
         let event = tokio::time::timeout(Duration::from_secs(10), events.message())

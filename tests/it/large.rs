@@ -6,7 +6,7 @@ use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
 use tonic::transport::Channel;
 
-use crate::support::{Backend, TestServer, assistant, call, create, user};
+use crate::support::{Backend, TestServer, assistant, call, create, user, watch};
 
 /// The export chunk bound, plus room for one message's framing.
 const CHUNK_LIMIT: usize = 1024 * 1024 + 16 * 1024;
@@ -118,14 +118,7 @@ async fn ten_megabyte_export_in_bounded_chunks(backend: Backend) {
     assert!(tail[0].content == expected[50].content);
 
     // Replaying the whole event log through the same default client works too.
-    let mut events = client
-        .watch_session(pb::WatchSessionRequest {
-            session_id: created.id.clone(),
-            after_revision: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut events = watch(&mut client, &created.id, 0).await;
     let mut replayed = 0;
     loop {
         let event = events.message().await.unwrap().expect("stream open");

@@ -15,15 +15,14 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use crate::support::{
-    Backend, Storage, TestServer, all_messages, assistant, call, connect, create, error_details,
-    postgres_admin_url, postgres_available, user,
+    Backend, Events, Storage, TestServer, all_messages, assert_appended, connect, content, create,
+    error_details, event_kind, exchange_request, postgres_admin_url, postgres_available, watch,
 };
 
 /// Safety net for "the next event / the next step arrives": never a pacing sleep.
 const WAIT: Duration = Duration::from_secs(20);
 
 type Client = SessionStoreClient<Channel>;
-type Events = tonic::Streaming<pb::SessionEvent>;
 
 // ---------------------------------------------------------------------------
 // Replicas
@@ -87,20 +86,6 @@ impl Replicas {
 // ---------------------------------------------------------------------------
 // Helpers
 
-fn request(id: &str, question: &str, answer: &str) -> pb::AppendExchangeRequest {
-    pb::AppendExchangeRequest {
-        session_id: id.to_owned(),
-        messages: vec![user(question)],
-        provider_call: Some(call("gpt-test", 10, 5, 42)),
-        response_messages: vec![assistant(answer)],
-        ..Default::default()
-    }
-}
-
-fn content(m: &pb::StoredMessage) -> &str {
-    m.message.as_ref().map_or("", |m| m.content.as_str())
-}
-
 async fn append(
     client: &mut Client,
     request: pb::AppendExchangeRequest,
@@ -157,29 +142,6 @@ async fn rename(client: &mut Client, id: &str, title: &str) -> pb::Session {
         .into_inner()
 }
 
-async fn watch(client: &mut Client, id: &str, after_revision: i64) -> Events {
-    client
-        .watch_session(pb::WatchSessionRequest {
-            session_id: id.to_owned(),
-            after_revision,
-        })
-        .await
-        .expect("watch session")
-        .into_inner()
-}
-
-fn kind(event: &pb::SessionEvent) -> &'static str {
-    match &event.event {
-        Some(Event::SessionCreated(_)) => "session_created",
-        Some(Event::ExchangeAppended(_)) => "exchange_appended",
-        Some(Event::SessionUpdated(_)) => "session_updated",
-        Some(Event::SessionDeleted(_)) => "session_deleted",
-        Some(Event::CaughtUp(_)) => "caught_up",
-        Some(Event::Progress(_)) => "progress",
-        None => "none",
-    }
-}
-
 /// The next event other than `progress`, or why there is none in time.
 async fn try_next(stream: &mut Events) -> Result<pb::SessionEvent, String> {
     loop {
@@ -206,31 +168,19 @@ async fn read_through_caught_up(stream: &mut Events, created: &pb::Session) {
     let first = next(stream).await;
     assert_eq!(first.revision, 1, "{first:?}");
     let Some(Event::SessionCreated(session_created)) = &first.event else {
-        panic!("expected session_created, got {}: {first:?}", kind(&first));
+        panic!(
+            "expected session_created, got {}: {first:?}",
+            event_kind(&first)
+        );
     };
     assert_eq!(session_created.session.as_ref(), Some(created));
     let caught_up = next(stream).await;
     assert!(
         matches!(caught_up.event, Some(Event::CaughtUp(_))),
         "expected caught_up, got {}: {caught_up:?}",
-        kind(&caught_up)
+        event_kind(&caught_up)
     );
     assert_eq!(caught_up.revision, 1);
-}
-
-fn assert_appended(event: &pb::SessionEvent, expected: &pb::AppendExchangeResponse) {
-    assert_eq!(event.revision, expected.revision, "revision of {event:?}");
-    assert!(event.time.is_some(), "event without time: {event:?}");
-    let Some(Event::ExchangeAppended(appended)) = &event.event else {
-        panic!("expected exchange_appended, got {}: {event:?}", kind(event));
-    };
-    assert_eq!(
-        appended.messages, expected.messages,
-        "revision {}",
-        event.revision
-    );
-    assert_eq!(appended.provider_call, expected.provider_call);
-    assert_eq!(appended.next_sequence, expected.next_sequence);
 }
 
 /// Reads revision events until `last` (inclusive); stops at the first
@@ -375,7 +325,8 @@ async fn writers_on_three_replicas_keep_sequences_gap_free() {
                 let mut mine = Vec::new();
                 for i in 0..EACH {
                     let (question, answer) = (format!("r{r} w{w} q{i}"), format!("r{r} w{w} a{i}"));
-                    let response = append(&mut client, request(&id, &question, &answer)).await;
+                    let response =
+                        append(&mut client, exchange_request(&id, &question, &answer)).await;
                     assert_contiguous(&response, &question, &answer);
                     mine.push(response);
                 }
@@ -466,7 +417,7 @@ async fn idempotent_retry_on_another_replica_writes_nothing() {
 
     let keyed = |key: &str, question: &str| pb::AppendExchangeRequest {
         request_id: key.to_owned(),
-        ..request(&created.id, question, "answer")
+        ..exchange_request(&created.id, question, "answer")
     };
     let first = append(&mut a, keyed("k1", "question")).await;
     assert_eq!(first.revision, 2);
@@ -569,7 +520,7 @@ async fn watcher_on_b_sees_writes_through_a() {
             let mut responses = Vec::new();
             for i in 0..EXCHANGES {
                 let (question, answer) = (format!("q{i}"), format!("a{i}"));
-                let response = append(&mut a, request(&id, &question, &answer)).await;
+                let response = append(&mut a, exchange_request(&id, &question, &answer)).await;
                 assert_contiguous(&response, &question, &answer);
                 responses.push(response);
             }
@@ -700,7 +651,7 @@ async fn listener_killed_mid_stream_loses_nothing() {
                     parked.send_replace(None);
                 }
                 let (question, answer) = (format!("q{i}"), format!("a{i}"));
-                let response = append(&mut a, request(&id, &question, &answer)).await;
+                let response = append(&mut a, exchange_request(&id, &question, &answer)).await;
                 assert_contiguous(&response, &question, &answer);
                 responses.push(response);
                 acked.send_replace(i + 1);
@@ -793,16 +744,19 @@ async fn delete_through_a_ends_watch_on_b() {
     let mut a = replicas.client(0).await;
     let mut b = replicas.client(1).await;
     let created = create(&mut a, "ses_replicas_delete").await;
-    let appended = append(&mut a, request(&created.id, "q", "a")).await;
+    let appended = append(&mut a, exchange_request(&created.id, "q", "a")).await;
     assert_eq!(appended.revision, 2);
 
     let mut stream = watch(&mut b, &created.id, 0).await;
     let first = next(&mut stream).await;
-    assert_eq!((first.revision, kind(&first)), (1, "session_created"));
+    assert_eq!((first.revision, event_kind(&first)), (1, "session_created"));
     let second = next(&mut stream).await;
     assert_appended(&second, &appended);
     let caught_up = next(&mut stream).await;
-    assert_eq!((caught_up.revision, kind(&caught_up)), (2, "caught_up"));
+    assert_eq!(
+        (caught_up.revision, event_kind(&caught_up)),
+        (2, "caught_up")
+    );
 
     a.delete_session(pb::DeleteSessionRequest {
         session_id: created.id.clone(),
@@ -812,7 +766,7 @@ async fn delete_through_a_ends_watch_on_b() {
 
     let deleted = next(&mut stream).await;
     assert_eq!(
-        (deleted.revision, kind(&deleted)),
+        (deleted.revision, event_kind(&deleted)),
         (3, "session_deleted"),
         "{deleted:?}"
     );

@@ -332,6 +332,80 @@ pub async fn create(client: &mut SessionStoreClient<Channel>, id: &str) -> pb::S
         .into_inner()
 }
 
+/// A request appending one user message and one assistant response with a
+/// provider call.
+pub fn exchange_request(
+    session_id: &str,
+    question: &str,
+    answer: &str,
+) -> pb::AppendExchangeRequest {
+    pb::AppendExchangeRequest {
+        session_id: session_id.to_owned(),
+        messages: vec![user(question)],
+        provider_call: Some(call("gpt-test", 10, 5, 42)),
+        response_messages: vec![assistant(answer)],
+        ..Default::default()
+    }
+}
+
+/// A stored message's text content.
+pub fn content(message: &pb::StoredMessage) -> &str {
+    message.message.as_ref().map_or("", |m| m.content.as_str())
+}
+
+/// A WatchSession stream.
+pub type Events = tonic::Streaming<pb::SessionEvent>;
+
+/// Opens a watch of `session_id` after `after_revision`.
+pub async fn watch(
+    client: &mut SessionStoreClient<Channel>,
+    session_id: &str,
+    after_revision: i64,
+) -> Events {
+    client
+        .watch_session(pb::WatchSessionRequest {
+            session_id: session_id.to_owned(),
+            after_revision,
+        })
+        .await
+        .expect("watch session")
+        .into_inner()
+}
+
+/// The name of an event's kind, for assertions and messages.
+pub fn event_kind(event: &pb::SessionEvent) -> &'static str {
+    use pb::session_event::Event;
+    match &event.event {
+        Some(Event::SessionCreated(_)) => "session_created",
+        Some(Event::ExchangeAppended(_)) => "exchange_appended",
+        Some(Event::SessionUpdated(_)) => "session_updated",
+        Some(Event::SessionDeleted(_)) => "session_deleted",
+        Some(Event::CaughtUp(_)) => "caught_up",
+        Some(Event::Progress(_)) => "progress",
+        None => "none",
+    }
+}
+
+/// Checks that `event` is the `exchange_appended` of the acknowledged `expected`.
+pub fn assert_appended(event: &pb::SessionEvent, expected: &pb::AppendExchangeResponse) {
+    use pb::session_event::Event;
+    assert_eq!(event.revision, expected.revision, "revision of {event:?}");
+    assert!(event.time.is_some(), "event without time: {event:?}");
+    let Some(Event::ExchangeAppended(appended)) = &event.event else {
+        panic!(
+            "expected exchange_appended, got {}: {event:?}",
+            event_kind(event)
+        );
+    };
+    assert_eq!(
+        appended.messages, expected.messages,
+        "revision {}",
+        event.revision
+    );
+    assert_eq!(appended.provider_call, expected.provider_call);
+    assert_eq!(appended.next_sequence, expected.next_sequence);
+}
+
 /// Appends one user message and one assistant response with a provider call.
 pub async fn exchange(
     client: &mut SessionStoreClient<Channel>,
@@ -340,13 +414,7 @@ pub async fn exchange(
     answer: &str,
 ) -> pb::AppendExchangeResponse {
     client
-        .append_exchange(pb::AppendExchangeRequest {
-            session_id: session_id.to_owned(),
-            messages: vec![user(question)],
-            provider_call: Some(call("gpt-test", 10, 5, 42)),
-            response_messages: vec![assistant(answer)],
-            ..Default::default()
-        })
+        .append_exchange(exchange_request(session_id, question, answer))
         .await
         .expect("append exchange")
         .into_inner()

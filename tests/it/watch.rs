@@ -10,24 +10,12 @@ use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::support::{
-    Backend, Storage, TestServer, assistant, call, create, error_details, exchange, user,
+    Backend, Events, Storage, TestServer, assert_appended, assistant, call, create, error_details,
+    event_kind, exchange, user, watch,
 };
 
 /// Safety net for "the next event arrives": generous, never a pacing sleep.
 const NEXT_EVENT: Duration = Duration::from_secs(10);
-
-type Events = tonic::Streaming<pb::SessionEvent>;
-
-async fn watch(client: &mut SessionStoreClient<Channel>, id: &str, after_revision: i64) -> Events {
-    client
-        .watch_session(pb::WatchSessionRequest {
-            session_id: id.to_owned(),
-            after_revision,
-        })
-        .await
-        .expect("watch session")
-        .into_inner()
-}
 
 async fn watch_err(
     client: &mut SessionStoreClient<Channel>,
@@ -65,18 +53,6 @@ async fn next(stream: &mut Events) -> pb::SessionEvent {
         .expect("the watch stream ended early")
 }
 
-fn kind(event: &pb::SessionEvent) -> &'static str {
-    match &event.event {
-        Some(Event::SessionCreated(_)) => "session_created",
-        Some(Event::ExchangeAppended(_)) => "exchange_appended",
-        Some(Event::SessionUpdated(_)) => "session_updated",
-        Some(Event::SessionDeleted(_)) => "session_deleted",
-        Some(Event::CaughtUp(_)) => "caught_up",
-        Some(Event::Progress(_)) => "progress",
-        None => "none",
-    }
-}
-
 /// Events that record a revision (not markers).
 fn is_revision(event: &pb::SessionEvent) -> bool {
     !matches!(
@@ -85,23 +61,11 @@ fn is_revision(event: &pb::SessionEvent) -> bool {
     )
 }
 
-fn assert_appended(event: &pb::SessionEvent, expected: &pb::AppendExchangeResponse) {
-    assert_eq!(event.revision, expected.revision, "revision of {event:?}");
-    assert!(event.time.is_some(), "event without time: {event:?}");
-    let Some(Event::ExchangeAppended(appended)) = &event.event else {
-        panic!("expected exchange_appended, got {}: {event:?}", kind(event));
-    };
-    assert_eq!(appended.messages, expected.messages);
-    assert_eq!(appended.provider_call, expected.provider_call);
-    assert!(appended.provider_call.is_some());
-    assert_eq!(appended.next_sequence, expected.next_sequence);
-}
-
 fn assert_caught_up(event: &pb::SessionEvent, revision: i64) {
     assert!(
         matches!(event.event, Some(Event::CaughtUp(_))),
         "expected caught_up, got {}: {event:?}",
-        kind(event)
+        event_kind(event)
     );
     assert_eq!(event.revision, revision, "caught_up revision");
 }
@@ -127,7 +91,10 @@ async fn replay_from_zero_then_live(backend: Backend) {
     assert_eq!(first.revision, 1);
     assert!(first.time.is_some());
     let Some(Event::SessionCreated(session_created)) = &first.event else {
-        panic!("expected session_created, got {}: {first:?}", kind(&first));
+        panic!(
+            "expected session_created, got {}: {first:?}",
+            event_kind(&first)
+        );
     };
     assert_eq!(session_created.session.as_ref(), Some(&created));
     assert!(session_created.messages.is_empty());
@@ -266,7 +233,7 @@ async fn update_and_delete_events(backend: Backend) {
     let mut client = server.client().await;
     let created = create(&mut client, "ses_watch_upd").await;
     let mut stream = watch(&mut client, &created.id, 0).await;
-    assert_eq!(kind(&next(&mut stream).await), "session_created");
+    assert_eq!(event_kind(&next(&mut stream).await), "session_created");
     assert_caught_up(&next(&mut stream).await, 1);
 
     let updated = client
@@ -290,7 +257,10 @@ async fn update_and_delete_events(backend: Backend) {
     let event = next(&mut stream).await;
     assert_eq!(event.revision, 2);
     let Some(Event::SessionUpdated(session_updated)) = &event.event else {
-        panic!("expected session_updated, got {}: {event:?}", kind(&event));
+        panic!(
+            "expected session_updated, got {}: {event:?}",
+            event_kind(&event)
+        );
     };
     assert_eq!(session_updated.session.as_ref(), Some(&updated));
 
@@ -307,7 +277,7 @@ async fn update_and_delete_events(backend: Backend) {
     assert!(
         matches!(event.event, Some(Event::SessionDeleted(_))),
         "expected session_deleted, got {}: {event:?}",
-        kind(&event)
+        event_kind(&event)
     );
     assert_eq!(
         event.revision, 4,
@@ -380,14 +350,14 @@ async fn progress_when_idle(backend: Backend) {
     let mut client = server.client().await;
     let created = create(&mut client, "ses_watch_progress").await;
     let mut stream = watch(&mut client, &created.id, 0).await;
-    assert_eq!(kind(&next(&mut stream).await), "session_created");
+    assert_eq!(event_kind(&next(&mut stream).await), "session_created");
     assert_caught_up(&next(&mut stream).await, 1);
 
     let event = next(&mut stream).await;
     assert!(
         matches!(event.event, Some(Event::Progress(_))),
         "expected progress, got {}: {event:?}",
-        kind(&event)
+        event_kind(&event)
     );
     assert_eq!(event.revision, 1, "progress carries the head revision");
     assert!(event.time.is_some());
@@ -491,7 +461,7 @@ async fn slow_watcher_loses_nothing(backend: Backend) {
         .unwrap();
     let mut slow_client = SessionStoreClient::new(channel);
     let mut stream = watch(&mut slow_client, &created.id, 0).await;
-    assert_eq!(kind(&next(&mut stream).await), "session_created");
+    assert_eq!(event_kind(&next(&mut stream).await), "session_created");
     assert_caught_up(&next(&mut stream).await, 1);
 
     // ~8 KiB per event.
@@ -534,7 +504,7 @@ async fn slow_watcher_loses_nothing(backend: Backend) {
                 revisions.push(event.revision);
                 sequences.extend(appended.messages.iter().map(|m| m.sequence));
             }
-            _ => panic!("unexpected {}: {event:?}", kind(&event)),
+            _ => panic!("unexpected {}: {event:?}", event_kind(&event)),
         }
     }
     assert_eq!(revisions, (2..=head).collect::<Vec<_>>());
@@ -558,8 +528,8 @@ async fn shutdown_ends_watch_cleanly(backend: Backend) {
     let created = create(&mut client, "ses_watch_shutdown").await;
     exchange(&mut client, &created.id, "q", "a").await;
     let mut stream = watch(&mut client, &created.id, 0).await;
-    assert_eq!(kind(&next(&mut stream).await), "session_created");
-    assert_eq!(kind(&next(&mut stream).await), "exchange_appended");
+    assert_eq!(event_kind(&next(&mut stream).await), "session_created");
+    assert_eq!(event_kind(&next(&mut stream).await), "exchange_appended");
     assert_caught_up(&next(&mut stream).await, 2);
 
     let stopping = tokio::spawn(server.stop());
