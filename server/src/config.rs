@@ -71,6 +71,46 @@ pub struct ServeConfig {
         default_value_t = 5_000
     )]
     pub recheck_interval_ms: u64,
+
+    /// Delete sessions with no change for this long (e.g. `30d`, `12h`,
+    /// `90m`, `45s`). Unset: sessions are kept until deleted.
+    #[arg(long, env = "SESSIONSTORE_MAX_IDLE_AGE", value_parser = parse_age)]
+    pub max_idle_age: Option<Duration>,
+
+    /// Milliseconds between background sweeps (expired run leases, idle
+    /// sessions, old tombstones).
+    #[arg(long, env = "SESSIONSTORE_SWEEP_INTERVAL_MS", default_value_t = 1_000)]
+    pub sweep_interval_ms: u64,
+}
+
+/// Parses an age: a whole number followed by `s`, `m`, `h` or `d`.
+pub fn parse_age(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{text:?} needs a unit: s, m, h or d (e.g. 30d)"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} does not start with a whole number"))?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {text:?}: use s, m, h or d"
+            ));
+        }
+    };
+    if number == 0 {
+        return Err("the age must be positive".to_owned());
+    }
+    number
+        .checked_mul(seconds)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{text:?} is too long"))
 }
 
 impl ServeConfig {
@@ -90,5 +130,26 @@ impl ServeConfig {
 
     pub fn recheck_interval(&self) -> Duration {
         Duration::from_millis(self.recheck_interval_ms.max(10))
+    }
+
+    pub fn sweep_interval(&self) -> Duration {
+        Duration::from_millis(self.sweep_interval_ms.max(10))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_age;
+    use std::time::Duration;
+
+    #[test]
+    fn ages_parse() {
+        assert_eq!(parse_age("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse_age("12h"), Ok(Duration::from_secs(12 * 3600)));
+        assert_eq!(parse_age("90m"), Ok(Duration::from_secs(90 * 60)));
+        assert_eq!(parse_age("2s"), Ok(Duration::from_secs(2)));
+        for bad in ["", "30", "d", "0s", "5w", "-1d", "1.5h"] {
+            assert!(parse_age(bad).is_err(), "{bad:?} should be refused");
+        }
     }
 }

@@ -8,4 +8,5 @@ pub mod domain;
 pub mod grpc;
 pub mod server;
 pub mod store;
+pub mod sweep;
 pub mod watch;

@@ -13,6 +13,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::config::ServeConfig;
 use crate::grpc::SessionStoreService;
 use crate::store::{self, Store, StoreOptions};
+use crate::sweep::{self, SweepOptions};
 use crate::watch::{Hub, WatchOptions};
 
 /// Creates the directory a `sqlite://PATH` URL's file lives in.
@@ -91,9 +92,21 @@ async fn serve_store<S: Store>(
     let local = listener.local_addr().ok();
     tracing::info!(address = ?local, database = %redact_url(&config.database.database_url), "sessionstore serving");
 
+    let (stop_sweeper, sweeper_closing) = tokio::sync::watch::channel(false);
+    let sweeper = tokio::spawn(sweep::run(
+        store.clone(),
+        Arc::clone(&hub),
+        SweepOptions {
+            interval: config.sweep_interval(),
+            max_idle_age: config.max_idle_age,
+        },
+        sweeper_closing,
+    ));
+
     let stopping_hub = Arc::clone(&hub);
     let signal = async move {
         shutdown.await;
+        let _ = stop_sweeper.send(true);
         tracing::info!("shutting down: ending watch streams, finishing in-flight calls");
         health
             .set_not_serving::<SessionStoreServer<SessionStoreService<S>>>()
@@ -111,6 +124,9 @@ async fn serve_store<S: Store>(
         )
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
         .await;
+    // Usually stopped by the signal already; this covers a failed server.
+    sweeper.abort();
+    let _ = sweeper.await;
     store.close().await;
     tracing::info!("sessionstore stopped");
     result.context("the gRPC server failed")

@@ -144,6 +144,8 @@ impl TestServer {
             max_request_bytes: 64 * 1024 * 1024,
             progress_interval_ms: 15_000,
             recheck_interval_ms: 5_000,
+            max_idle_age: None,
+            sweep_interval_ms: 1_000,
         };
         tweak(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -366,6 +368,7 @@ pub async fn watch(
         .watch_session(pb::WatchSessionRequest {
             session_id: session_id.to_owned(),
             after_revision,
+            include_active_deltas: false,
         })
         .await
         .expect("watch session")
@@ -382,6 +385,14 @@ pub fn event_kind(event: &pb::SessionEvent) -> &'static str {
         Some(Event::SessionDeleted(_)) => "session_deleted",
         Some(Event::CaughtUp(_)) => "caught_up",
         Some(Event::Progress(_)) => "progress",
+        Some(Event::Delta(_)) => "delta",
+        Some(Event::RunDiscarded(_)) => "run_discarded",
+        Some(Event::RunBegun(_)) => "run_begun",
+        Some(Event::RunEnded(_)) => "run_ended",
+        Some(Event::RolledBack(_)) => "rolled_back",
+        Some(Event::MessageEdited(_)) => "message_edited",
+        Some(Event::MessageRedacted(_)) => "message_redacted",
+        Some(Event::StateChanged(_)) => "state_changed",
         None => "none",
     }
 }

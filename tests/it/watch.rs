@@ -26,6 +26,7 @@ async fn watch_err(
         .watch_session(pb::WatchSessionRequest {
             session_id: id.to_owned(),
             after_revision,
+            include_active_deltas: false,
         })
         .await;
     match result {

@@ -32,6 +32,35 @@ pub enum Error {
     #[error("after_revision {requested} is beyond the session's head revision {head}")]
     RevisionOutOfRange { requested: i64, head: i64 },
 
+    /// Another run holds the session's lease.
+    #[error("session is busy with run {active_run_id:?} until its lease ends")]
+    SessionBusy {
+        active_run_id: String,
+        expire_time: super::Timestamp,
+    },
+
+    /// No message with this id in the session.
+    #[error("message {0:?} not found in the session")]
+    MessageNotFound(String),
+
+    /// No state entry with this key in the session.
+    #[error("state key {0:?} not found in the session")]
+    StateNotFound(String),
+
+    /// `expected_version` did not match the state entry.
+    #[error(
+        "expected_version is {expected}, but state key {key:?} is at version {actual} (0: absent)"
+    )]
+    StateVersionMismatch {
+        key: String,
+        expected: i64,
+        actual: i64,
+    },
+
+    /// A request is over a configured limit.
+    #[error("{field}: {description}")]
+    LimitExceeded { field: String, description: String },
+
     /// The server is shutting down and takes no more writes.
     #[error("the server is shutting down")]
     ShuttingDown,

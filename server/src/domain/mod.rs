@@ -1,12 +1,15 @@
 //! The domain: types, rules and errors of sessionstore. No protobuf, no SQL.
 
+pub mod control;
 mod error;
 pub mod exchange;
 pub mod ids;
 pub mod paging;
 pub mod session;
+pub mod transcript;
 mod types;
 
+pub use control::{Control, Controlled, Fork};
 pub use error::{Error, Result};
 pub use exchange::NewExchange;
 pub use session::{NewSession, SessionCursor, SessionPatch, SessionQuery};

@@ -156,6 +156,27 @@ pub struct Session {
     pub revision: i64,
     pub create_time: Timestamp,
     pub update_time: Timestamp,
+    /// For a fork: the session it was forked from, and the last sequence copied.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub parent_session_id: String,
+    #[serde(default)]
+    pub parent_sequence: i64,
+    /// The run holding the session's lease, if any, and when the lease runs out.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub active_run_id: String,
+    #[serde(default)]
+    pub run_expire_time: Timestamp,
+}
+
+impl Session {
+    /// Clears a lease that has run out by `now` but is not settled yet
+    /// (for reads: the session is no longer busy).
+    pub fn hide_expired_lease(&mut self, now: Timestamp) {
+        if self.run_expire_time <= now {
+            self.active_run_id.clear();
+            self.run_expire_time = Timestamp(0);
+        }
+    }
 }
 
 /// A message as stored in a session.
@@ -167,6 +188,9 @@ pub struct StoredMessage {
     pub produced_by_call_id: String,
     pub message: Message,
     pub create_time: Timestamp,
+    /// The content was erased; only the role and structure remain.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
 }
 
 /// What one upstream model call cost and how it was routed.
@@ -221,6 +245,103 @@ pub enum Change {
         session: Session,
     },
     SessionDeleted,
+    /// A run took or renewed the lease.
+    RunBegun {
+        run_id: String,
+        expire_time: Timestamp,
+    },
+    /// A run's lease ended (by EndRun, or `expired`).
+    RunEnded {
+        run_id: String,
+        expired: bool,
+    },
+    /// Messages after `after_sequence` were removed.
+    RolledBack {
+        after_sequence: i64,
+        removed_message_ids: Vec<String>,
+        next_sequence: i64,
+        summary_cleared: bool,
+    },
+    /// A message got new content; `previous` is what it held before.
+    MessageEdited {
+        message: StoredMessage,
+        previous: Message,
+        reason: String,
+    },
+    /// A message's content was erased.
+    MessageRedacted {
+        message_id: String,
+        sequence: i64,
+        reason: String,
+    },
+    /// A state entry was set, or deleted.
+    StateChanged {
+        key: String,
+        value: String,
+        version: i64,
+        deleted: bool,
+    },
+}
+
+/// A change watchers see but that is never stored and makes no revision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ephemeral {
+    /// The session's revision when it was published.
+    pub revision: i64,
+    pub time: Timestamp,
+    pub kind: EphemeralKind,
+}
+
+/// What an [`Ephemeral`] says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EphemeralKind {
+    /// A run's partial output.
+    Delta {
+        run_id: String,
+        index: i64,
+        content: DeltaContent,
+    },
+    /// Drop the run's partial output.
+    RunDiscarded { run_id: String },
+}
+
+impl EphemeralKind {
+    /// The run it concerns.
+    pub fn run_id(&self) -> &str {
+        match self {
+            EphemeralKind::Delta { run_id, .. } | EphemeralKind::RunDiscarded { run_id } => run_id,
+        }
+    }
+}
+
+/// The payload of a delta.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeltaContent {
+    Text(String),
+    Block(ContentBlock),
+}
+
+/// A per-session key/value entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateEntry {
+    pub key: String,
+    pub value: String,
+    /// The revision that last wrote it.
+    pub version: i64,
+    pub update_time: Timestamp,
+}
+
+/// One full-text search result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SearchHit {
+    pub session_id: String,
+    pub session_title: String,
+    pub sequence: i64,
+    pub message_id: String,
+    pub role: Role,
+    pub snippet: String,
 }
 
 /// The outcome of one AppendExchange: what was stored, at which revision.

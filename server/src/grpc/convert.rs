@@ -5,8 +5,9 @@ use sessionstore_client::v1 as pb;
 use sessionstore_client::v1::content_block::Block;
 
 use crate::domain::{
-    AppendedExchange, Change, ContentBlock, Error, Message, ProviderCall, Result, Role, Session,
-    SessionEvent, SessionSummary, StoredMessage, Timestamp, ToolCall,
+    AppendedExchange, Change, ContentBlock, DeltaContent, Ephemeral, EphemeralKind, Error, Message,
+    ProviderCall, Result, Role, SearchHit, Session, SessionEvent, SessionSummary, StateEntry,
+    StoredMessage, Timestamp, ToolCall,
 };
 
 pub fn timestamp(t: Timestamp) -> prost_types::Timestamp {
@@ -34,6 +35,19 @@ fn role_from_pb(role: i32, field: &str) -> Result<Role> {
             format!("{role} is not a known role"),
         )),
     }
+}
+
+/// A timestamp that is present only when set (0 means unset).
+fn optional_timestamp(t: Timestamp) -> Option<prost_types::Timestamp> {
+    (t.0 != 0).then(|| timestamp(t))
+}
+
+/// A `google.protobuf.Duration` in microseconds, saturating.
+pub fn duration_micros(duration: &prost_types::Duration) -> i64 {
+    duration
+        .seconds
+        .saturating_mul(1_000_000)
+        .saturating_add(i64::from(duration.nanos / 1000))
 }
 
 fn role_to_pb(role: Role) -> pb::Role {
@@ -192,6 +206,7 @@ pub fn stored_message_to_pb(stored: StoredMessage) -> pb::StoredMessage {
         produced_by_call_id: stored.produced_by_call_id,
         message: Some(message_to_pb(stored.message)),
         create_time: Some(timestamp(stored.create_time)),
+        redacted: stored.redacted,
     }
 }
 
@@ -241,6 +256,10 @@ pub fn session_to_pb(session: Session) -> pb::Session {
         revision: session.revision,
         create_time: Some(timestamp(session.create_time)),
         update_time: Some(timestamp(session.update_time)),
+        parent_session_id: session.parent_session_id,
+        parent_sequence: session.parent_sequence,
+        active_run_id: session.active_run_id,
+        run_expire_time: optional_timestamp(session.run_expire_time),
     }
 }
 
@@ -295,6 +314,54 @@ pub fn event_to_pb(event: &SessionEvent) -> pb::SessionEvent {
             session: Some(session_to_pb(session)),
         }),
         Change::SessionDeleted => Event::SessionDeleted(pb::SessionDeleted {}),
+        Change::RunBegun {
+            run_id,
+            expire_time,
+        } => Event::RunBegun(pb::RunBegun {
+            run_id,
+            expire_time: Some(timestamp(expire_time)),
+        }),
+        Change::RunEnded { run_id, expired } => Event::RunEnded(pb::RunEnded { run_id, expired }),
+        Change::RolledBack {
+            after_sequence,
+            removed_message_ids,
+            next_sequence,
+            summary_cleared,
+        } => Event::RolledBack(pb::RolledBack {
+            after_sequence,
+            removed_message_ids,
+            next_sequence,
+            summary_cleared,
+        }),
+        Change::MessageEdited {
+            message,
+            previous,
+            reason,
+        } => Event::MessageEdited(pb::MessageEdited {
+            message: Some(stored_message_to_pb(message)),
+            previous: Some(message_to_pb(previous)),
+            reason,
+        }),
+        Change::MessageRedacted {
+            message_id,
+            sequence,
+            reason,
+        } => Event::MessageRedacted(pb::MessageRedacted {
+            message_id,
+            sequence,
+            reason,
+        }),
+        Change::StateChanged {
+            key,
+            value,
+            version,
+            deleted,
+        } => Event::StateChanged(pb::StateChanged {
+            key,
+            value,
+            version,
+            deleted,
+        }),
     };
     pb::SessionEvent {
         revision: event.revision,
@@ -309,5 +376,68 @@ pub fn marker_to_pb(revision: i64, event: pb::session_event::Event) -> pb::Sessi
         revision,
         time: Some(timestamp(Timestamp::now())),
         event: Some(event),
+    }
+}
+
+/// A delta or discarded run, as watchers see it.
+pub fn ephemeral_to_pb(ephemeral: &Ephemeral) -> pb::SessionEvent {
+    use pb::session_event::Event;
+    let payload = match ephemeral.kind.clone() {
+        EphemeralKind::Delta {
+            run_id,
+            index,
+            content,
+        } => Event::Delta(pb::Delta {
+            run_id,
+            index,
+            delta: Some(match content {
+                DeltaContent::Text(text) => pb::delta::Delta::Text(text),
+                DeltaContent::Block(block) => pb::delta::Delta::Block(block_to_pb(block)),
+            }),
+        }),
+        EphemeralKind::RunDiscarded { run_id } => Event::RunDiscarded(pb::RunDiscarded { run_id }),
+    };
+    pb::SessionEvent {
+        revision: ephemeral.revision,
+        time: Some(timestamp(ephemeral.time)),
+        event: Some(payload),
+    }
+}
+
+/// A PublishDelta payload, if one was set.
+pub fn delta_from_pb(
+    delta: Option<pb::publish_delta_request::Delta>,
+) -> Result<Option<DeltaContent>> {
+    use pb::publish_delta_request::Delta;
+    Ok(match delta {
+        None => None,
+        Some(Delta::Text(text)) => Some(DeltaContent::Text(text)),
+        Some(Delta::Block(block)) => Some(DeltaContent::Block(block_from_pb(block, "block")?)),
+    })
+}
+
+/// One message sent on its own (EditMessage), validated under `field`.
+pub fn message_from_pb_field(message: Option<pb::Message>, field: &str) -> Result<Message> {
+    let message = message.ok_or_else(|| Error::invalid(field, "is required"))?;
+    message_from_pb(message, field)
+}
+
+pub fn state_entry_to_pb(entry: StateEntry) -> pb::StateEntry {
+    pb::StateEntry {
+        key: entry.key,
+        value: entry.value,
+        version: entry.version,
+        update_time: Some(timestamp(entry.update_time)),
+    }
+}
+
+pub fn search_hit_to_pb(hit: SearchHit) -> pb::SearchHit {
+    pb::SearchHit {
+        session_id: hit.session_id,
+        sequence: hit.sequence,
+        message_id: hit.message_id,
+        snippet: hit.snippet,
+        session_title: hit.session_title,
+        role: role_to_pb(hit.role).into(),
     }
 }

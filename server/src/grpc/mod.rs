@@ -13,14 +13,17 @@ use sessionstore_client::v1::session_store_server::SessionStore as SessionStoreR
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
+use crate::domain::control::{check_state_key, require_run_id, validate_delta};
 use crate::domain::paging::{decode_token, encode_token, page_size, token_int};
 use crate::domain::session::require_session_id;
 use crate::domain::{
-    Error, Message, NewExchange, NewSession, Result, Role, SessionCursor, SessionPatch,
-    SessionQuery,
+    Control, Controlled, Ephemeral, EphemeralKind, Error, Fork, Message, NewExchange, NewSession,
+    Result, Role, SessionCursor, SessionPatch, SessionQuery, Timestamp,
 };
-use crate::store::{ExportStart, Store};
-use crate::watch::{self, Hub, WatchItem, WatchOptions};
+use crate::store::{ExportStart, SearchQuery, Store};
+use crate::watch::{self, Hub, WatchItem, WatchOptions, WatchRequest};
+
+mod transcript;
 
 pub mod convert;
 mod status;
@@ -68,6 +71,71 @@ impl<S: Store> SessionStoreService<S> {
 
 fn span(method: &'static str, session_id: &str) -> tracing::Span {
     tracing::info_span!("rpc", method, session_id = %session_id)
+}
+
+/// Runs a unary handler's work inside its span and answers with its result.
+async fn unary<T>(
+    method: &'static str,
+    session_id: &str,
+    work: impl Future<Output = Result<T>>,
+) -> Result<Response<T>, Status> {
+    work.instrument(span(method, session_id))
+        .await
+        .map(Response::new)
+        .map_err(Status::from)
+}
+
+/// The revision a control call answers with.
+fn revision_of(controlled: Controlled) -> i64 {
+    match controlled {
+        Controlled::Revision(revision)
+        | Controlled::RunBegun { revision, .. }
+        | Controlled::RolledBack { revision, .. }
+        | Controlled::Edited { revision, .. } => revision,
+        Controlled::State(entry) => entry.version,
+    }
+}
+
+/// The most words a search may hold.
+const MAX_SEARCH_WORDS: usize = 32;
+/// The longest search query.
+const MAX_SEARCH_LEN: usize = 1024;
+
+impl<S: Store> SessionStoreService<S> {
+    /// Applies a control change to a session named by `session_id`.
+    async fn control(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        control: Control,
+    ) -> Result<Controlled> {
+        require_session_id("session_id", session_id)?;
+        control.validate()?;
+        self.store.control(tenant, session_id, control).await
+    }
+
+    /// Publishes an ephemeral change after the lease check; answers the revision.
+    async fn publish(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        kind: EphemeralKind,
+        check_lease: bool,
+    ) -> Result<i64> {
+        let session = self.store.resolve(tenant, session_id).await?;
+        let now = Timestamp::now();
+        if check_lease {
+            session.check_lease(kind.run_id(), now)?;
+        }
+        let revision = session.revision;
+        let ephemeral = Ephemeral {
+            revision,
+            time: now,
+            kind,
+        };
+        self.store.publish_ephemeral(&session, ephemeral).await?;
+        Ok(revision)
+    }
 }
 
 #[tonic::async_trait]
@@ -384,11 +452,15 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 return Err(Error::invalid("after_revision", "must not be negative"));
             }
             let session = self.store.resolve(&tenant, &req.session_id).await?;
+            let request = WatchRequest {
+                after_revision: req.after_revision,
+                include_active_deltas: req.include_active_deltas,
+            };
             watch::watch(
                 self.store.clone(),
                 Arc::clone(&self.hub),
                 session,
-                req.after_revision,
+                request,
                 self.watch_options,
             )
         }
@@ -406,11 +478,399 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                     revision,
                     Event::Progress(pb::Progress {}),
                 )),
+                Ok(WatchItem::Ephemeral(ephemeral)) => Ok(convert::ephemeral_to_pb(&ephemeral)),
                 Err(error) => Err(Status::from(error)),
             }
         });
         Ok(Response::new(Box::pin(stream)))
     }
+
+    async fn publish_delta(
+        &self,
+        request: Request<pb::PublishDeltaRequest>,
+    ) -> Result<Response<pb::PublishDeltaResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        unary("PublishDelta", &req.session_id.clone(), async {
+            require_session_id("session_id", &req.session_id)?;
+            let content = convert::delta_from_pb(req.delta)?;
+            validate_delta(&req.run_id, req.index, content.as_ref())?;
+            let Some(content) = content else {
+                return Err(Error::invalid("text", "a delta needs text or a block"));
+            };
+            let kind = EphemeralKind::Delta {
+                run_id: req.run_id,
+                index: req.index,
+                content,
+            };
+            let revision = self.publish(&tenant, &req.session_id, kind, true).await?;
+            Ok(pb::PublishDeltaResponse { revision })
+        })
+        .await
+    }
+
+    async fn discard_run(
+        &self,
+        request: Request<pb::DiscardRunRequest>,
+    ) -> Result<Response<pb::DiscardRunResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        unary("DiscardRun", &req.session_id.clone(), async {
+            require_session_id("session_id", &req.session_id)?;
+            require_run_id(&req.run_id)?;
+            let kind = EphemeralKind::RunDiscarded { run_id: req.run_id };
+            let revision = self.publish(&tenant, &req.session_id, kind, false).await?;
+            Ok(pb::DiscardRunResponse { revision })
+        })
+        .await
+    }
+
+    async fn begin_run(
+        &self,
+        request: Request<pb::BeginRunRequest>,
+    ) -> Result<Response<pb::BeginRunResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        unary("BeginRun", &req.session_id, async {
+            let lease = req
+                .lease
+                .as_ref()
+                .ok_or_else(|| Error::invalid("lease", "is required"))?;
+            let control = Control::BeginRun {
+                run_id: req.run_id.clone(),
+                lease_micros: convert::duration_micros(lease),
+            };
+            match self.control(&tenant, &req.session_id, control).await? {
+                Controlled::RunBegun {
+                    revision,
+                    expire_time,
+                } => Ok(pb::BeginRunResponse {
+                    revision,
+                    expire_time: Some(convert::timestamp(expire_time)),
+                }),
+                other => Ok(pb::BeginRunResponse {
+                    revision: revision_of(other),
+                    expire_time: None,
+                }),
+            }
+        })
+        .await
+    }
+
+    async fn end_run(
+        &self,
+        request: Request<pb::EndRunRequest>,
+    ) -> Result<Response<pb::EndRunResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        unary("EndRun", &req.session_id, async {
+            let control = Control::EndRun {
+                run_id: req.run_id.clone(),
+            };
+            let revision = revision_of(self.control(&tenant, &req.session_id, control).await?);
+            Ok(pb::EndRunResponse { revision })
+        })
+        .await
+    }
+
+    async fn rollback_session(
+        &self,
+        request: Request<pb::RollbackSessionRequest>,
+    ) -> Result<Response<pb::RollbackSessionResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        unary("RollbackSession", &req.session_id, async {
+            let control = Control::Rollback {
+                after_sequence: req.after_sequence,
+                run_id: req.run_id.clone(),
+            };
+            match self.control(&tenant, &req.session_id, control).await? {
+                Controlled::RolledBack {
+                    revision,
+                    next_sequence,
+                } => Ok(pb::RollbackSessionResponse {
+                    revision,
+                    next_sequence,
+                }),
+                other => Err(unexpected_answer(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn edit_message(
+        &self,
+        request: Request<pb::EditMessageRequest>,
+    ) -> Result<Response<pb::EditMessageResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req.session_id.clone();
+        unary("EditMessage", &session_id, async {
+            let control = Control::Edit {
+                message_id: req.message_id,
+                message: convert::message_from_pb_field(req.message, "message")?,
+                reason: req.reason,
+                run_id: req.run_id,
+            };
+            match self.control(&tenant, &req.session_id, control).await? {
+                Controlled::Edited { revision, message } => Ok(pb::EditMessageResponse {
+                    revision,
+                    message: Some(convert::stored_message_to_pb(message)),
+                }),
+                other => Err(unexpected_answer(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn redact_message(
+        &self,
+        request: Request<pb::RedactMessageRequest>,
+    ) -> Result<Response<pb::RedactMessageResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req.session_id.clone();
+        unary("RedactMessage", &session_id, async {
+            let control = Control::Redact {
+                message_id: req.message_id,
+                reason: req.reason,
+                run_id: req.run_id,
+            };
+            let revision = revision_of(self.control(&tenant, &req.session_id, control).await?);
+            Ok(pb::RedactMessageResponse { revision })
+        })
+        .await
+    }
+
+    async fn fork_session(
+        &self,
+        request: Request<pb::ForkSessionRequest>,
+    ) -> Result<Response<pb::Session>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req.session_id.clone();
+        unary("ForkSession", &session_id, async {
+            require_session_id("session_id", &req.session_id)?;
+            let fork = Fork {
+                source_id: req.session_id,
+                at_sequence: req.at_sequence,
+                new_id: (!req.new_session_id.is_empty()).then_some(req.new_session_id),
+            };
+            fork.validate()?;
+            let (session, _) = self.store.fork_session(&tenant, fork).await?;
+            Ok(convert::session_to_pb(session))
+        })
+        .await
+    }
+
+    type ExportTranscriptStream = BoxStream<pb::ExportTranscriptResponse>;
+
+    async fn export_transcript(
+        &self,
+        request: Request<pb::ExportTranscriptRequest>,
+    ) -> Result<Response<Self::ExportTranscriptStream>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let span = span("ExportTranscript", &req.session_id);
+        let stream = async {
+            require_session_id("session_id", &req.session_id)?;
+            let format = match pb::TranscriptFormat::try_from(req.format) {
+                Ok(pb::TranscriptFormat::Markdown) => transcript::Format::Markdown,
+                Ok(pb::TranscriptFormat::OpenaiJson) => transcript::Format::OpenAiJson,
+                Ok(pb::TranscriptFormat::Unspecified) => {
+                    return Err(Error::invalid(
+                        "format",
+                        "is required: TRANSCRIPT_FORMAT_MARKDOWN or TRANSCRIPT_FORMAT_OPENAI_JSON",
+                    ));
+                }
+                Err(_) => {
+                    return Err(Error::invalid(
+                        "format",
+                        format!("{} is not a known transcript format", req.format),
+                    ));
+                }
+            };
+            let handle = self.store.resolve(&tenant, &req.session_id).await?;
+            let session = self.store.get_session(&tenant, &req.session_id).await?;
+            Ok::<_, Error>(transcript::stream(
+                self.store.clone(),
+                handle,
+                session,
+                format,
+            ))
+        }
+        .instrument(span)
+        .await?;
+        let stream = stream.map(|item| item.map_err(Status::from));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn set_state(
+        &self,
+        request: Request<pb::SetStateRequest>,
+    ) -> Result<Response<pb::StateEntry>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req.session_id.clone();
+        unary("SetState", &session_id, async {
+            let control = Control::SetState {
+                key: req.key,
+                value: req.value,
+                expected_version: req.expected_version,
+            };
+            match self.control(&tenant, &req.session_id, control).await? {
+                Controlled::State(entry) => Ok(convert::state_entry_to_pb(entry)),
+                other => Err(unexpected_answer(&other)),
+            }
+        })
+        .await
+    }
+
+    async fn get_state(
+        &self,
+        request: Request<pb::GetStateRequest>,
+    ) -> Result<Response<pb::StateEntry>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        unary("GetState", &req.session_id, async {
+            require_session_id("session_id", &req.session_id)?;
+            check_state_key(&req.key)?;
+            let session = self.store.resolve(&tenant, &req.session_id).await?;
+            let entry = self.store.get_state(&session, &req.key).await?;
+            Ok(convert::state_entry_to_pb(entry))
+        })
+        .await
+    }
+
+    async fn list_state(
+        &self,
+        request: Request<pb::ListStateRequest>,
+    ) -> Result<Response<pb::ListStateResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        unary("ListState", &req.session_id, async {
+            require_session_id("session_id", &req.session_id)?;
+            let limit = page_size(req.page_size)?;
+            let after = match decode_token("state", &req.page_token, 2)? {
+                None => None,
+                Some(parts) if parts[0] != req.session_id => {
+                    return Err(Error::invalid(
+                        "page_token",
+                        "was made for a different session",
+                    ));
+                }
+                Some(mut parts) => parts.pop(),
+            };
+            let session = self.store.resolve(&tenant, &req.session_id).await?;
+            let mut entries = self
+                .store
+                .list_state(&session, after.as_deref(), limit + 1)
+                .await?;
+            let next_page_token = if entries.len() > limit {
+                entries.truncate(limit);
+                entries.last().map_or_else(String::new, |last| {
+                    encode_token("state", &[&req.session_id, &last.key])
+                })
+            } else {
+                String::new()
+            };
+            Ok(pb::ListStateResponse {
+                entries: entries
+                    .into_iter()
+                    .map(convert::state_entry_to_pb)
+                    .collect(),
+                next_page_token,
+            })
+        })
+        .await
+    }
+
+    async fn delete_state(
+        &self,
+        request: Request<pb::DeleteStateRequest>,
+    ) -> Result<Response<pb::DeleteStateResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req.session_id.clone();
+        unary("DeleteState", &session_id, async {
+            let control = Control::DeleteState {
+                key: req.key,
+                expected_version: req.expected_version,
+            };
+            let revision = revision_of(self.control(&tenant, &req.session_id, control).await?);
+            Ok(pb::DeleteStateResponse { revision })
+        })
+        .await
+    }
+
+    async fn search_messages(
+        &self,
+        request: Request<pb::SearchMessagesRequest>,
+    ) -> Result<Response<pb::SearchMessagesResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        unary("SearchMessages", "", async {
+            if req.query.len() > MAX_SEARCH_LEN {
+                return Err(Error::invalid(
+                    "query",
+                    format!("must be at most {MAX_SEARCH_LEN} bytes"),
+                ));
+            }
+            let words: Vec<String> = req
+                .query
+                .replace('\0', " ")
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            if words.is_empty() {
+                return Err(Error::invalid("query", "is required: give words to find"));
+            }
+            if words.len() > MAX_SEARCH_WORDS {
+                return Err(Error::invalid(
+                    "query",
+                    format!("must hold at most {MAX_SEARCH_WORDS} words"),
+                ));
+            }
+            let limit = page_size(req.page_size)?;
+            let offset = match decode_token("search", &req.page_token, 3)? {
+                None => 0,
+                Some(parts) if parts[0] != req.query || parts[1] != req.user => {
+                    return Err(Error::invalid(
+                        "page_token",
+                        "was made for a different query or user",
+                    ));
+                }
+                Some(parts) => usize::try_from(token_int(&parts[2])?)
+                    .map_err(|_| Error::invalid("page_token", "is malformed"))?,
+            };
+            let query = SearchQuery {
+                words,
+                user: (!req.user.is_empty()).then(|| req.user.clone()),
+                offset,
+                limit: limit + 1,
+            };
+            let mut hits = self.store.search(&tenant, query).await?;
+            let next_page_token = if hits.len() > limit {
+                hits.truncate(limit);
+                let next = (offset + limit).to_string();
+                encode_token("search", &[&req.query, &req.user, &next])
+            } else {
+                String::new()
+            };
+            Ok(pb::SearchMessagesResponse {
+                hits: hits.into_iter().map(convert::search_hit_to_pb).collect(),
+                next_page_token,
+            })
+        })
+        .await
+    }
+}
+
+/// A store answered a control call with the wrong kind of result (a bug).
+fn unexpected_answer(controlled: &Controlled) -> Error {
+    Error::storage(std::io::Error::other(format!(
+        "unexpected control answer: {controlled:?}"
+    )))
 }
 
 /// The position a per-session list's page token holds, refusing tokens made

@@ -70,6 +70,44 @@ impl From<Error> for Status {
                     ],
                 ),
             ),
+            Error::SessionBusy {
+                active_run_id,
+                expire_time,
+            } => (
+                Code::FailedPrecondition,
+                info(
+                    "SESSION_BUSY",
+                    &[
+                        ("active_run_id", active_run_id),
+                        ("expire_time_micros", expire_time.0.to_string()),
+                    ],
+                ),
+            ),
+            Error::MessageNotFound(id) => (
+                Code::NotFound,
+                info("MESSAGE_NOT_FOUND", &[("message_id", id)]),
+            ),
+            Error::StateNotFound(key) => (Code::NotFound, info("STATE_NOT_FOUND", &[("key", key)])),
+            Error::StateVersionMismatch {
+                key,
+                expected,
+                actual,
+            } => (
+                Code::Aborted,
+                info(
+                    "STATE_VERSION_MISMATCH",
+                    &[
+                        ("key", key),
+                        ("expected_version", expected.to_string()),
+                        ("actual_version", actual.to_string()),
+                    ],
+                ),
+            ),
+            Error::LimitExceeded { field, description } => {
+                let mut details = info("LIMIT_EXCEEDED", &[("field", field.clone())]);
+                details.add_bad_request_violation(field, description);
+                (Code::ResourceExhausted, details)
+            }
             Error::ShuttingDown => (Code::Unavailable, info("SHUTTING_DOWN", &[])),
             Error::Storage(source) => {
                 tracing::error!(error = %source, "storage error");

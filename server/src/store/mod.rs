@@ -9,8 +9,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::domain::{
-    AppendedExchange, NewExchange, NewSession, ProviderCall, Result, Session, SessionEvent,
-    SessionPatch, SessionQuery, SessionSummary, StoredMessage,
+    AppendedExchange, Control, Controlled, Ephemeral, Fork, NewExchange, NewSession, ProviderCall,
+    Result, SearchHit, Session, SessionEvent, SessionPatch, SessionQuery, SessionSummary,
+    StateEntry, StoredMessage, Timestamp,
 };
 
 mod export;
@@ -108,6 +109,25 @@ pub struct SessionHandle {
     pub next_sequence: i64,
     pub system_prompt: String,
     pub summary_message_id: String,
+    /// The run holding the lease ('' if none) and when it runs out.
+    pub active_run_id: String,
+    pub run_expire_time: Timestamp,
+}
+
+impl SessionHandle {
+    /// Refuses partial output from a run other than the lease holder's.
+    pub fn check_lease(&self, run_id: &str, now: Timestamp) -> Result<()> {
+        if !self.active_run_id.is_empty()
+            && self.run_expire_time > now
+            && self.active_run_id != run_id
+        {
+            return Err(crate::domain::Error::SessionBusy {
+                active_run_id: self.active_run_id.clone(),
+                expire_time: self.run_expire_time,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// A provider call with its position in the session's call list.
@@ -129,6 +149,32 @@ pub trait CommitSink: Send + Sync + 'static {
 
     /// The internal keys of the sessions that currently have watchers.
     fn watched_sessions(&self) -> Vec<i64>;
+
+    /// An ephemeral change (a delta, a discarded run) was published,
+    /// here or on another replica.
+    fn ephemeral(&self, session_key: i64, ephemeral: Arc<Ephemeral>);
+
+    /// A run's partial output is superseded (its exchange committed, or it
+    /// ended) on another replica: drop what is buffered for it.
+    fn run_closed(&self, session_key: i64, run_id: &str);
+}
+
+/// A SearchMessages query, already validated.
+#[derive(Clone, Debug)]
+pub struct SearchQuery {
+    /// The words, all of which must occur.
+    pub words: Vec<String>,
+    pub user: Option<String>,
+    /// Hits to skip (the page position).
+    pub offset: usize,
+    pub limit: usize,
+}
+
+/// A session the sweeper should look at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SweepCandidate {
+    pub tenant: String,
+    pub id: String,
 }
 
 /// The storage contract every backend fulfils; the shared test suite runs
@@ -213,6 +259,81 @@ pub trait Store: Clone + Send + Sync + 'static {
         after: i64,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<SessionEvent>>> + Send;
+
+    /// Applies a conversation-control change to a session as one revision
+    /// (or none, when it changes nothing).
+    fn control(
+        &self,
+        tenant: &str,
+        id: &str,
+        control: Control,
+    ) -> impl Future<Output = Result<Controlled>> + Send;
+
+    /// Creates a new session holding a copy of another's history up to a sequence.
+    fn fork_session(
+        &self,
+        tenant: &str,
+        fork: Fork,
+    ) -> impl Future<Output = Result<(Session, Vec<StoredMessage>)>> + Send;
+
+    /// Tells watchers on every replica about an ephemeral change.
+    fn publish_ephemeral(
+        &self,
+        session: &SessionHandle,
+        ephemeral: Ephemeral,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// One state entry of a session.
+    fn get_state(
+        &self,
+        session: &SessionHandle,
+        key: &str,
+    ) -> impl Future<Output = Result<StateEntry>> + Send;
+
+    /// State entries with keys after `after`, in key order, at most `limit`.
+    fn list_state(
+        &self,
+        session: &SessionHandle,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<StateEntry>>> + Send;
+
+    /// Full-text search over the current messages of a tenant's live sessions, best first.
+    fn search(
+        &self,
+        tenant: &str,
+        query: SearchQuery,
+    ) -> impl Future<Output = Result<Vec<SearchHit>>> + Send;
+
+    /// Live sessions whose lease ran out before `now`, at most `limit`.
+    fn expired_leases(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<SweepCandidate>>> + Send;
+
+    /// Live sessions with no revision since `before`, oldest first, at most `limit`.
+    fn idle_sessions(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<SweepCandidate>>> + Send;
+
+    /// Deletes a session if it is still idle since `before`; whether it was.
+    fn delete_idle(
+        &self,
+        tenant: &str,
+        id: &str,
+        before: Timestamp,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Removes up to `limit` tombstones of sessions deleted before `before`
+    /// (and their final events); how many.
+    fn purge_tombstones(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<u64>> + Send;
 
     /// Finishes queued writes and closes the database.
     fn close(&self) -> impl Future<Output = ()> + Send;

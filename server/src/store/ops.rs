@@ -11,8 +11,9 @@ use sqlx::{AnyConnection, Row};
 use super::text::{escape, unescape};
 use crate::domain::exchange::diff_full_history;
 use crate::domain::{
-    AppendedExchange, Change, Error, Message, NewExchange, NewSession, Result, Session,
-    SessionEvent, SessionPatch, StoredMessage, Timestamp, ids,
+    AppendedExchange, Change, Control, Controlled, Error, Fork, Message, NewExchange, NewSession,
+    Result, Session, SessionEvent, SessionPatch, StateEntry, StoredMessage, Timestamp, control,
+    ids,
 };
 
 /// The PostgreSQL channel carrying commit hints (`"<session key>:<revision>"`).
@@ -29,9 +30,29 @@ pub enum Dialect {
 #[derive(Clone)]
 pub enum WriteOp {
     Create(NewSession),
-    Update { id: String, patch: SessionPatch },
-    Delete { id: String },
+    Update {
+        id: String,
+        patch: SessionPatch,
+    },
+    Delete {
+        id: String,
+    },
     Append(Box<NewExchange>),
+    Control {
+        id: String,
+        control: Control,
+    },
+    Fork(Fork),
+    /// Delete the session if its last revision is older than `idle_before`.
+    DeleteIdle {
+        id: String,
+        idle_before: Timestamp,
+    },
+    /// Remove at most `limit` tombstones of sessions deleted before `before`.
+    PurgeTombstones {
+        before: Timestamp,
+        limit: i64,
+    },
 }
 
 /// A write's answer.
@@ -40,13 +61,16 @@ pub enum Written {
     Updated(Session),
     Deleted,
     Appended(i64, AppendedExchange),
+    Controlled(Controlled),
+    /// How many sessions a sweep removed.
+    Swept(u64),
 }
 
-/// What one applied request committed: its answer and the events to publish.
+/// What one applied request committed: its answer and the events to
+/// publish, each with its session's internal key.
 pub struct Applied {
     pub written: Written,
-    pub session_key: i64,
-    pub events: Vec<Arc<SessionEvent>>,
+    pub events: Vec<(i64, Arc<SessionEvent>)>,
 }
 
 /// Applies one write inside the caller's transaction.
@@ -56,13 +80,28 @@ pub async fn apply(
     tenant: &str,
     op: WriteOp,
 ) -> Result<Applied> {
-    let mut tx = Tx { conn, dialect };
-    match op {
-        WriteOp::Create(new) => tx.create_session(tenant, new).await,
-        WriteOp::Update { id, patch } => tx.update_session(tenant, &id, patch).await,
-        WriteOp::Delete { id } => tx.delete_session(tenant, &id).await,
-        WriteOp::Append(exchange) => tx.append_exchange(tenant, *exchange).await,
-    }
+    let mut tx = Tx {
+        conn,
+        dialect,
+        now: Timestamp::now(),
+        events: Vec::new(),
+    };
+    let written = match op {
+        WriteOp::Create(new) => tx.create_session(tenant, new).await?,
+        WriteOp::Update { id, patch } => tx.update_session(tenant, &id, patch).await?,
+        WriteOp::Delete { id } => tx.delete_session(tenant, &id, None).await?,
+        WriteOp::Append(exchange) => tx.append_exchange(tenant, *exchange).await?,
+        WriteOp::Control { id, control } => tx.control(tenant, &id, control).await?,
+        WriteOp::Fork(fork) => tx.fork_session(tenant, fork).await?,
+        WriteOp::DeleteIdle { id, idle_before } => {
+            tx.delete_session(tenant, &id, Some(idle_before)).await?
+        }
+        WriteOp::PurgeTombstones { before, limit } => tx.purge_tombstones(before, limit).await?,
+    };
+    Ok(Applied {
+        written,
+        events: tx.events,
+    })
 }
 
 impl From<sqlx::Error> for Error {
@@ -86,8 +125,11 @@ pub fn text_col(row: &AnyRow, column: &str) -> Result<String> {
 
 /// The session columns [`session_from_row`] reads.
 pub const SESSION_COLUMNS: &str = "key, id, title, system_prompt, user_name, metadata, \
-     summary_message_id, revision, create_time, update_time, next_sequence";
+     summary_message_id, revision, create_time, update_time, next_sequence, \
+     parent_session_id, parent_sequence, run_id, run_expire_time";
 
+/// A session as stored. The lease fields are raw: a lease past its expiry
+/// still shows until it is settled (see [`Session::hide_expired_lease`]).
 pub fn session_from_row(row: &AnyRow) -> Result<Session> {
     let metadata: String = row.try_get("metadata")?;
     Ok(Session {
@@ -100,7 +142,17 @@ pub fn session_from_row(row: &AnyRow) -> Result<Session> {
         revision: row.try_get("revision")?,
         create_time: Timestamp(row.try_get("create_time")?),
         update_time: Timestamp(row.try_get("update_time")?),
+        parent_session_id: text_col(row, "parent_session_id")?,
+        parent_sequence: row.try_get("parent_sequence")?,
+        active_run_id: text_col(row, "run_id")?,
+        run_expire_time: Timestamp(row.try_get("run_expire_time")?),
     })
+}
+
+/// The full-text row id of a message in SQLite: one session's messages form
+/// one contiguous range, so a rollback or delete removes a range.
+fn search_rowid(session_key: i64, sequence: i64) -> i64 {
+    session_key.saturating_mul(1 << 32).saturating_add(sequence)
 }
 
 /// A live session row as the write path needs it.
@@ -110,15 +162,66 @@ struct SessionRow {
     next_sequence: i64,
 }
 
+/// A message to insert: the message, the call that produced it, whether it
+/// is a redaction marker.
+struct NewRow {
+    message: Message,
+    call_id: Option<String>,
+    redacted: bool,
+}
+
+impl NewRow {
+    fn input(message: Message) -> Self {
+        NewRow {
+            message,
+            call_id: None,
+            redacted: false,
+        }
+    }
+}
+
+/// A message row as stored.
+struct MessageRow {
+    stored: StoredMessage,
+}
+
 struct Tx<'c> {
     conn: &'c mut AnyConnection,
     dialect: Dialect,
+    /// The time of every revision this request makes.
+    now: Timestamp,
+    /// The events this request recorded, with their session keys.
+    events: Vec<(i64, Arc<SessionEvent>)>,
 }
 
 impl Tx<'_> {
     /// Loads a live session, locking its row on PostgreSQL so concurrent
     /// writers to one session serialise (SQLite's writer is already alone).
+    /// A lease that has run out is settled first: its `run_ended` is
+    /// recorded before the caller's own change.
     async fn load_live(&mut self, tenant: &str, id: &str) -> Result<SessionRow> {
+        let mut row = self.load_unsettled(tenant, id).await?;
+        let session = &row.session;
+        if !session.active_run_id.is_empty() && session.run_expire_time <= self.now {
+            let run_id = std::mem::take(&mut row.session.active_run_id);
+            row.session.run_expire_time = Timestamp(0);
+            sqlx::query("UPDATE sessions SET run_id = '', run_expire_time = 0 WHERE key = $1")
+                .bind(row.key)
+                .execute(&mut *self.conn)
+                .await?;
+            self.bump(
+                &mut row,
+                Change::RunEnded {
+                    run_id,
+                    expired: true,
+                },
+            )
+            .await?;
+        }
+        Ok(row)
+    }
+
+    async fn load_unsettled(&mut self, tenant: &str, id: &str) -> Result<SessionRow> {
         let lock = match self.dialect {
             Dialect::Sqlite => "",
             Dialect::Postgres => " FOR UPDATE",
@@ -140,16 +243,39 @@ impl Tx<'_> {
         })
     }
 
+    /// Records `change` as the session's next revision (revision and
+    /// `update_time` on the row, and the event). Returns the revision.
+    async fn bump(&mut self, row: &mut SessionRow, change: Change) -> Result<i64> {
+        row.session.revision += 1;
+        row.session.update_time = self.now;
+        sqlx::query("UPDATE sessions SET revision = $1, update_time = $2 WHERE key = $3")
+            .bind(row.session.revision)
+            .bind(self.now.0)
+            .bind(row.key)
+            .execute(&mut *self.conn)
+            .await?;
+        self.insert_event(row.key, row.session.revision, change)
+            .await?;
+        Ok(row.session.revision)
+    }
+
     async fn insert_event(
         &mut self,
         session_key: i64,
         revision: i64,
-        time: Timestamp,
         change: Change,
-    ) -> Result<Arc<SessionEvent>> {
+    ) -> Result<()> {
+        let hint = match &change {
+            // Other replicas drop the buffered deltas of a run that closed.
+            Change::ExchangeAppended(appended) if !appended.run_id.is_empty() => {
+                format!("{session_key}:{revision}:{}", appended.run_id)
+            }
+            Change::RunEnded { run_id, .. } => format!("{session_key}:{revision}:{run_id}"),
+            _ => format!("{session_key}:{revision}"),
+        };
         let event = SessionEvent {
             revision,
-            time,
+            time: self.now,
             change,
         };
         sqlx::query(
@@ -157,7 +283,7 @@ impl Tx<'_> {
         )
         .bind(session_key)
         .bind(revision)
-        .bind(time.0)
+        .bind(self.now.0)
         .bind(encode(&event.change)?)
         .execute(&mut *self.conn)
         .await?;
@@ -166,80 +292,177 @@ impl Tx<'_> {
             // re-read the log, never the payload.
             sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(NOTIFY_CHANNEL)
-                .bind(format!("{session_key}:{revision}"))
+                .bind(hint)
                 .execute(&mut *self.conn)
                 .await?;
         }
-        Ok(Arc::new(event))
+        self.events.push((session_key, Arc::new(event)));
+        Ok(())
     }
 
-    /// Inserts messages at consecutive sequences from `first_sequence`.
+    /// Refuses a transcript write while another run holds the lease.
+    fn check_lease(row: &SessionRow, run_id: &str) -> Result<()> {
+        let active = &row.session.active_run_id;
+        if !active.is_empty() && active != run_id {
+            return Err(Error::SessionBusy {
+                active_run_id: active.clone(),
+                expire_time: row.session.run_expire_time,
+            });
+        }
+        Ok(())
+    }
+
+    /// Inserts messages at consecutive sequences from `first_sequence`, and
+    /// their searchable text.
     async fn insert_messages(
         &mut self,
         session_key: i64,
         session_id: &str,
         first_sequence: i64,
-        messages: impl IntoIterator<Item = (Message, Option<String>)>,
-        now: Timestamp,
+        rows: impl IntoIterator<Item = NewRow>,
     ) -> Result<Vec<StoredMessage>> {
         let mut stored = Vec::new();
-        for (offset, (message, call_id)) in (0_i64..).zip(messages) {
+        for (offset, row) in (0_i64..).zip(rows) {
             let id = ids::message_id();
             let sequence = first_sequence + offset;
             sqlx::query(
-                "INSERT INTO messages (session_key, sequence, id, produced_by_call_id, body, create_time) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
+                "INSERT INTO messages (session_key, sequence, id, produced_by_call_id, body, \
+                 create_time, redacted) VALUES ($1, $2, $3, $4, $5, $6, $7)",
             )
             .bind(session_key)
             .bind(sequence)
             .bind(&id)
-            .bind(call_id.as_deref())
-            .bind(encode(&message)?)
-            .bind(now.0)
+            .bind(row.call_id.as_deref())
+            .bind(encode(&row.message)?)
+            .bind(self.now.0)
+            .bind(i64::from(row.redacted))
             .execute(&mut *self.conn)
             .await?;
+            if !row.redacted {
+                self.index(session_key, sequence, &row.message).await?;
+            }
             stored.push(StoredMessage {
                 id,
                 session_id: session_id.to_owned(),
                 sequence,
-                produced_by_call_id: call_id.unwrap_or_default(),
-                message,
-                create_time: now,
+                produced_by_call_id: row.call_id.unwrap_or_default(),
+                message: row.message,
+                create_time: self.now,
+                redacted: row.redacted,
             });
         }
         Ok(stored)
     }
 
-    async fn create_session(&mut self, tenant: &str, new: NewSession) -> Result<Applied> {
-        let id = new.id.clone().unwrap_or_else(ids::session_id);
-        let taken: Option<i64> = sqlx::query_scalar(
-            "SELECT key FROM sessions WHERE tenant = $1 AND id = $2 AND deleted = 0",
-        )
-        .bind(escape(tenant))
-        .bind(escape(&id))
-        .fetch_optional(&mut *self.conn)
-        .await?;
-        if taken.is_some() {
-            return Err(Error::SessionExists(id));
+    /// Adds a message's words to the search index.
+    async fn index(&mut self, session_key: i64, sequence: i64, message: &Message) -> Result<()> {
+        let text = control::search_text(message);
+        if text.trim().is_empty() {
+            return Ok(());
         }
-        let now = Timestamp::now();
-        let history: Vec<Message> = new.history_to_store().to_vec();
-        let count = i64::try_from(history.len()).map_err(Error::storage)?;
+        let query = match self.dialect {
+            Dialect::Sqlite => {
+                sqlx::query("INSERT INTO message_search (rowid, text) VALUES ($1, $2)")
+                    .bind(search_rowid(session_key, sequence))
+                    .bind(text)
+            }
+            Dialect::Postgres => sqlx::query(
+                "INSERT INTO message_search (session_key, sequence, text) VALUES ($1, $2, $3)",
+            )
+            .bind(session_key)
+            .bind(sequence)
+            .bind(text),
+        };
+        query.execute(&mut *self.conn).await?;
+        Ok(())
+    }
+
+    /// Removes the words of messages `from..until` from the search index.
+    async fn unindex(&mut self, session_key: i64, from: i64, until: i64) -> Result<()> {
+        let query = match self.dialect {
+            Dialect::Sqlite => {
+                sqlx::query("DELETE FROM message_search WHERE rowid >= $1 AND rowid < $2")
+                    .bind(search_rowid(session_key, from))
+                    .bind(search_rowid(session_key, until))
+            }
+            Dialect::Postgres => sqlx::query(
+                "DELETE FROM message_search WHERE session_key = $1 AND sequence >= $2 AND sequence < $3",
+            )
+            .bind(session_key)
+            .bind(from)
+            .bind(until),
+        };
+        query.execute(&mut *self.conn).await?;
+        Ok(())
+    }
+
+    async fn find_message(&mut self, row: &SessionRow, message_id: &str) -> Result<MessageRow> {
+        let found = sqlx::query(
+            "SELECT id, sequence, produced_by_call_id, body, create_time, redacted FROM messages \
+             WHERE session_key = $1 AND id = $2",
+        )
+        .bind(row.key)
+        .bind(escape(message_id))
+        .fetch_optional(&mut *self.conn)
+        .await?
+        .ok_or_else(|| Error::MessageNotFound(message_id.to_owned()))?;
+        Ok(MessageRow {
+            stored: stored_message_from_row(&found, &row.session.id)?,
+        })
+    }
+
+    async fn create_session(&mut self, tenant: &str, new: NewSession) -> Result<Written> {
+        let history: Vec<NewRow> = new
+            .history_to_store()
+            .iter()
+            .cloned()
+            .map(NewRow::input)
+            .collect();
         let session = Session {
-            id,
+            id: new.id.clone().unwrap_or_else(ids::session_id),
             title: new.title,
             system_prompt: new.system_prompt,
             user: new.user,
             metadata: new.metadata,
             summary_message_id: String::new(),
             revision: 1,
-            create_time: now,
-            update_time: now,
+            create_time: self.now,
+            update_time: self.now,
+            parent_session_id: String::new(),
+            parent_sequence: 0,
+            active_run_id: String::new(),
+            run_expire_time: Timestamp(0),
         };
+        let (session, messages) = self.insert_session(tenant, session, history, None).await?;
+        Ok(Written::Created(session, messages))
+    }
+
+    /// Inserts a new session (revision 1) with its history and its
+    /// `session_created` event. `summary_index` names the history entry
+    /// that is the summary message, if any.
+    async fn insert_session(
+        &mut self,
+        tenant: &str,
+        mut session: Session,
+        history: Vec<NewRow>,
+        summary_index: Option<usize>,
+    ) -> Result<(Session, Vec<StoredMessage>)> {
+        let taken: Option<i64> = sqlx::query_scalar(
+            "SELECT key FROM sessions WHERE tenant = $1 AND id = $2 AND deleted = 0",
+        )
+        .bind(escape(tenant))
+        .bind(escape(&session.id))
+        .fetch_optional(&mut *self.conn)
+        .await?;
+        if taken.is_some() {
+            return Err(Error::SessionExists(session.id));
+        }
+        let count = i64::try_from(history.len()).map_err(Error::storage)?;
         let key: i64 = sqlx::query_scalar(
             "INSERT INTO sessions (tenant, id, title, system_prompt, user_name, metadata, revision, \
-             next_sequence, message_count, create_time, update_time) \
-             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $8, $8) RETURNING key",
+             next_sequence, message_count, create_time, update_time, parent_session_id, \
+             parent_sequence) \
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $8, $8, $9, $10) RETURNING key",
         )
         .bind(escape(tenant))
         .bind(escape(&session.id))
@@ -248,29 +471,82 @@ impl Tx<'_> {
         .bind(escape(&session.user))
         .bind(encode(&session.metadata)?)
         .bind(count)
-        .bind(now.0)
+        .bind(self.now.0)
+        .bind(escape(&session.parent_session_id))
+        .bind(session.parent_sequence)
         .fetch_one(&mut *self.conn)
         .await
         .map_err(|e| taken_or(e, &session.id))?;
-        let messages = self
-            .insert_messages(
-                key,
-                &session.id,
-                0,
-                history.into_iter().map(|m| (m, None)),
-                now,
-            )
-            .await?;
+        let messages = self.insert_messages(key, &session.id, 0, history).await?;
+        if let Some(summary) = summary_index.and_then(|i| messages.get(i)) {
+            session.summary_message_id = summary.id.clone();
+            sqlx::query("UPDATE sessions SET summary_message_id = $1 WHERE key = $2")
+                .bind(escape(&session.summary_message_id))
+                .bind(key)
+                .execute(&mut *self.conn)
+                .await?;
+        }
         let change = Change::SessionCreated {
             session: session.clone(),
             messages: messages.clone(),
         };
-        let event = self.insert_event(key, 1, now, change).await?;
-        Ok(Applied {
-            written: Written::Created(session, messages),
-            session_key: key,
-            events: vec![event],
-        })
+        self.insert_event(key, 1, change).await?;
+        Ok((session, messages))
+    }
+
+    async fn fork_session(&mut self, tenant: &str, fork: Fork) -> Result<Written> {
+        let source = self.load_live(tenant, &fork.source_id).await?;
+        let last = source.next_sequence - 1;
+        if fork.at_sequence > last {
+            return Err(Error::invalid(
+                "at_sequence",
+                format!(
+                    "{} is past the end of session {:?} (its last sequence is {last})",
+                    fork.at_sequence, fork.source_id
+                ),
+            ));
+        }
+        let rows = sqlx::query(
+            "SELECT id, sequence, produced_by_call_id, body, create_time, redacted FROM messages \
+             WHERE session_key = $1 AND sequence <= $2 ORDER BY sequence",
+        )
+        .bind(source.key)
+        .bind(fork.at_sequence)
+        .fetch_all(&mut *self.conn)
+        .await?;
+        let mut summary_index = None;
+        let mut history = Vec::with_capacity(rows.len());
+        for (index, row) in rows.iter().enumerate() {
+            let stored = stored_message_from_row(row, &source.session.id)?;
+            if stored.id == source.session.summary_message_id {
+                summary_index = Some(index);
+            }
+            history.push(NewRow {
+                message: stored.message,
+                call_id: None,
+                redacted: stored.redacted,
+            });
+        }
+        let parent = source.session;
+        let session = Session {
+            id: fork.new_id.unwrap_or_else(ids::session_id),
+            title: parent.title,
+            system_prompt: parent.system_prompt,
+            user: parent.user,
+            metadata: parent.metadata,
+            summary_message_id: String::new(),
+            revision: 1,
+            create_time: self.now,
+            update_time: self.now,
+            parent_session_id: parent.id,
+            parent_sequence: fork.at_sequence,
+            active_run_id: String::new(),
+            run_expire_time: Timestamp(0),
+        };
+        let (session, messages) = self
+            .insert_session(tenant, session, history, summary_index)
+            .await?;
+        Ok(Written::Created(session, messages))
     }
 
     async fn update_session(
@@ -278,15 +554,13 @@ impl Tx<'_> {
         tenant: &str,
         id: &str,
         patch: SessionPatch,
-    ) -> Result<Applied> {
-        let SessionRow {
-            key, mut session, ..
-        } = self.load_live(tenant, id).await?;
+    ) -> Result<Written> {
+        let mut row = self.load_live(tenant, id).await?;
         if let Some(summary) = patch.summary_message_id.as_ref().filter(|s| !s.is_empty()) {
             let exists: Option<i64> = sqlx::query_scalar(
                 "SELECT sequence FROM messages WHERE session_key = $1 AND id = $2",
             )
-            .bind(key)
+            .bind(row.key)
             .bind(escape(summary))
             .fetch_optional(&mut *self.conn)
             .await?;
@@ -303,6 +577,7 @@ impl Tx<'_> {
             metadata,
             summary_message_id,
         } = patch;
+        let session = &mut row.session;
         if let Some(title) = title {
             session.title = title;
         }
@@ -315,64 +590,74 @@ impl Tx<'_> {
         if let Some(summary) = summary_message_id {
             session.summary_message_id = summary;
         }
-        let now = Timestamp::now();
-        session.revision += 1;
-        session.update_time = now;
         sqlx::query(
             "UPDATE sessions SET title = $1, system_prompt = $2, metadata = $3, \
-             summary_message_id = $4, revision = $5, update_time = $6 WHERE key = $7",
+             summary_message_id = $4 WHERE key = $5",
         )
         .bind(escape(&session.title))
         .bind(escape(&session.system_prompt))
         .bind(encode(&session.metadata)?)
         .bind(escape(&session.summary_message_id))
-        .bind(session.revision)
-        .bind(now.0)
-        .bind(key)
+        .bind(row.key)
         .execute(&mut *self.conn)
         .await?;
+        let mut updated = row.session.clone();
+        updated.revision += 1;
+        updated.update_time = self.now;
         let change = Change::SessionUpdated {
-            session: session.clone(),
+            session: updated.clone(),
         };
-        let event = self
-            .insert_event(key, session.revision, now, change)
-            .await?;
-        Ok(Applied {
-            written: Written::Updated(session),
-            session_key: key,
-            events: vec![event],
-        })
+        self.bump(&mut row, change).await?;
+        Ok(Written::Updated(updated))
     }
 
-    async fn delete_session(&mut self, tenant: &str, id: &str) -> Result<Applied> {
-        let SessionRow { key, session, .. } = self.load_live(tenant, id).await?;
+    /// Deletes a session (only if idle since before `idle_before`, when given).
+    async fn delete_session(
+        &mut self,
+        tenant: &str,
+        id: &str,
+        idle_before: Option<Timestamp>,
+    ) -> Result<Written> {
+        let mut row = self.load_unsettled(tenant, id).await?;
+        if idle_before.is_some_and(|cutoff| row.session.update_time >= cutoff) {
+            return Ok(Written::Swept(0));
+        }
+        let key = row.key;
         for sql in [
             "DELETE FROM idempotency_keys WHERE session_key = $1",
             "DELETE FROM messages WHERE session_key = $1",
             "DELETE FROM provider_calls WHERE session_key = $1",
             "DELETE FROM events WHERE session_key = $1",
+            "DELETE FROM session_state WHERE session_key = $1",
         ] {
             sqlx::query(sql).bind(key).execute(&mut *self.conn).await?;
         }
-        let now = Timestamp::now();
-        let revision = session.revision + 1;
+        self.unindex(key, 0, 1 << 32).await?;
         sqlx::query(
-            "UPDATE sessions SET deleted = 1, revision = $1, update_time = $2, message_count = 0 \
-             WHERE key = $3",
+            "UPDATE sessions SET deleted = 1, message_count = 0, run_id = '', run_expire_time = 0 \
+             WHERE key = $1",
         )
-        .bind(revision)
-        .bind(now.0)
         .bind(key)
         .execute(&mut *self.conn)
         .await?;
-        let event = self
-            .insert_event(key, revision, now, Change::SessionDeleted)
-            .await?;
-        Ok(Applied {
-            written: Written::Deleted,
-            session_key: key,
-            events: vec![event],
+        self.bump(&mut row, Change::SessionDeleted).await?;
+        Ok(match idle_before {
+            Some(_) => Written::Swept(1),
+            None => Written::Deleted,
         })
+    }
+
+    async fn purge_tombstones(&mut self, before: Timestamp, limit: i64) -> Result<Written> {
+        // Their events, and nothing else, are still there; the foreign keys cascade.
+        let purged = sqlx::query(
+            "DELETE FROM sessions WHERE key IN (SELECT key FROM sessions \
+             WHERE deleted = 1 AND update_time < $1 ORDER BY update_time LIMIT $2)",
+        )
+        .bind(before.0)
+        .bind(limit)
+        .execute(&mut *self.conn)
+        .await?;
+        Ok(Written::Swept(purged.rows_affected()))
     }
 
     /// The first result of an earlier request with this idempotency key, if any.
@@ -381,7 +666,7 @@ impl Tx<'_> {
         tenant: &str,
         request_id: &str,
         fingerprint: &[u8],
-    ) -> Result<Option<Applied>> {
+    ) -> Result<Option<Written>> {
         let earlier: Option<(Vec<u8>, i64, i64)> = sqlx::query_as(
             "SELECT fingerprint, session_key, revision FROM idempotency_keys \
              WHERE tenant = $1 AND request_id = $2",
@@ -407,14 +692,10 @@ impl Tx<'_> {
                 "idempotency key points at a non-append event",
             )));
         };
-        Ok(Some(Applied {
-            written: Written::Appended(revision, first),
-            session_key: key,
-            events: Vec::new(),
-        }))
+        Ok(Some(Written::Appended(revision, first)))
     }
 
-    async fn append_exchange(&mut self, tenant: &str, exchange: NewExchange) -> Result<Applied> {
+    async fn append_exchange(&mut self, tenant: &str, exchange: NewExchange) -> Result<Written> {
         // Idempotency first: a retry gets the first result even if it would
         // now fail another check (a stale expected_next_sequence, say).
         let fingerprint = (!exchange.request_id.is_empty()).then(|| exchange.fingerprint());
@@ -426,11 +707,7 @@ impl Tx<'_> {
             return Ok(first);
         }
 
-        let SessionRow {
-            key,
-            session,
-            next_sequence,
-        } = self.load_live(tenant, &exchange.session_id).await?;
+        let row = self.load_live(tenant, &exchange.session_id).await?;
         if self.dialect == Dialect::Postgres
             && let Some(fingerprint) = &fingerprint
             && let Some(first) = self
@@ -440,6 +717,9 @@ impl Tx<'_> {
             // A concurrent retry committed while we waited for the row lock.
             return Ok(first);
         }
+        Self::check_lease(&row, &exchange.run_id)?;
+        let key = row.key;
+        let next_sequence = row.next_sequence;
         if let Some(expected) = exchange.expected_next_sequence
             && expected != next_sequence
         {
@@ -470,7 +750,7 @@ impl Tx<'_> {
                 .iter()
                 .map(|b| decode::<Message>(b))
                 .collect::<Result<Vec<_>>>()?;
-            let new_from = diff_full_history(&full_history, &session.system_prompt, &stored)?;
+            let new_from = diff_full_history(&full_history, &row.session.system_prompt, &stored)?;
             full_history.split_off(new_from)
         };
         if inputs.is_empty() && call.is_none() {
@@ -480,10 +760,10 @@ impl Tx<'_> {
             ));
         }
 
-        let now = Timestamp::now();
+        let now = self.now;
         let call = call.map(|mut call| {
             call.id = ids::call_id();
-            call.session_id = session.id.clone();
+            call.session_id = row.session.id.clone();
             call.create_time = now;
             call
         });
@@ -510,16 +790,22 @@ impl Tx<'_> {
             .await?;
         }
         let call_id = call.as_ref().map(|c| c.id.clone());
-        let to_store = inputs
-            .into_iter()
-            .map(|m| (m, None))
-            .chain(response_messages.into_iter().map(|m| (m, call_id.clone())));
+        let to_store =
+            inputs
+                .into_iter()
+                .map(NewRow::input)
+                .chain(response_messages.into_iter().map(|message| NewRow {
+                    message,
+                    call_id: call_id.clone(),
+                    redacted: false,
+                }));
+        let session_id = row.session.id.clone();
         let stored = self
-            .insert_messages(key, &session.id, next_sequence, to_store, now)
+            .insert_messages(key, &session_id, next_sequence, to_store)
             .await?;
         let added = i64::try_from(stored.len()).map_err(Error::storage)?;
         let next_sequence = next_sequence + added;
-        let revision = session.revision + 1;
+        let revision = row.session.revision + 1;
         match &call {
             None => {
                 sqlx::query(
@@ -563,13 +849,7 @@ impl Tx<'_> {
             run_id,
             next_sequence,
         };
-        let event = self
-            .insert_event(
-                key,
-                revision,
-                now,
-                Change::ExchangeAppended(appended.clone()),
-            )
+        self.insert_event(key, revision, Change::ExchangeAppended(appended.clone()))
             .await?;
         if let Some(fingerprint) = fingerprint {
             sqlx::query(
@@ -584,12 +864,341 @@ impl Tx<'_> {
             .execute(&mut *self.conn)
             .await?;
         }
-        Ok(Applied {
-            written: Written::Appended(revision, appended),
-            session_key: key,
-            events: vec![event],
+        Ok(Written::Appended(revision, appended))
+    }
+
+    async fn control(&mut self, tenant: &str, id: &str, control: Control) -> Result<Written> {
+        let mut row = self.load_live(tenant, id).await?;
+        if let Some(run_id) = control.transcript_run() {
+            Self::check_lease(&row, run_id)?;
+        }
+        let controlled = match control {
+            Control::BeginRun {
+                run_id,
+                lease_micros,
+            } => self.begin_run(&mut row, run_id, lease_micros).await?,
+            Control::EndRun { run_id } => {
+                if row.session.active_run_id == run_id {
+                    sqlx::query(
+                        "UPDATE sessions SET run_id = '', run_expire_time = 0 WHERE key = $1",
+                    )
+                    .bind(row.key)
+                    .execute(&mut *self.conn)
+                    .await?;
+                    let change = Change::RunEnded {
+                        run_id,
+                        expired: false,
+                    };
+                    Controlled::Revision(self.bump(&mut row, change).await?)
+                } else {
+                    Controlled::Revision(row.session.revision)
+                }
+            }
+            Control::Rollback { after_sequence, .. } => {
+                self.rollback(&mut row, after_sequence).await?
+            }
+            Control::Edit {
+                message_id,
+                message,
+                reason,
+                ..
+            } => self.edit(&mut row, &message_id, message, reason).await?,
+            Control::Redact {
+                message_id, reason, ..
+            } => self.redact(&mut row, &message_id, reason).await?,
+            Control::SetState {
+                key,
+                value,
+                expected_version,
+            } => {
+                self.set_state(&mut row, key, value, expected_version)
+                    .await?
+            }
+            Control::DeleteState {
+                key,
+                expected_version,
+            } => self.delete_state(&mut row, key, expected_version).await?,
+            Control::SettleLease => Controlled::Revision(row.session.revision),
+        };
+        Ok(Written::Controlled(controlled))
+    }
+
+    async fn begin_run(
+        &mut self,
+        row: &mut SessionRow,
+        run_id: String,
+        lease_micros: i64,
+    ) -> Result<Controlled> {
+        Self::check_lease(row, &run_id)?;
+        let expire_time = Timestamp(self.now.0.saturating_add(lease_micros));
+        sqlx::query("UPDATE sessions SET run_id = $1, run_expire_time = $2 WHERE key = $3")
+            .bind(escape(&run_id))
+            .bind(expire_time.0)
+            .bind(row.key)
+            .execute(&mut *self.conn)
+            .await?;
+        row.session.active_run_id = run_id.clone();
+        row.session.run_expire_time = expire_time;
+        let change = Change::RunBegun {
+            run_id,
+            expire_time,
+        };
+        let revision = self.bump(row, change).await?;
+        Ok(Controlled::RunBegun {
+            revision,
+            expire_time,
         })
     }
+
+    async fn rollback(&mut self, row: &mut SessionRow, after_sequence: i64) -> Result<Controlled> {
+        if after_sequence >= row.next_sequence - 1 {
+            return Ok(Controlled::RolledBack {
+                revision: row.session.revision,
+                next_sequence: row.next_sequence,
+            });
+        }
+        let removed: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM messages WHERE session_key = $1 AND sequence > $2 ORDER BY sequence",
+        )
+        .bind(row.key)
+        .bind(after_sequence)
+        .fetch_all(&mut *self.conn)
+        .await?;
+        sqlx::query("DELETE FROM messages WHERE session_key = $1 AND sequence > $2")
+            .bind(row.key)
+            .bind(after_sequence)
+            .execute(&mut *self.conn)
+            .await?;
+        self.unindex(row.key, after_sequence + 1, row.next_sequence)
+            .await?;
+        let summary_cleared = removed.contains(&row.session.summary_message_id);
+        if summary_cleared {
+            row.session.summary_message_id.clear();
+        }
+        let next_sequence = after_sequence + 1;
+        sqlx::query(
+            "UPDATE sessions SET next_sequence = $1, message_count = $1, summary_message_id = $2 \
+             WHERE key = $3",
+        )
+        .bind(next_sequence)
+        .bind(escape(&row.session.summary_message_id))
+        .bind(row.key)
+        .execute(&mut *self.conn)
+        .await?;
+        row.next_sequence = next_sequence;
+        let change = Change::RolledBack {
+            after_sequence,
+            removed_message_ids: removed,
+            next_sequence,
+            summary_cleared,
+        };
+        let revision = self.bump(row, change).await?;
+        Ok(Controlled::RolledBack {
+            revision,
+            next_sequence,
+        })
+    }
+
+    async fn edit(
+        &mut self,
+        row: &mut SessionRow,
+        message_id: &str,
+        message: Message,
+        reason: String,
+    ) -> Result<Controlled> {
+        let MessageRow { stored: old } = self.find_message(row, message_id).await?;
+        sqlx::query(
+            "UPDATE messages SET body = $1, redacted = 0 WHERE session_key = $2 AND id = $3",
+        )
+        .bind(encode(&message)?)
+        .bind(row.key)
+        .bind(escape(message_id))
+        .execute(&mut *self.conn)
+        .await?;
+        self.unindex(row.key, old.sequence, old.sequence + 1)
+            .await?;
+        self.index(row.key, old.sequence, &message).await?;
+        let edited = StoredMessage {
+            message,
+            redacted: false,
+            ..old.clone()
+        };
+        let change = Change::MessageEdited {
+            message: edited.clone(),
+            previous: old.message,
+            reason,
+        };
+        let revision = self.bump(row, change).await?;
+        Ok(Controlled::Edited {
+            revision,
+            message: edited,
+        })
+    }
+
+    async fn redact(
+        &mut self,
+        row: &mut SessionRow,
+        message_id: &str,
+        reason: String,
+    ) -> Result<Controlled> {
+        let MessageRow { stored: old } = self.find_message(row, message_id).await?;
+        let marker = control::redacted(&old.message);
+        sqlx::query(
+            "UPDATE messages SET body = $1, redacted = 1 WHERE session_key = $2 AND id = $3",
+        )
+        .bind(encode(&marker)?)
+        .bind(row.key)
+        .bind(escape(message_id))
+        .execute(&mut *self.conn)
+        .await?;
+        self.unindex(row.key, old.sequence, old.sequence + 1)
+            .await?;
+        // Erase it from the event history too: every event that carries its
+        // content (its creation, and any edits).
+        let pattern = format!("%{}%", old.id);
+        let events: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT revision, body FROM events WHERE session_key = $1 AND body LIKE $2",
+        )
+        .bind(row.key)
+        .bind(pattern)
+        .fetch_all(&mut *self.conn)
+        .await?;
+        for (revision, body) in events {
+            let mut change: Change = decode(&body)?;
+            if control::scrub(&mut change, &old.id) {
+                sqlx::query("UPDATE events SET body = $1 WHERE session_key = $2 AND revision = $3")
+                    .bind(encode(&change)?)
+                    .bind(row.key)
+                    .bind(revision)
+                    .execute(&mut *self.conn)
+                    .await?;
+            }
+        }
+        let change = Change::MessageRedacted {
+            message_id: old.id,
+            sequence: old.sequence,
+            reason,
+        };
+        Ok(Controlled::Revision(self.bump(row, change).await?))
+    }
+
+    /// The current version of a state entry, if it exists.
+    async fn state_version(&mut self, row: &SessionRow, key: &str) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "SELECT version FROM session_state WHERE session_key = $1 AND key = $2",
+        )
+        .bind(row.key)
+        .bind(escape(key))
+        .fetch_optional(&mut *self.conn)
+        .await?)
+    }
+
+    async fn set_state(
+        &mut self,
+        row: &mut SessionRow,
+        key: String,
+        value: String,
+        expected_version: Option<i64>,
+    ) -> Result<Controlled> {
+        let current = self.state_version(row, &key).await?;
+        check_version(&key, expected_version, current)?;
+        if current.is_none() {
+            let entries: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM session_state WHERE session_key = $1")
+                    .bind(row.key)
+                    .fetch_one(&mut *self.conn)
+                    .await?;
+            if entries >= control::MAX_STATE_ENTRIES {
+                return Err(Error::LimitExceeded {
+                    field: "key".into(),
+                    description: format!(
+                        "the session already holds {} state entries, the most allowed",
+                        control::MAX_STATE_ENTRIES
+                    ),
+                });
+            }
+        }
+        let version = row.session.revision + 1;
+        sqlx::query(
+            "INSERT INTO session_state (session_key, key, value, version, update_time) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (session_key, key) \
+             DO UPDATE SET value = excluded.value, version = excluded.version, \
+             update_time = excluded.update_time",
+        )
+        .bind(row.key)
+        .bind(escape(&key))
+        .bind(escape(&value))
+        .bind(version)
+        .bind(self.now.0)
+        .execute(&mut *self.conn)
+        .await?;
+        let entry = StateEntry {
+            key: key.clone(),
+            value: value.clone(),
+            version,
+            update_time: self.now,
+        };
+        let change = Change::StateChanged {
+            key,
+            value,
+            version,
+            deleted: false,
+        };
+        self.bump(row, change).await?;
+        Ok(Controlled::State(entry))
+    }
+
+    async fn delete_state(
+        &mut self,
+        row: &mut SessionRow,
+        key: String,
+        expected_version: Option<i64>,
+    ) -> Result<Controlled> {
+        let Some(current) = self.state_version(row, &key).await? else {
+            return Err(Error::StateNotFound(key));
+        };
+        check_version(&key, expected_version, Some(current))?;
+        sqlx::query("DELETE FROM session_state WHERE session_key = $1 AND key = $2")
+            .bind(row.key)
+            .bind(escape(&key))
+            .execute(&mut *self.conn)
+            .await?;
+        let change = Change::StateChanged {
+            key,
+            value: String::new(),
+            version: row.session.revision + 1,
+            deleted: true,
+        };
+        Ok(Controlled::Revision(self.bump(row, change).await?))
+    }
+}
+
+/// Checks `expected_version` (0: must not exist) against the current version.
+fn check_version(key: &str, expected: Option<i64>, current: Option<i64>) -> Result<()> {
+    match expected {
+        Some(expected) if expected != current.unwrap_or(0) => Err(Error::StateVersionMismatch {
+            key: key.to_owned(),
+            expected,
+            actual: current.unwrap_or(0),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Reads a message row (`id, sequence, produced_by_call_id, body, create_time, redacted`).
+pub fn stored_message_from_row(row: &AnyRow, session_id: &str) -> Result<StoredMessage> {
+    let body: String = row.try_get("body")?;
+    let call_id: Option<String> = row.try_get("produced_by_call_id")?;
+    let redacted: i64 = row.try_get("redacted")?;
+    Ok(StoredMessage {
+        id: row.try_get("id")?,
+        session_id: session_id.to_owned(),
+        sequence: row.try_get("sequence")?,
+        produced_by_call_id: call_id.unwrap_or_default(),
+        message: decode(&body)?,
+        create_time: Timestamp(row.try_get("create_time")?),
+        redacted: redacted != 0,
+    })
 }
 
 /// Maps a unique violation on a session insert to "already exists" (two

@@ -12,6 +12,14 @@
 //! watchers then read the event log from their own last revision. Lost
 //! hints cannot lose events: after every (re)connection, and every
 //! `recheck_interval`, the listener reads the heads of all watched sessions.
+//! A hint for a commit that closes a run's partial output (its exchange, its
+//! end) also names the run: `'<key>:<revision>:<run id>'`.
+//!
+//! Ephemeral changes (deltas, discarded runs) are never stored, so they
+//! travel as the payload itself on a second channel,
+//! `sessionstore_ephemeral`: `'<replica>:<key>:<json>'`, or
+//! `'<replica>:<key>:#<id>'` naming a `delta_spill` row when the JSON is too
+//! big for a notification. Each replica skips its own.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,7 +33,15 @@ use tokio::sync::watch;
 use super::ops::{self, Dialect, NOTIFY_CHANNEL, WriteOp, Written};
 use super::sql::{Inner, SqlStore, WritePath, publish};
 use super::{CommitSink, OpenError, StoreOptions};
-use crate::domain::{Error, Result};
+use crate::domain::{Ephemeral, Error, Result, Timestamp};
+
+/// The channel carrying ephemeral changes between replicas.
+const EPHEMERAL_CHANNEL: &str = "sessionstore_ephemeral";
+/// Payloads up to this size travel inside the notification (PostgreSQL's
+/// limit is 8000 bytes).
+const MAX_INLINE_PAYLOAD: usize = 7000;
+/// How long a spilled payload is kept for the other replicas to read.
+const SPILL_TTL_MICROS: i64 = 5 * 60 * 1_000_000;
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -60,12 +76,16 @@ pub(super) async fn open(
     let pool = connect(url, options.max_connections).await?;
     MIGRATOR.run(&pool).await?;
     let closing = watch::Sender::new(false);
+    let replica = uuid::Uuid::now_v7().simple().to_string();
     let listener = tokio::spawn(listen(
-        url.to_owned(),
-        pool.clone(),
-        Arc::clone(&sink),
+        Listening {
+            url: url.to_owned(),
+            pool: pool.clone(),
+            sink: Arc::clone(&sink),
+            replica: replica.clone(),
+            recheck_interval: options.recheck_interval,
+        },
         closing.subscribe(),
-        options.recheck_interval,
     ));
     Ok(SqlStore::from_inner(Inner {
         pool,
@@ -73,6 +93,7 @@ pub(super) async fn open(
         sink,
         tasks: Mutex::new(vec![listener]),
         closing,
+        replica,
     }))
 }
 
@@ -108,25 +129,136 @@ pub(super) async fn write(
     }
 }
 
-/// Parses a `"<key>:<revision>"` hint.
-fn parse_hint(payload: &str) -> Option<(i64, i64)> {
-    let (key, revision) = payload.split_once(':')?;
-    Some((key.parse().ok()?, revision.parse().ok()?))
+/// Sends an ephemeral change to the other replicas.
+pub(super) async fn send_ephemeral(
+    pool: &AnyPool,
+    replica: &str,
+    session_key: i64,
+    ephemeral: &Ephemeral,
+) -> Result<()> {
+    let json = ops::encode(ephemeral)?;
+    let body = if json.len() <= MAX_INLINE_PAYLOAD {
+        json
+    } else {
+        let now = Timestamp::now().0;
+        sqlx::query("DELETE FROM delta_spill WHERE time < $1")
+            .bind(now - SPILL_TTL_MICROS)
+            .execute(pool)
+            .await?;
+        let id: i64 =
+            sqlx::query_scalar("INSERT INTO delta_spill (body, time) VALUES ($1, $2) RETURNING id")
+                .bind(json)
+                .bind(now)
+                .fetch_one(pool)
+                .await?;
+        format!("#{id}")
+    };
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(EPHEMERAL_CHANNEL)
+        .bind(format!("{replica}:{session_key}:{body}"))
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
-async fn listen(
+/// A parsed commit hint: `"<key>:<revision>"`, optionally `":<closed run id>"`.
+#[derive(Debug, PartialEq, Eq)]
+struct Hint<'a> {
+    session_key: i64,
+    revision: i64,
+    closed_run: Option<&'a str>,
+}
+
+fn parse_hint(payload: &str) -> Option<Hint<'_>> {
+    let (key, rest) = payload.split_once(':')?;
+    let (revision, closed_run) = match rest.split_once(':') {
+        Some((revision, run)) => (revision, Some(run)),
+        None => (rest, None),
+    };
+    Some(Hint {
+        session_key: key.parse().ok()?,
+        revision: revision.parse().ok()?,
+        closed_run,
+    })
+}
+
+/// What the listener task needs.
+struct Listening {
     url: String,
     pool: AnyPool,
     sink: Arc<dyn CommitSink>,
-    mut closing: watch::Receiver<bool>,
+    replica: String,
     recheck_interval: Duration,
-) {
+}
+
+impl Listening {
+    fn on_commit(&self, payload: &str) {
+        let Some(hint) = parse_hint(payload) else {
+            tracing::warn!(payload, "malformed commit hint");
+            return;
+        };
+        if let Some(run_id) = hint.closed_run {
+            self.sink.run_closed(hint.session_key, run_id);
+        }
+        self.sink.head_moved(hint.session_key, hint.revision);
+    }
+
+    async fn on_ephemeral(&self, payload: &str) {
+        let mut parts = payload.splitn(3, ':');
+        let (Some(replica), Some(key), Some(body)) = (parts.next(), parts.next(), parts.next())
+        else {
+            tracing::warn!(payload, "malformed ephemeral hint");
+            return;
+        };
+        if replica == self.replica {
+            return;
+        }
+        let Ok(session_key) = key.parse::<i64>() else {
+            tracing::warn!(payload, "malformed ephemeral hint");
+            return;
+        };
+        let json = match body.strip_prefix('#').map(str::parse::<i64>) {
+            None => body.to_owned(),
+            Some(Ok(id)) => {
+                match sqlx::query_scalar("SELECT body FROM delta_spill WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await
+                {
+                    Ok(Some(json)) => json,
+                    Ok(None) => return,
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot read a spilled delta");
+                        return;
+                    }
+                }
+            }
+            Some(Err(_)) => {
+                tracing::warn!(payload, "malformed ephemeral hint");
+                return;
+            }
+        };
+        match ops::decode::<Ephemeral>(&json) {
+            Ok(ephemeral) => self.sink.ephemeral(session_key, Arc::new(ephemeral)),
+            Err(_) => tracing::warn!("undecodable ephemeral payload"),
+        }
+    }
+}
+
+async fn listen(listening: Listening, mut closing: watch::Receiver<bool>) {
+    let Listening {
+        url,
+        pool,
+        sink,
+        recheck_interval,
+        ..
+    } = &listening;
     let mut backoff = Duration::from_millis(50);
     loop {
         if *closing.borrow() {
             return;
         }
-        let mut listener = match subscribe(&url).await {
+        let mut listener = match subscribe(url).await {
             Ok(listener) => listener,
             Err(error) => {
                 tracing::warn!(%error, ?backoff, "cannot LISTEN for commit hints; retrying");
@@ -140,19 +272,19 @@ async fn listen(
         };
         backoff = Duration::from_millis(50);
         // LISTEN is in effect: whatever committed before it is found here.
-        resync(&pool, sink.as_ref()).await;
-        let mut recheck = tokio::time::interval(recheck_interval);
+        resync(pool, sink.as_ref()).await;
+        let mut recheck = tokio::time::interval(*recheck_interval);
         recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         recheck.tick().await;
         loop {
             tokio::select! {
                 _ = closing.changed() => return,
-                _ = recheck.tick() => resync(&pool, sink.as_ref()).await,
+                _ = recheck.tick() => resync(pool, sink.as_ref()).await,
                 received = listener.try_recv() => match received {
-                    Ok(Some(notification)) => match parse_hint(notification.payload()) {
-                        Some((key, revision)) => sink.head_moved(key, revision),
-                        None => tracing::warn!(payload = notification.payload(), "malformed commit hint"),
-                    },
+                    Ok(Some(notification)) if notification.channel() == EPHEMERAL_CHANNEL => {
+                        listening.on_ephemeral(notification.payload()).await;
+                    }
+                    Ok(Some(notification)) => listening.on_commit(notification.payload()),
                     Ok(None) => {
                         tracing::warn!("commit-hint connection lost; reconnecting");
                         break;
@@ -169,7 +301,9 @@ async fn listen(
 
 async fn subscribe(url: &str) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect(url).await?;
-    listener.listen(NOTIFY_CHANNEL).await?;
+    listener
+        .listen_all([NOTIFY_CHANNEL, EPHEMERAL_CHANNEL])
+        .await?;
     Ok(listener)
 }
 
@@ -204,11 +338,17 @@ async fn resync(pool: &AnyPool, sink: &dyn CommitSink) {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_hint;
+    use super::{Hint, parse_hint};
 
     #[test]
     fn hints_parse() {
-        assert_eq!(parse_hint("12:34"), Some((12, 34)));
+        let hint = |session_key, revision, closed_run| Hint {
+            session_key,
+            revision,
+            closed_run,
+        };
+        assert_eq!(parse_hint("12:34"), Some(hint(12, 34, None)));
+        assert_eq!(parse_hint("12:34:run:1"), Some(hint(12, 34, Some("run:1"))));
         assert_eq!(parse_hint("12"), None);
         assert_eq!(parse_hint("a:1"), None);
     }

@@ -9,12 +9,18 @@ use sqlx::{AnyPool, Row};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::ops::{self, SESSION_COLUMNS, WriteOp, Written, decode, session_from_row, text_col};
+use super::ops::{
+    self, SESSION_COLUMNS, WriteOp, Written, decode, session_from_row, stored_message_from_row,
+    text_col,
+};
 use super::text::escape;
-use super::{CommitSink, ListedCall, SessionHandle, Store, postgres, sqlite};
+use super::{
+    CommitSink, ListedCall, SearchQuery, SessionHandle, Store, SweepCandidate, postgres, sqlite,
+};
 use crate::domain::{
-    AppendedExchange, Error, NewExchange, NewSession, ProviderCall, Result, Session, SessionEvent,
-    SessionPatch, SessionQuery, SessionSummary, StoredMessage, Timestamp,
+    AppendedExchange, Control, Controlled, Ephemeral, Error, Fork, Message, NewExchange,
+    NewSession, ProviderCall, Result, SearchHit, Session, SessionEvent, SessionPatch, SessionQuery,
+    SessionSummary, StateEntry, StoredMessage, Timestamp,
 };
 
 /// A sessionstore on a SQL database. Cheap to clone.
@@ -30,6 +36,8 @@ pub(super) struct Inner {
     /// Background tasks (the SQLite writer, the PostgreSQL listener).
     pub(super) tasks: Mutex<Vec<JoinHandle<()>>>,
     pub(super) closing: tokio::sync::watch::Sender<bool>,
+    /// This process's name among the replicas (PostgreSQL's ephemeral hints).
+    pub(super) replica: String,
 }
 
 /// How writes reach the database.
@@ -68,7 +76,7 @@ impl SqlStore {
         limit: usize,
     ) -> Result<Vec<StoredMessage>> {
         let sql = format!(
-            "SELECT id, sequence, produced_by_call_id, body, create_time FROM messages \
+            "SELECT id, sequence, produced_by_call_id, body, create_time, redacted FROM messages \
              WHERE session_key = $1 AND {range} LIMIT $3"
         );
         let rows = sqlx::query(&sql)
@@ -83,19 +91,6 @@ impl SqlStore {
     }
 }
 
-fn stored_message_from_row(row: &AnyRow, session_id: &str) -> Result<StoredMessage> {
-    let body: String = row.try_get("body")?;
-    let call_id: Option<String> = row.try_get("produced_by_call_id")?;
-    Ok(StoredMessage {
-        id: row.try_get("id")?,
-        session_id: session_id.to_owned(),
-        sequence: row.try_get("sequence")?,
-        produced_by_call_id: call_id.unwrap_or_default(),
-        message: decode(&body)?,
-        create_time: Timestamp(row.try_get("create_time")?),
-    })
-}
-
 fn limit_param(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
@@ -106,6 +101,8 @@ fn unexpected(written: Written) -> Error {
         Written::Updated(_) => "updated",
         Written::Deleted => "deleted",
         Written::Appended(..) => "appended",
+        Written::Controlled(_) => "controlled",
+        Written::Swept(_) => "swept",
     };
     Error::storage(std::io::Error::other(format!(
         "writer answered with the wrong kind of result ({what})"
@@ -134,7 +131,9 @@ impl Store for SqlStore {
             .fetch_optional(&self.inner.pool)
             .await?
             .ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
-        session_from_row(&row)
+        let mut session = session_from_row(&row)?;
+        session.hide_expired_lease(Timestamp::now());
+        Ok(session)
     }
 
     async fn list_sessions(
@@ -173,10 +172,13 @@ impl Store for SqlStore {
             .bind(limit_param(query.limit))
             .fetch_all(&self.inner.pool)
             .await?;
+        let now = Timestamp::now();
         rows.iter()
             .map(|row| {
+                let mut session = session_from_row(row)?;
+                session.hide_expired_lease(now);
                 Ok(SessionSummary {
-                    session: session_from_row(row)?,
+                    session,
                     message_count: row.try_get("message_count")?,
                     provider_call_count: row.try_get("provider_call_count")?,
                     last_model: text_col(row, "last_model")?,
@@ -225,8 +227,8 @@ impl Store for SqlStore {
 
     async fn resolve(&self, tenant: &str, id: &str) -> Result<SessionHandle> {
         let row = sqlx::query(
-            "SELECT key, id, revision, next_sequence, system_prompt, summary_message_id \
-             FROM sessions WHERE tenant = $1 AND id = $2 AND deleted = 0",
+            "SELECT key, id, revision, next_sequence, system_prompt, summary_message_id, run_id, \
+             run_expire_time FROM sessions WHERE tenant = $1 AND id = $2 AND deleted = 0",
         )
         .bind(escape(tenant))
         .bind(escape(id))
@@ -240,6 +242,8 @@ impl Store for SqlStore {
             next_sequence: row.try_get("next_sequence")?,
             system_prompt: text_col(&row, "system_prompt")?,
             summary_message_id: text_col(&row, "summary_message_id")?,
+            active_run_id: text_col(&row, "run_id")?,
+            run_expire_time: Timestamp(row.try_get("run_expire_time")?),
         })
     }
 
@@ -349,6 +353,183 @@ impl Store for SqlStore {
             .collect()
     }
 
+    async fn control(&self, tenant: &str, id: &str, control: Control) -> Result<Controlled> {
+        let op = WriteOp::Control {
+            id: id.to_owned(),
+            control,
+        };
+        match self.write(tenant, op).await? {
+            Written::Controlled(controlled) => Ok(controlled),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn fork_session(
+        &self,
+        tenant: &str,
+        fork: Fork,
+    ) -> Result<(Session, Vec<StoredMessage>)> {
+        match self.write(tenant, WriteOp::Fork(fork)).await? {
+            Written::Created(session, messages) => Ok((session, messages)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn publish_ephemeral(&self, session: &SessionHandle, ephemeral: Ephemeral) -> Result<()> {
+        let ephemeral = Arc::new(ephemeral);
+        if let WritePath::Direct = self.inner.writes {
+            postgres::send_ephemeral(
+                &self.inner.pool,
+                &self.inner.replica,
+                session.key,
+                &ephemeral,
+            )
+            .await?;
+        }
+        self.inner.sink.ephemeral(session.key, ephemeral);
+        Ok(())
+    }
+
+    async fn get_state(&self, session: &SessionHandle, key: &str) -> Result<StateEntry> {
+        let row = sqlx::query(
+            "SELECT key, value, version, update_time FROM session_state \
+             WHERE session_key = $1 AND key = $2",
+        )
+        .bind(session.key)
+        .bind(escape(key))
+        .fetch_optional(&self.inner.pool)
+        .await?
+        .ok_or_else(|| Error::StateNotFound(key.to_owned()))?;
+        state_from_row(&row)
+    }
+
+    async fn list_state(
+        &self,
+        session: &SessionHandle,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StateEntry>> {
+        let rows = sqlx::query(
+            "SELECT key, value, version, update_time FROM session_state \
+             WHERE session_key = $1 AND key > $2 ORDER BY key LIMIT $3",
+        )
+        .bind(session.key)
+        .bind(escape(after.unwrap_or_default()))
+        .bind(limit_param(limit))
+        .fetch_all(&self.inner.pool)
+        .await?;
+        rows.iter().map(state_from_row).collect()
+    }
+
+    async fn search(&self, tenant: &str, query: SearchQuery) -> Result<Vec<SearchHit>> {
+        let user_filter = if query.user.is_some() {
+            " AND s.user_name = $5"
+        } else {
+            ""
+        };
+        let (sql, words) = match self.inner.writes {
+            WritePath::Queue(_) => (
+                format!(
+                    "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, \
+                     snippet(message_search, 0, '**', '**', '…', 16) AS snippet \
+                     FROM message_search f \
+                     JOIN messages m ON m.session_key = (f.rowid >> 32) \
+                      AND m.sequence = (f.rowid & 4294967295) \
+                     JOIN sessions s ON s.key = m.session_key \
+                     WHERE message_search MATCH $1 AND s.tenant = $2 AND s.deleted = 0{user_filter} \
+                     ORDER BY f.rank, f.rowid LIMIT $3 OFFSET $4"
+                ),
+                // Each word a quoted FTS5 string: all must occur, no operators.
+                query
+                    .words
+                    .iter()
+                    .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            WritePath::Direct => (
+                format!(
+                    "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, \
+                     ts_headline('simple', f.text, q, 'StartSel=**, StopSel=**, MaxWords=24, MinWords=8') AS snippet \
+                     FROM message_search f CROSS JOIN plainto_tsquery('simple', $1) q \
+                     JOIN messages m ON m.session_key = f.session_key AND m.sequence = f.sequence \
+                     JOIN sessions s ON s.key = f.session_key \
+                     WHERE f.words @@ q AND s.tenant = $2 AND s.deleted = 0{user_filter} \
+                     ORDER BY ts_rank(f.words, q) DESC, f.session_key, f.sequence LIMIT $3 OFFSET $4"
+                ),
+                query.words.join(" "),
+            ),
+        };
+        let mut q = sqlx::query(&sql)
+            .bind(words)
+            .bind(escape(tenant))
+            .bind(limit_param(query.limit))
+            .bind(limit_param(query.offset));
+        if let Some(user) = &query.user {
+            q = q.bind(escape(user));
+        }
+        let rows = q.fetch_all(&self.inner.pool).await?;
+        rows.iter()
+            .map(|row| {
+                let body: String = row.try_get("body")?;
+                let message: Message = decode(&body)?;
+                Ok(SearchHit {
+                    session_id: text_col(row, "session_id")?,
+                    session_title: text_col(row, "title")?,
+                    sequence: row.try_get("sequence")?,
+                    message_id: row.try_get("message_id")?,
+                    role: message.role,
+                    snippet: row.try_get("snippet")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn expired_leases(&self, now: Timestamp, limit: usize) -> Result<Vec<SweepCandidate>> {
+        self.candidates(
+            "SELECT tenant, id FROM sessions WHERE run_id <> '' AND deleted = 0 \
+             AND run_expire_time <= $1 ORDER BY run_expire_time LIMIT $2",
+            now,
+            limit,
+        )
+        .await
+    }
+
+    async fn idle_sessions(&self, before: Timestamp, limit: usize) -> Result<Vec<SweepCandidate>> {
+        self.candidates(
+            "SELECT tenant, id FROM sessions WHERE deleted = 0 AND update_time < $1 \
+             ORDER BY update_time LIMIT $2",
+            before,
+            limit,
+        )
+        .await
+    }
+
+    async fn delete_idle(&self, tenant: &str, id: &str, before: Timestamp) -> Result<bool> {
+        let op = WriteOp::DeleteIdle {
+            id: id.to_owned(),
+            idle_before: before,
+        };
+        match self.write(tenant, op).await {
+            Ok(Written::Swept(n)) => Ok(n > 0),
+            Ok(other) => Err(unexpected(other)),
+            // Deleted meanwhile: nothing to do.
+            Err(Error::SessionNotFound(_)) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn purge_tombstones(&self, before: Timestamp, limit: usize) -> Result<u64> {
+        let op = WriteOp::PurgeTombstones {
+            before,
+            limit: limit_param(limit),
+        };
+        match self.write("", op).await? {
+            Written::Swept(n) => Ok(n),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn close(&self) {
         self.inner.closing.send_replace(true);
         if let WritePath::Queue(queue) = &self.inner.writes {
@@ -368,10 +549,42 @@ impl Store for SqlStore {
     }
 }
 
+impl SqlStore {
+    async fn candidates(
+        &self,
+        sql: &str,
+        time: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<SweepCandidate>> {
+        let rows = sqlx::query(sql)
+            .bind(time.0)
+            .bind(limit_param(limit))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(SweepCandidate {
+                    tenant: text_col(row, "tenant")?,
+                    id: text_col(row, "id")?,
+                })
+            })
+            .collect()
+    }
+}
+
+fn state_from_row(row: &AnyRow) -> Result<StateEntry> {
+    Ok(StateEntry {
+        key: text_col(row, "key")?,
+        value: text_col(row, "value")?,
+        version: row.try_get("version")?,
+        update_time: Timestamp(row.try_get("update_time")?),
+    })
+}
+
 /// Answers a write from its [`ops::Applied`], publishing its events first.
 pub(super) fn publish(sink: &dyn CommitSink, applied: ops::Applied) -> Written {
-    if !applied.events.is_empty() {
-        sink.committed(applied.session_key, &applied.events);
+    for (session_key, event) in applied.events {
+        sink.committed(session_key, &[event]);
     }
     applied.written
 }

@@ -97,6 +97,7 @@ pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStor
         sink,
         tasks: Mutex::new(vec![writer]),
         closing: tokio::sync::watch::Sender::new(false),
+        replica: String::new(),
     }))
 }
 

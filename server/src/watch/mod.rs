@@ -8,19 +8,25 @@
 //! the server a bounded buffer, never an event.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use futures_core::Stream;
 use tokio::sync::{broadcast, watch};
 
-use crate::domain::{Change, Error, Result, SessionEvent};
+use crate::domain::{Change, DeltaContent, Ephemeral, EphemeralKind, Error, Result, SessionEvent};
 use crate::store::{CommitSink, SessionHandle, Store};
 
 /// Live events buffered per session before a slow watcher is sent back to storage.
 const LIVE_BUFFER: usize = 256;
 /// Events read from storage per query while replaying.
 const REPLAY_PAGE: usize = 256;
+/// The most deltas kept for one run; a longer run is not replayed to late joiners.
+const MAX_RUN_DELTAS: usize = 4096;
+/// The most delta bytes kept for one run.
+const MAX_RUN_BYTES: usize = 4 * 1024 * 1024;
+/// The most runs buffered at once, over all sessions.
+const MAX_BUFFERED_RUNS: usize = 10_000;
 
 /// What travels to a session's watchers.
 #[derive(Clone, Debug)]
@@ -29,11 +35,26 @@ enum Live {
     Event(Arc<SessionEvent>),
     /// The head is at least this revision (a commit hint): read the log.
     Head(i64),
+    /// A delta or discarded run.
+    Ephemeral(Arc<Ephemeral>),
 }
+
+/// One open run's deltas so far.
+struct RunBuffer {
+    deltas: Vec<Arc<Ephemeral>>,
+    bytes: usize,
+    /// Too long to keep: late joiners get nothing for it.
+    overflowed: bool,
+    touched: Instant,
+}
+
+/// Open runs per session key, then per run id.
+type Runs = HashMap<i64, HashMap<String, RunBuffer>>;
 
 /// Routes committed events to the watchers of each session.
 pub struct Hub {
     sessions: Mutex<HashMap<i64, broadcast::Sender<Live>>>,
+    runs: Mutex<Runs>,
     closing: watch::Sender<bool>,
 }
 
@@ -41,7 +62,82 @@ impl Default for Hub {
     fn default() -> Self {
         Hub {
             sessions: Mutex::new(HashMap::new()),
+            runs: Mutex::new(HashMap::new()),
             closing: watch::Sender::new(false),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Hub {
+    /// Forgets buffered runs with no delta for `max_idle` (a publisher
+    /// that died without committing or discarding).
+    pub fn prune_runs(&self, max_idle: Duration) {
+        let mut runs = lock(&self.runs);
+        for session in runs.values_mut() {
+            session.retain(|_, run| run.touched.elapsed() < max_idle);
+        }
+        runs.retain(|_, session| !session.is_empty());
+    }
+
+    /// The deltas so far of every open run of a session, run by run.
+    fn active_deltas(&self, session_key: i64) -> Vec<Arc<Ephemeral>> {
+        let runs = lock(&self.runs);
+        runs.get(&session_key)
+            .into_iter()
+            .flat_map(|session| session.values())
+            .filter(|run| !run.overflowed)
+            .flat_map(|run| run.deltas.iter().cloned())
+            .collect()
+    }
+
+    fn buffer(&self, session_key: i64, ephemeral: &Arc<Ephemeral>) {
+        let mut runs = lock(&self.runs);
+        match &ephemeral.kind {
+            EphemeralKind::Delta {
+                run_id, content, ..
+            } => {
+                let buffered: usize = runs.values().map(HashMap::len).sum();
+                let session = runs.entry(session_key).or_default();
+                if !session.contains_key(run_id) && buffered >= MAX_BUFFERED_RUNS {
+                    return;
+                }
+                let run = session.entry(run_id.clone()).or_insert_with(|| RunBuffer {
+                    deltas: Vec::new(),
+                    bytes: 0,
+                    overflowed: false,
+                    touched: Instant::now(),
+                });
+                run.touched = Instant::now();
+                if run.overflowed {
+                    return;
+                }
+                run.bytes += match content {
+                    DeltaContent::Text(text) => text.len(),
+                    DeltaContent::Block(_) => 256,
+                };
+                if run.deltas.len() >= MAX_RUN_DELTAS || run.bytes > MAX_RUN_BYTES {
+                    run.overflowed = true;
+                    run.deltas = Vec::new();
+                } else {
+                    run.deltas.push(Arc::clone(ephemeral));
+                }
+            }
+            EphemeralKind::RunDiscarded { run_id } => close_run(&mut runs, session_key, run_id),
+        }
+    }
+}
+
+fn close_run(runs: &mut Runs, session_key: i64, run_id: &str) {
+    if let Some(session) = runs.get_mut(&session_key) {
+        session.remove(run_id);
+        if session.is_empty() {
+            runs.remove(&session_key);
         }
     }
 }
@@ -58,10 +154,7 @@ impl Hub {
     }
 
     fn subscribe(self: &Arc<Self>, session_key: i64) -> Subscription {
-        let mut sessions = self
-            .sessions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut sessions = lock(&self.sessions);
         let receiver = sessions
             .entry(session_key)
             .or_insert_with(|| broadcast::channel(LIVE_BUFFER).0)
@@ -76,10 +169,7 @@ impl Hub {
 
 impl Hub {
     fn send(&self, session_key: i64, items: impl IntoIterator<Item = Live>) {
-        let mut sessions = self
-            .sessions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut sessions = lock(&self.sessions);
         if let Some(sender) = sessions.get(&session_key) {
             for item in items {
                 if sender.send(item).is_err() {
@@ -93,6 +183,18 @@ impl Hub {
 
 impl CommitSink for Hub {
     fn committed(&self, session_key: i64, events: &[Arc<SessionEvent>]) {
+        for event in events {
+            match &event.change {
+                Change::ExchangeAppended(appended) if !appended.run_id.is_empty() => {
+                    self.run_closed(session_key, &appended.run_id);
+                }
+                Change::RunEnded { run_id, .. } => self.run_closed(session_key, run_id),
+                Change::SessionDeleted => {
+                    lock(&self.runs).remove(&session_key);
+                }
+                _ => {}
+            }
+        }
         self.send(session_key, events.iter().cloned().map(Live::Event));
     }
 
@@ -106,6 +208,15 @@ impl CommitSink for Hub {
             .map(|s| s.keys().copied().collect())
             .unwrap_or_default()
     }
+
+    fn ephemeral(&self, session_key: i64, ephemeral: Arc<Ephemeral>) {
+        self.buffer(session_key, &ephemeral);
+        self.send(session_key, [Live::Ephemeral(ephemeral)]);
+    }
+
+    fn run_closed(&self, session_key: i64, run_id: &str) {
+        close_run(&mut lock(&self.runs), session_key, run_id);
+    }
 }
 
 /// A watcher's receiver; removes the session's channel when the last one goes.
@@ -117,11 +228,7 @@ struct Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let mut sessions = self
-            .hub
-            .sessions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut sessions = lock(&self.hub.sessions);
         // Our own receiver is still counted while we are being dropped.
         if sessions
             .get(&self.session_key)
@@ -141,6 +248,8 @@ pub enum WatchItem {
     CaughtUp { revision: i64 },
     /// The stream has been idle; `revision` is the head.
     Progress { revision: i64 },
+    /// A delta or discarded run (no revision of its own).
+    Ephemeral(Arc<Ephemeral>),
 }
 
 /// Watch stream settings.
@@ -148,6 +257,53 @@ pub enum WatchItem {
 pub struct WatchOptions {
     /// An idle stream gets a progress event this often.
     pub progress_interval: Duration,
+}
+
+/// What one watcher asked for.
+#[derive(Clone, Copy, Debug)]
+pub struct WatchRequest {
+    pub after_revision: i64,
+    /// After caught-up, send the deltas so far of every open run.
+    pub include_active_deltas: bool,
+}
+
+/// The highest delta index sent per run, so a delta that was both in the
+/// snapshot and in the live channel goes out once.
+#[derive(Default)]
+struct SentDeltas(HashMap<String, i64>);
+
+impl SentDeltas {
+    /// Whether `ephemeral` should go out, recording it if so.
+    fn admit(&mut self, ephemeral: &Ephemeral) -> bool {
+        match &ephemeral.kind {
+            EphemeralKind::Delta { run_id, index, .. } => {
+                let sent = self.0.entry(run_id.clone()).or_insert(-1);
+                if *index <= *sent {
+                    return false;
+                }
+                *sent = *index;
+                true
+            }
+            EphemeralKind::RunDiscarded { run_id } => {
+                self.0.remove(run_id);
+                true
+            }
+        }
+    }
+
+    /// A committed change that closes a run's partial output lets its
+    /// indexes start over.
+    fn observe(&mut self, change: &Change) {
+        match change {
+            Change::ExchangeAppended(appended) => {
+                self.0.remove(&appended.run_id);
+            }
+            Change::RunEnded { run_id, .. } => {
+                self.0.remove(run_id);
+            }
+            _ => {}
+        }
+    }
 }
 
 enum Wake {
@@ -162,9 +318,10 @@ pub fn watch<S: Store>(
     store: S,
     hub: Arc<Hub>,
     session: SessionHandle,
-    after_revision: i64,
+    request: WatchRequest,
     options: WatchOptions,
 ) -> Result<impl Stream<Item = Result<WatchItem>> + Send + 'static> {
+    let after_revision = request.after_revision;
     if after_revision < 0 {
         return Err(Error::invalid("after_revision", "must not be negative"));
     }
@@ -180,6 +337,7 @@ pub fn watch<S: Store>(
     Ok(async_stream::try_stream! {
         let mut last = after_revision;
         let mut caught_up = false;
+        let mut sent_deltas = SentDeltas::default();
         let mut from_storage = true;
         loop {
             if *closing.borrow() {
@@ -190,6 +348,7 @@ pub fn watch<S: Store>(
                 let more = page.len() == REPLAY_PAGE;
                 for event in page {
                     last = event.revision;
+                    sent_deltas.observe(&event.change);
                     let deleted = matches!(event.change, Change::SessionDeleted);
                     yield WatchItem::Event(Arc::new(event));
                     if deleted {
@@ -203,6 +362,17 @@ pub fn watch<S: Store>(
                 if !caught_up {
                     caught_up = true;
                     yield WatchItem::CaughtUp { revision: last };
+                    if request.include_active_deltas {
+                        for delta in hub.active_deltas(session.key) {
+                            if sent_deltas.admit(&delta) {
+                                // Stamped with the revision just sent: a delta
+                                // never follows an event of a later revision.
+                                let mut delta = Ephemeral::clone(&delta);
+                                delta.revision = last;
+                                yield WatchItem::Ephemeral(Arc::new(delta));
+                            }
+                        }
+                    }
                 }
             }
             let wake = tokio::select! {
@@ -229,10 +399,16 @@ pub fn watch<S: Store>(
                         continue;
                     }
                     last = event.revision;
+                    sent_deltas.observe(&event.change);
                     let deleted = matches!(event.change, Change::SessionDeleted);
                     yield WatchItem::Event(event);
                     if deleted {
                         return;
+                    }
+                }
+                Wake::Live(Ok(Live::Ephemeral(ephemeral))) => {
+                    if ephemeral.revision >= last && sent_deltas.admit(&ephemeral) {
+                        yield WatchItem::Ephemeral(ephemeral);
                     }
                 }
                 Wake::Live(Err(broadcast::error::RecvError::Lagged(skipped))) => {

@@ -1,0 +1,347 @@
+//! Conversation control: run leases, rollback, edit and redaction, forks,
+//! per-session state and live deltas. The requests and the rules that need
+//! no stored state; storage applies them.
+
+use super::exchange::MAX_KEY_LEN;
+use super::session::validate_new_session_id;
+use super::{DeltaContent, Error, Message, Result, StateEntry, StoredMessage, Timestamp};
+
+/// The longest lease a run may take at once (it can renew).
+pub const MAX_LEASE_MICROS: i64 = 24 * 3600 * 1_000_000;
+/// The longest state key.
+pub const MAX_STATE_KEY_LEN: usize = 256;
+/// The largest state value: state is for small things.
+pub const MAX_STATE_VALUE_LEN: usize = 64 * 1024;
+/// The most state entries one session may hold.
+pub const MAX_STATE_ENTRIES: i64 = 1000;
+/// The longest edit or redaction reason.
+pub const MAX_REASON_LEN: usize = 1024;
+/// The largest delta payload.
+pub const MAX_DELTA_BYTES: usize = 256 * 1024;
+
+/// A change to one existing session, applied as (at most) one revision.
+#[derive(Clone, Debug)]
+pub enum Control {
+    /// Take or renew the session's lease for `lease_micros`.
+    BeginRun { run_id: String, lease_micros: i64 },
+    /// Give up the lease, if `run_id` holds it.
+    EndRun { run_id: String },
+    /// Remove messages with a greater sequence (-1: all of them).
+    Rollback { after_sequence: i64, run_id: String },
+    /// Replace a message's content.
+    Edit {
+        message_id: String,
+        message: Message,
+        reason: String,
+        run_id: String,
+    },
+    /// Erase a message's content, here and in the event history.
+    Redact {
+        message_id: String,
+        reason: String,
+        run_id: String,
+    },
+    /// Set a state entry.
+    SetState {
+        key: String,
+        value: String,
+        expected_version: Option<i64>,
+    },
+    /// Delete a state entry.
+    DeleteState {
+        key: String,
+        expected_version: Option<i64>,
+    },
+    /// Record an expired lease, if there is one (the sweeper's call).
+    SettleLease,
+}
+
+/// What a [`Control`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Controlled {
+    /// The session's revision after the call (unchanged if nothing changed).
+    Revision(i64),
+    RunBegun {
+        revision: i64,
+        expire_time: Timestamp,
+    },
+    RolledBack {
+        revision: i64,
+        next_sequence: i64,
+    },
+    Edited {
+        revision: i64,
+        message: StoredMessage,
+    },
+    State(StateEntry),
+}
+
+impl Control {
+    /// Checks the rules that need no stored state.
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Control::BeginRun {
+                run_id,
+                lease_micros,
+            } => {
+                require_run_id(run_id)?;
+                if *lease_micros <= 0 {
+                    return Err(Error::invalid("lease", "must be positive"));
+                }
+                if *lease_micros > MAX_LEASE_MICROS {
+                    return Err(Error::invalid(
+                        "lease",
+                        "must be at most 24 hours (renew it with another BeginRun)",
+                    ));
+                }
+            }
+            Control::EndRun { run_id } => require_run_id(run_id)?,
+            Control::Rollback {
+                after_sequence,
+                run_id,
+            } => {
+                if *after_sequence < -1 {
+                    return Err(Error::invalid("after_sequence", "must be at least -1"));
+                }
+                optional_run_id(run_id)?;
+            }
+            Control::Edit {
+                message_id,
+                reason,
+                run_id,
+                ..
+            } => {
+                require_message_id(message_id)?;
+                check_reason(reason)?;
+                optional_run_id(run_id)?;
+            }
+            Control::Redact {
+                message_id,
+                reason,
+                run_id,
+            } => {
+                require_message_id(message_id)?;
+                check_reason(reason)?;
+                optional_run_id(run_id)?;
+            }
+            Control::SetState {
+                key,
+                value,
+                expected_version,
+            } => {
+                check_state_key(key)?;
+                if value.len() > MAX_STATE_VALUE_LEN {
+                    return Err(Error::LimitExceeded {
+                        field: "value".into(),
+                        description: format!(
+                            "must be at most {MAX_STATE_VALUE_LEN} bytes; state is for small entries"
+                        ),
+                    });
+                }
+                check_expected_version(*expected_version)?;
+            }
+            Control::DeleteState {
+                key,
+                expected_version,
+            } => {
+                check_state_key(key)?;
+                check_expected_version(*expected_version)?;
+            }
+            Control::SettleLease => {}
+        }
+        Ok(())
+    }
+
+    /// The run a transcript-changing control acts for, if it is one: such
+    /// controls are refused while another run holds the lease.
+    pub fn transcript_run(&self) -> Option<&str> {
+        match self {
+            Control::Rollback { run_id, .. }
+            | Control::Edit { run_id, .. }
+            | Control::Redact { run_id, .. } => Some(run_id),
+            _ => None,
+        }
+    }
+}
+
+/// A ForkSession request.
+#[derive(Clone, Debug)]
+pub struct Fork {
+    pub source_id: String,
+    /// The last sequence copied (-1: none).
+    pub at_sequence: i64,
+    pub new_id: Option<String>,
+}
+
+impl Fork {
+    pub fn validate(&self) -> Result<()> {
+        if self.at_sequence < -1 {
+            return Err(Error::invalid("at_sequence", "must be at least -1"));
+        }
+        if let Some(id) = &self.new_id {
+            validate_new_session_id("new_session_id", id)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks a PublishDelta request's own fields.
+pub fn validate_delta(run_id: &str, index: i64, content: Option<&DeltaContent>) -> Result<()> {
+    require_run_id(run_id)?;
+    if index < 0 {
+        return Err(Error::invalid("index", "must not be negative"));
+    }
+    let Some(content) = content else {
+        return Err(Error::invalid("text", "a delta needs text or a block"));
+    };
+    let size = match content {
+        DeltaContent::Text(text) => text.len(),
+        DeltaContent::Block(block) => serde_json::to_vec(block).map_or(usize::MAX, |b| b.len()),
+    };
+    if size > MAX_DELTA_BYTES {
+        return Err(Error::LimitExceeded {
+            field: "text".into(),
+            description: format!("a delta must be at most {MAX_DELTA_BYTES} bytes"),
+        });
+    }
+    Ok(())
+}
+
+/// Checks a required run id.
+pub fn require_run_id(run_id: &str) -> Result<()> {
+    if run_id.is_empty() {
+        return Err(Error::invalid("run_id", "is required"));
+    }
+    optional_run_id(run_id)
+}
+
+fn optional_run_id(run_id: &str) -> Result<()> {
+    if run_id.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(
+            "run_id",
+            format!("must be at most {MAX_KEY_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn require_message_id(id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(Error::invalid("message_id", "is required"));
+    }
+    if id.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(
+            "message_id",
+            format!("must be at most {MAX_KEY_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_reason(reason: &str) -> Result<()> {
+    if reason.len() > MAX_REASON_LEN {
+        return Err(Error::invalid(
+            "reason",
+            format!("must be at most {MAX_REASON_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a state key: present and short.
+pub fn check_state_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::invalid("key", "is required"));
+    }
+    if key.len() > MAX_STATE_KEY_LEN {
+        return Err(Error::invalid(
+            "key",
+            format!("must be at most {MAX_STATE_KEY_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_expected_version(expected: Option<i64>) -> Result<()> {
+    if expected.is_some_and(|v| v < 0) {
+        return Err(Error::invalid("expected_version", "must not be negative"));
+    }
+    Ok(())
+}
+
+/// The message a redaction leaves: the role and tool-call structure (ids
+/// and names, with `{}` arguments, so the transcript stays valid for a
+/// model API), nothing else.
+pub fn redacted(message: &Message) -> Message {
+    let mut marker = Message::text(message.role, "");
+    marker.tool_call_id = message.tool_call_id.clone();
+    marker.tool_calls = message
+        .tool_calls
+        .iter()
+        .map(|call| super::ToolCall {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: "{}".to_owned(),
+        })
+        .collect();
+    marker
+}
+
+/// The words a message is found by: its text, text blocks, tool results and
+/// tool arguments (thinking and opaque blocks are not searched). U+0000
+/// becomes a space.
+pub fn search_text(message: &Message) -> String {
+    use super::ContentBlock;
+    let mut parts: Vec<&str> = vec![&message.content];
+    for block in &message.content_blocks {
+        match block {
+            ContentBlock::Text { text } => parts.push(text),
+            ContentBlock::ToolUse { name, input, .. } => parts.extend([name.as_str(), input]),
+            ContentBlock::ToolResult { content, .. } => parts.push(content),
+            _ => {}
+        }
+    }
+    for call in &message.tool_calls {
+        parts.extend([call.name.as_str(), &call.arguments]);
+    }
+    parts
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace('\0', " ")
+}
+
+/// Erases message `message_id` wherever `change` carries its content.
+/// Returns whether anything changed.
+pub fn scrub(change: &mut super::Change, message_id: &str) -> bool {
+    use super::Change;
+    let erase = |stored: &mut StoredMessage| {
+        stored.message = redacted(&stored.message);
+        stored.redacted = true;
+    };
+    let mut changed = false;
+    match change {
+        Change::SessionCreated { messages, .. } => {
+            for stored in messages.iter_mut().filter(|m| m.id == message_id) {
+                erase(stored);
+                changed = true;
+            }
+        }
+        Change::ExchangeAppended(appended) => {
+            for stored in appended.messages.iter_mut().filter(|m| m.id == message_id) {
+                erase(stored);
+                changed = true;
+            }
+        }
+        Change::MessageEdited {
+            message, previous, ..
+        } if message.id == message_id => {
+            erase(message);
+            *previous = redacted(previous);
+            changed = true;
+        }
+        _ => {}
+    }
+    changed
+}
