@@ -9,6 +9,8 @@ mod cli;
 mod concurrency;
 mod core;
 mod crash;
+mod history;
 mod large;
 mod replicas;
+mod runs;
 mod watch;

@@ -207,61 +207,41 @@ pub fn validate_delta(run_id: &str, index: i64, content: Option<&DeltaContent>) 
     Ok(())
 }
 
+/// Checks a field's length, and that it is present when `required`.
+fn check_len(field: &str, value: &str, max: usize, required: bool) -> Result<()> {
+    if required && value.is_empty() {
+        return Err(Error::invalid(field, "is required"));
+    }
+    if value.len() > max {
+        return Err(Error::invalid(
+            field,
+            format!("must be at most {max} bytes"),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a required run id.
 pub fn require_run_id(run_id: &str) -> Result<()> {
-    if run_id.is_empty() {
-        return Err(Error::invalid("run_id", "is required"));
-    }
-    optional_run_id(run_id)
+    check_len("run_id", run_id, MAX_KEY_LEN, true)
 }
 
 fn optional_run_id(run_id: &str) -> Result<()> {
-    if run_id.len() > MAX_KEY_LEN {
-        return Err(Error::invalid(
-            "run_id",
-            format!("must be at most {MAX_KEY_LEN} bytes"),
-        ));
-    }
-    Ok(())
+    check_len("run_id", run_id, MAX_KEY_LEN, false)
 }
 
 fn require_message_id(id: &str) -> Result<()> {
-    if id.is_empty() {
-        return Err(Error::invalid("message_id", "is required"));
-    }
-    if id.len() > MAX_KEY_LEN {
-        return Err(Error::invalid(
-            "message_id",
-            format!("must be at most {MAX_KEY_LEN} bytes"),
-        ));
-    }
-    Ok(())
+    check_len("message_id", id, MAX_KEY_LEN, true)
 }
 
 fn check_reason(reason: &str) -> Result<()> {
-    if reason.len() > MAX_REASON_LEN {
-        return Err(Error::invalid(
-            "reason",
-            format!("must be at most {MAX_REASON_LEN} bytes"),
-        ));
-    }
-    Ok(())
+    check_len("reason", reason, MAX_REASON_LEN, false)
 }
 
 /// Checks a state key: present and short.
 pub fn check_state_key(key: &str) -> Result<()> {
-    if key.is_empty() {
-        return Err(Error::invalid("key", "is required"));
-    }
-    if key.len() > MAX_STATE_KEY_LEN {
-        return Err(Error::invalid(
-            "key",
-            format!("must be at most {MAX_STATE_KEY_LEN} bytes"),
-        ));
-    }
-    Ok(())
+    check_len("key", key, MAX_STATE_KEY_LEN, true)
 }
-
 fn check_expected_version(expected: Option<i64>) -> Result<()> {
     if expected.is_some_and(|v| v < 0) {
         return Err(Error::invalid("expected_version", "must not be negative"));

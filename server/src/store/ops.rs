@@ -180,11 +180,6 @@ impl NewRow {
     }
 }
 
-/// A message row as stored.
-struct MessageRow {
-    stored: StoredMessage,
-}
-
 struct Tx<'c> {
     conn: &'c mut AnyConnection,
     dialect: Dialect,
@@ -396,7 +391,7 @@ impl Tx<'_> {
         Ok(())
     }
 
-    async fn find_message(&mut self, row: &SessionRow, message_id: &str) -> Result<MessageRow> {
+    async fn find_message(&mut self, row: &SessionRow, message_id: &str) -> Result<StoredMessage> {
         let found = sqlx::query(
             "SELECT id, sequence, produced_by_call_id, body, create_time, redacted FROM messages \
              WHERE session_key = $1 AND id = $2",
@@ -406,9 +401,33 @@ impl Tx<'_> {
         .fetch_optional(&mut *self.conn)
         .await?
         .ok_or_else(|| Error::MessageNotFound(message_id.to_owned()))?;
-        Ok(MessageRow {
-            stored: stored_message_from_row(&found, &row.session.id)?,
-        })
+        stored_message_from_row(&found, &row.session.id)
+    }
+
+    /// Replaces a stored message's body (same id and sequence) and its
+    /// searchable text.
+    async fn replace_message(
+        &mut self,
+        row: &SessionRow,
+        old: &StoredMessage,
+        message: &Message,
+        redacted: bool,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE messages SET body = $1, redacted = $2 WHERE session_key = $3 AND sequence = $4",
+        )
+        .bind(encode(message)?)
+        .bind(i64::from(redacted))
+        .bind(row.key)
+        .bind(old.sequence)
+        .execute(&mut *self.conn)
+        .await?;
+        self.unindex(row.key, old.sequence, old.sequence + 1)
+            .await?;
+        if !redacted {
+            self.index(row.key, old.sequence, message).await?;
+        }
+        Ok(())
     }
 
     async fn create_session(&mut self, tenant: &str, new: NewSession) -> Result<Written> {
@@ -1006,18 +1025,8 @@ impl Tx<'_> {
         message: Message,
         reason: String,
     ) -> Result<Controlled> {
-        let MessageRow { stored: old } = self.find_message(row, message_id).await?;
-        sqlx::query(
-            "UPDATE messages SET body = $1, redacted = 0 WHERE session_key = $2 AND id = $3",
-        )
-        .bind(encode(&message)?)
-        .bind(row.key)
-        .bind(escape(message_id))
-        .execute(&mut *self.conn)
-        .await?;
-        self.unindex(row.key, old.sequence, old.sequence + 1)
-            .await?;
-        self.index(row.key, old.sequence, &message).await?;
+        let old = self.find_message(row, message_id).await?;
+        self.replace_message(row, &old, &message, false).await?;
         let edited = StoredMessage {
             message,
             redacted: false,
@@ -1041,18 +1050,9 @@ impl Tx<'_> {
         message_id: &str,
         reason: String,
     ) -> Result<Controlled> {
-        let MessageRow { stored: old } = self.find_message(row, message_id).await?;
+        let old = self.find_message(row, message_id).await?;
         let marker = control::redacted(&old.message);
-        sqlx::query(
-            "UPDATE messages SET body = $1, redacted = 1 WHERE session_key = $2 AND id = $3",
-        )
-        .bind(encode(&marker)?)
-        .bind(row.key)
-        .bind(escape(message_id))
-        .execute(&mut *self.conn)
-        .await?;
-        self.unindex(row.key, old.sequence, old.sequence + 1)
-            .await?;
+        self.replace_message(row, &old, &marker, true).await?;
         // Erase it from the event history too: every event that carries its
         // content (its creation, and any edits).
         let pattern = format!("%{}%", old.id);
