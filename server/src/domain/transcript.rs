@@ -75,9 +75,9 @@ pub fn markdown_message(message: &Message, redacted: bool) -> String {
 
 /// The OpenAI Chat Completions messages for one stored message: usually one,
 /// plus a `tool` message per `tool_result` block (after it), and none for a
-/// message holding only tool results. When `redacted`, contents and
-/// arguments are emptied but roles and tool-call ids stay, so the sequence
-/// remains valid.
+/// message holding only tool results. When `redacted`, contents are emptied
+/// and arguments become `{}`, but roles and tool-call ids stay, so the
+/// sequence remains valid for a model API.
 pub fn openai_messages(message: &Message, redacted: bool) -> Vec<Value> {
     let parts: Vec<Value> = message.content_blocks.iter().filter_map(part).collect();
     let calls: Vec<Value> = message
@@ -89,7 +89,7 @@ pub fn openai_messages(message: &Message, redacted: bool) -> Vec<Value> {
             _ => None,
         }))
         .map(|(id, name, arguments)| {
-            let arguments = if redacted { "" } else { arguments.as_str() };
+            let arguments = if redacted { "{}" } else { arguments.as_str() };
             json!({
                 "id": id,
                 "type": "function",
@@ -438,7 +438,7 @@ mod tests {
             "tool_calls": [{
                 "id": "c1",
                 "type": "function",
-                "function": { "name": "search", "arguments": "" },
+                "function": { "name": "search", "arguments": "{}" },
             }],
         });
         assert_eq!(openai_messages(&m, true), vec![expected]);
