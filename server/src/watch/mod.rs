@@ -312,6 +312,48 @@ enum Wake {
     Idle,
 }
 
+/// The buffered deltas whose run the log has not closed (by its exchange or
+/// its end) after they were published, up to revision `head`. The buffer is
+/// only a cache: a replica that missed a closing commit's hint, or a watcher
+/// that joins between a commit and its delivery to the hub, still gets
+/// only what is open.
+async fn still_open<S: Store>(
+    store: &S,
+    session_key: i64,
+    deltas: Vec<Arc<Ephemeral>>,
+    head: i64,
+) -> Result<Vec<Arc<Ephemeral>>> {
+    let Some(since) = deltas.iter().map(|d| d.revision).min() else {
+        return Ok(deltas);
+    };
+    // The latest revision that closed each run.
+    let mut closed: HashMap<String, i64> = HashMap::new();
+    let mut after = since;
+    while after < head {
+        let page = store.read_events(session_key, after, REPLAY_PAGE).await?;
+        let Some(last) = page.last().map(|e| e.revision) else {
+            break;
+        };
+        for event in &page {
+            let run = match &event.change {
+                Change::ExchangeAppended(appended) => appended.run_id.as_str(),
+                Change::RunEnded { run_id, .. } => run_id.as_str(),
+                _ => continue,
+            };
+            closed.insert(run.to_owned(), event.revision);
+        }
+        after = last;
+    }
+    Ok(deltas
+        .into_iter()
+        .filter(|delta| {
+            closed
+                .get(delta.kind.run_id())
+                .is_none_or(|&closed_at| delta.revision >= closed_at)
+        })
+        .collect())
+}
+
 /// Streams `session`'s events after `after_revision`: replay, `CaughtUp`,
 /// then live events, ending after `session_deleted` or on shutdown.
 pub fn watch<S: Store>(
@@ -363,7 +405,8 @@ pub fn watch<S: Store>(
                     caught_up = true;
                     yield WatchItem::CaughtUp { revision: last };
                     if request.include_active_deltas {
-                        for delta in hub.active_deltas(session.key) {
+                        let deltas = still_open(&store, session.key, hub.active_deltas(session.key), last).await?;
+                        for delta in deltas {
                             if sent_deltas.admit(&delta) {
                                 // Stamped with the revision just sent: a delta
                                 // never follows an event of a later revision.
