@@ -8,7 +8,7 @@ use std::sync::Arc;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
-use super::text::{escape, unescape};
+use super::text::{escape, escape_ordered, unescape};
 use crate::domain::exchange::diff_full_history;
 use crate::domain::{
     AppendedExchange, Change, Control, Controlled, Error, Fork, Message, NewExchange, NewSession,
@@ -1088,7 +1088,7 @@ impl Tx<'_> {
             "SELECT version FROM session_state WHERE session_key = $1 AND key = $2",
         )
         .bind(row.key)
-        .bind(escape(key))
+        .bind(escape_ordered(key))
         .fetch_optional(&mut *self.conn)
         .await?)
     }
@@ -1126,7 +1126,7 @@ impl Tx<'_> {
              update_time = excluded.update_time",
         )
         .bind(row.key)
-        .bind(escape(&key))
+        .bind(escape_ordered(&key))
         .bind(escape(&value))
         .bind(version)
         .bind(self.now.0)
@@ -1160,7 +1160,7 @@ impl Tx<'_> {
         check_version(&key, expected_version, Some(current))?;
         sqlx::query("DELETE FROM session_state WHERE session_key = $1 AND key = $2")
             .bind(row.key)
-            .bind(escape(&key))
+            .bind(escape_ordered(&key))
             .execute(&mut *self.conn)
             .await?;
         let change = Change::StateChanged {

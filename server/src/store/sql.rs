@@ -13,7 +13,7 @@ use super::ops::{
     self, SESSION_COLUMNS, WriteOp, Written, decode, session_from_row, stored_message_from_row,
     text_col,
 };
-use super::text::escape;
+use super::text::{escape, escape_ordered, unescape_ordered};
 use super::{
     CommitSink, ListedCall, SearchQuery, SessionHandle, Store, SweepCandidate, postgres, sqlite,
 };
@@ -396,7 +396,7 @@ impl Store for SqlStore {
              WHERE session_key = $1 AND key = $2",
         )
         .bind(session.key)
-        .bind(escape(key))
+        .bind(escape_ordered(key))
         .fetch_optional(&self.inner.pool)
         .await?
         .ok_or_else(|| Error::StateNotFound(key.to_owned()))?;
@@ -414,7 +414,7 @@ impl Store for SqlStore {
              WHERE session_key = $1 AND key > $2 ORDER BY key LIMIT $3",
         )
         .bind(session.key)
-        .bind(escape(after.unwrap_or_default()))
+        .bind(escape_ordered(after.unwrap_or_default()))
         .bind(limit_param(limit))
         .fetch_all(&self.inner.pool)
         .await?;
@@ -574,7 +574,7 @@ impl SqlStore {
 
 fn state_from_row(row: &AnyRow) -> Result<StateEntry> {
     Ok(StateEntry {
-        key: text_col(row, "key")?,
+        key: unescape_ordered(row.try_get("key")?),
         value: text_col(row, "value")?,
         version: row.try_get("version")?,
         update_time: Timestamp(row.try_get("update_time")?),
