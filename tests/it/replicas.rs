@@ -16,7 +16,8 @@ use tonic::transport::Channel;
 
 use crate::support::{
     Backend, Events, Storage, TestServer, all_messages, assert_appended, connect, content, create,
-    error_details, event_kind, exchange_request, postgres_admin_url, postgres_available, watch,
+    error_details, event_kind, exchange_request, get, postgres_admin_url, postgres_available,
+    rename, watch,
 };
 
 /// Safety net for "the next event / the next step arrives": never a pacing sleep.
@@ -113,33 +114,6 @@ fn assert_contiguous(response: &pb::AppendExchangeResponse, question: &str, answ
     let call = response.provider_call.as_ref().expect("provider call");
     assert_eq!(input.produced_by_call_id, "");
     assert_eq!(output.produced_by_call_id, call.id);
-}
-
-async fn get(client: &mut Client, id: &str) -> pb::Session {
-    client
-        .get_session(pb::GetSessionRequest {
-            session_id: id.to_owned(),
-        })
-        .await
-        .expect("get session")
-        .into_inner()
-}
-
-async fn rename(client: &mut Client, id: &str, title: &str) -> pb::Session {
-    client
-        .update_session(pb::UpdateSessionRequest {
-            session: Some(pb::Session {
-                id: id.to_owned(),
-                title: title.to_owned(),
-                ..Default::default()
-            }),
-            update_mask: Some(prost_types::FieldMask {
-                paths: vec!["title".into()],
-            }),
-        })
-        .await
-        .expect("update session")
-        .into_inner()
 }
 
 /// The next event other than `progress`, or why there is none in time.

@@ -14,7 +14,7 @@ use tonic::transport::Channel;
 
 use crate::support::{
     Backend, Events, Storage, TestServer, all_messages, assistant, connect, content, create,
-    error_details, event_kind, exchange, exchange_request, postgres_available,
+    error_details, event_kind, exchange, exchange_request, get, postgres_available, rename,
 };
 
 /// Safety net for "the next event / the next step arrives": never a pacing sleep.
@@ -58,33 +58,6 @@ async fn end(client: &mut Client, id: &str, run: &str) -> i64 {
         .unwrap_or_else(|status| panic!("end run {run}: {status:?}"))
         .into_inner()
         .revision
-}
-
-async fn get(client: &mut Client, id: &str) -> pb::Session {
-    client
-        .get_session(pb::GetSessionRequest {
-            session_id: id.to_owned(),
-        })
-        .await
-        .expect("get session")
-        .into_inner()
-}
-
-async fn rename(client: &mut Client, id: &str, title: &str) -> pb::Session {
-    client
-        .update_session(pb::UpdateSessionRequest {
-            session: Some(pb::Session {
-                id: id.to_owned(),
-                title: title.to_owned(),
-                ..Default::default()
-            }),
-            update_mask: Some(prost_types::FieldMask {
-                paths: vec!["title".into()],
-            }),
-        })
-        .await
-        .expect("update session")
-        .into_inner()
 }
 
 fn run_exchange(id: &str, question: &str, answer: &str, run: &str) -> pb::AppendExchangeRequest {

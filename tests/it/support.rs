@@ -517,3 +517,36 @@ macro_rules! backend_tests {
         }
     };
 }
+
+/// The session, which must exist.
+pub async fn get(client: &mut SessionStoreClient<Channel>, id: &str) -> pb::Session {
+    client
+        .get_session(pb::GetSessionRequest {
+            session_id: id.to_owned(),
+        })
+        .await
+        .expect("get session")
+        .into_inner()
+}
+
+/// Sets a session's title (one revision).
+pub async fn rename(
+    client: &mut SessionStoreClient<Channel>,
+    id: &str,
+    title: &str,
+) -> pb::Session {
+    client
+        .update_session(pb::UpdateSessionRequest {
+            session: Some(pb::Session {
+                id: id.to_owned(),
+                title: title.to_owned(),
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["title".into()],
+            }),
+        })
+        .await
+        .expect("update session")
+        .into_inner()
+}
