@@ -81,6 +81,17 @@ pub struct ServeConfig {
     /// sessions, old tombstones).
     #[arg(long, env = "SESSIONSTORE_SWEEP_INTERVAL_MS", default_value_t = 1_000)]
     pub sweep_interval_ms: u64,
+
+    /// Bearer tokens: a file of `TENANT SHA256_HEX` lines (the hex SHA-256
+    /// of each token). Reloaded when it changes. Without it, calls are
+    /// unauthenticated and belong to the tenant `default`.
+    #[arg(long, env = "SESSIONSTORE_AUTH_TOKENS")]
+    pub auth_tokens: Option<std::path::PathBuf>,
+
+    /// Serve without authentication on a non-loopback address (refused
+    /// otherwise when no --auth-tokens is given).
+    #[arg(long, env = "SESSIONSTORE_INSECURE_NO_AUTH")]
+    pub insecure_no_auth: bool,
 }
 
 /// Parses an age: a whole number followed by `s`, `m`, `h` or `d`.

@@ -3,6 +3,7 @@
 //! Layers, with arrows pointing one way: `grpc → domain ← store`,
 //! `grpc → watch → store`; [`server`] wires them. See ARCHITECTURE.md.
 
+pub mod auth;
 pub mod config;
 pub mod domain;
 pub mod grpc;

@@ -10,6 +10,7 @@ use sessionstore_client::v1::session_store_server::SessionStoreServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
+use crate::auth::Authenticator;
 use crate::config::ServeConfig;
 use crate::grpc::SessionStoreService;
 use crate::store::{self, Store, StoreOptions};
@@ -53,6 +54,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let url = config.database.database_url.clone();
+    check_exposure(&config, &listener)?;
     let hub = Arc::new(Hub::default());
     prepare_sqlite_path(&url)?;
     let options = StoreOptions {
@@ -77,6 +79,13 @@ async fn serve_store<S: Store>(
             progress_interval: config.progress_interval(),
         },
     );
+    let (authenticator, reloader) = match &config.auth_tokens {
+        Some(path) => {
+            let (authenticator, reloader) = Authenticator::from_file(path.clone())?;
+            (authenticator, Some(reloader))
+        }
+        None => (Authenticator::open(), None),
+    };
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<SessionStoreServer<SessionStoreService<S>>>()
@@ -117,19 +126,49 @@ async fn serve_store<S: Store>(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(
+        .add_service(tonic::service::interceptor::InterceptedService::new(
             SessionStoreServer::new(service)
                 .max_decoding_message_size(config.max_request_bytes)
                 .max_encoding_message_size(usize::MAX),
-        )
+            authenticator,
+        ))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
         .await;
     // Usually stopped by the signal already; this covers a failed server.
     sweeper.abort();
     let _ = sweeper.await;
+    if let Some(reloader) = reloader {
+        reloader.abort();
+    }
     store.close().await;
     tracing::info!("sessionstore stopped");
     result.context("the gRPC server failed")
+}
+
+/// Without a token file, refuses to serve anything but loopback unless
+/// told `--insecure-no-auth`: a careless deployment fails closed.
+fn check_exposure(config: &ServeConfig, listener: &TcpListener) -> anyhow::Result<()> {
+    if config.auth_tokens.is_some() {
+        return Ok(());
+    }
+    let loopback = listener
+        .local_addr()
+        .map(|a| a.ip().is_loopback())
+        .unwrap_or(false);
+    if loopback {
+        tracing::warn!(
+            "no --auth-tokens: serving unauthenticated (tenant \"default\") on loopback only"
+        );
+        Ok(())
+    } else if config.insecure_no_auth {
+        tracing::warn!("--insecure-no-auth: serving unauthenticated on a non-loopback address");
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "refusing to serve unauthenticated on non-loopback address {}: give --auth-tokens PATH, or --insecure-no-auth",
+            config.listen
+        )
+    }
 }
 
 /// A database URL without its password, for logs.

@@ -5,6 +5,7 @@
 
 mod support;
 
+mod auth;
 mod cli;
 mod concurrency;
 mod core;

@@ -146,6 +146,8 @@ impl TestServer {
             recheck_interval_ms: 5_000,
             max_idle_age: None,
             sweep_interval_ms: 1_000,
+            auth_tokens: None,
+            insecure_no_auth: false,
         };
         tweak(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -61,6 +61,10 @@ pub enum Error {
     #[error("{field}: {description}")]
     LimitExceeded { field: String, description: String },
 
+    /// Missing or wrong credentials.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(&'static str),
+
     /// The server is shutting down and takes no more writes.
     #[error("the server is shutting down")]
     ShuttingDown,

@@ -108,6 +108,7 @@ impl From<Error> for Status {
                 details.add_bad_request_violation(field, description);
                 (Code::ResourceExhausted, details)
             }
+            Error::Unauthenticated(_) => (Code::Unauthenticated, info("UNAUTHENTICATED", &[])),
             Error::ShuttingDown => (Code::Unavailable, info("SHUTTING_DOWN", &[])),
             Error::Storage(source) => {
                 tracing::error!(error = %source, "storage error");
