@@ -143,6 +143,8 @@ async fn tokens_gate_the_service(backend: Backend) {
 }
 
 /// Polls until `token` is accepted (or refused), failing after the deadline.
+/// The condition is the server's answer itself: a file reload has no event
+/// a client could wait on, so the short pause is only the poll interval.
 async fn wait_for(client: &mut Client, token: &str, accepted: bool) {
     let start = Instant::now();
     loop {

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
@@ -13,84 +13,78 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::support::{all_messages, assistant, call, sessionstore_binary, user, watch};
 
+/// Copies the server's log (stdout) lines to `path`, and sends the port from the
+/// `sessionstore serving` line once it appears.
+async fn copy_log(
+    output: tokio::process::ChildStdout,
+    path: PathBuf,
+    ready: tokio::sync::oneshot::Sender<u16>,
+) {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let mut file = tokio::fs::File::create(&path).await.expect("log file");
+    let mut lines = tokio::io::BufReader::new(output).lines();
+    let mut ready = Some(ready);
+    while let Ok(Some(line)) = lines.next_line().await {
+        let _ = file.write_all(format!("{line}\n").as_bytes()).await;
+        let _ = file.flush().await;
+        if line.contains("sessionstore serving")
+            && let Some(port) = bound_port(&line)
+            && let Some(ready) = ready.take()
+        {
+            let _ = ready.send(port);
+        }
+    }
+}
+
+/// The port in a log line's `127.0.0.1:PORT`.
+fn bound_port(line: &str) -> Option<u16> {
+    let (_, rest) = line.split_once("127.0.0.1:")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
 /// A running `sessionstore serve` child process.
 struct Instance {
     child: Child,
     endpoint: String,
-    log: PathBuf,
 }
 
 impl Instance {
-    /// Starts the binary on a free port and waits until it answers gRPC.
+    /// Starts the binary on an ephemeral port and waits for its ready signal:
+    /// the `sessionstore serving` log line, which names the bound address.
+    /// Its listener is bound by then, so connections are accepted.
     async fn start(binary: &Path, database_url: &str, log_dir: &Path, n: usize) -> Instance {
-        let mut last_failure = String::new();
-        for attempt in 0..5 {
-            let port = {
-                let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind probe");
-                probe.local_addr().expect("probe addr").port()
-            };
-            let log = log_dir.join(format!("server-{n}-{attempt}.log"));
-            let log_file = std::fs::File::create(&log).expect("log file");
-            let child = Command::new(binary)
-                .args([
-                    "serve",
-                    "--listen",
-                    &format!("127.0.0.1:{port}"),
-                    "--database-url",
-                    database_url,
-                ])
-                .env_remove("SESSIONSTORE_AUTH_TOKENS")
-                .env("SESSIONSTORE_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(log_file.try_clone().expect("log file"))
-                .stderr(log_file)
-                .kill_on_drop(true)
-                .spawn()
-                .expect("spawn sessionstore");
-            let mut instance = Instance {
-                child,
-                endpoint: format!("http://127.0.0.1:{port}"),
-                log,
-            };
-            match instance.wait_ready().await {
-                Ok(()) => return instance,
-                Err(failure) => {
-                    last_failure = format!("{failure}\n--- server log ---\n{}", instance.log());
-                    let _ = instance.child.kill().await;
-                }
+        let log = log_dir.join(format!("server-{n}.log"));
+        let mut child = Command::new(binary)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--database-url",
+                database_url,
+            ])
+            .env_remove("SESSIONSTORE_AUTH_TOKENS")
+            .env("SESSIONSTORE_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn sessionstore");
+        let output = child.stdout.take().expect("piped stdout");
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(copy_log(output, log.clone(), ready_tx));
+        let port = match tokio::time::timeout(Duration::from_secs(30), ready_rx).await {
+            Ok(Ok(port)) => port,
+            _ => {
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!("sessionstore never became ready\n--- server log ---\n{log}");
             }
-        }
-        panic!("sessionstore never became ready: {last_failure}");
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Polls with a real RPC (bounded) until the server answers.
-    async fn wait_ready(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
-                return Err(format!("exited early with {status}"));
-            }
-            if let Ok(mut client) = self.try_client().await {
-                let probe = client
-                    .get_session(pb::GetSessionRequest {
-                        session_id: "ses_readiness_probe".into(),
-                    })
-                    .await;
-                match probe {
-                    Err(status) if status.code() == tonic::Code::NotFound => return Ok(()),
-                    Ok(_) => return Ok(()),
-                    Err(_) => {}
-                }
-            }
-            if Instant::now() > deadline {
-                return Err("not answering after 30 s".into());
-            }
-            // Poll interval of the bounded readiness loop.
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        Instance {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
         }
     }
 

@@ -249,7 +249,9 @@ async fn listen_backends(conn: &mut sqlx::PgConnection, database: &str) -> Vec<i
 }
 
 /// Waits (bounded) until `database` has exactly `count` LISTEN connections:
-/// every replica's listener is (re)connected.
+/// every replica's listener is (re)connected. The condition is PostgreSQL's
+/// own view (`pg_stat_activity`), which has no change notification, so the
+/// short pause is only the poll interval.
 async fn await_listeners(conn: &mut sqlx::PgConnection, database: &str, count: usize) {
     let mut seen = Vec::new();
     for _ in 0..1000 {

@@ -735,20 +735,24 @@ async fn lease_expiry_recorded_by_sweeper(backend: Backend) {
     );
 }
 
-/// Polls GetSession until the lease has run out (reads hide an expired one).
-async fn await_lease_gone(client: &mut Client, id: &str) -> pb::Session {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let session = get(client, id).await;
-        if session.active_run_id.is_empty() {
-            return session;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the lease never ran out: {session:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// Waits until the lease's own expiry time — the condition here is the
+/// clock itself, as no event marks it without a sweep — then reads the
+/// session, which must show the lease gone.
+async fn after_expiry(
+    client: &mut Client,
+    id: &str,
+    expire_time: Option<&prost_types::Timestamp>,
+) -> pb::Session {
+    let remaining = micros(expire_time) - now_micros();
+    if let Ok(remaining) = u64::try_from(remaining) {
+        tokio::time::sleep(Duration::from_micros(remaining + 1_000)).await;
     }
+    let session = get(client, id).await;
+    assert_eq!(
+        session.active_run_id, "",
+        "the lease outlived its time: {session:?}"
+    );
+    session
 }
 
 /// Without a sweep in sight, the first write after expiry still finds
@@ -774,13 +778,9 @@ async fn expired_lease_settled_before_next_write(backend: Backend) {
         .unwrap_err();
     assert_busy(&status, "A");
 
-    let session = await_lease_gone(&mut client, &appended_id).await;
-    assert!(
-        now_micros() >= micros(begun.expire_time.as_ref()),
-        "GetSession showed the lease gone before its time: {session:?}"
-    );
+    let session = after_expiry(&mut client, &appended_id, begun.expire_time.as_ref()).await;
     assert!(session.run_expire_time.is_none(), "{session:?}");
-    await_lease_gone(&mut client, &begun_id).await;
+    after_expiry(&mut client, &begun_id, begun2.expire_time.as_ref()).await;
 
     let appended = client
         .append_exchange(run_exchange(&appended_id, "q", "a", ""))
