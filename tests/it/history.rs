@@ -1953,20 +1953,7 @@ async fn every_control_write_is_one_revision(backend: Backend) {
     );
     fork(&mut client, "rev", 0, "rev_fork").await.unwrap();
 
-    let updated = client
-        .update_session(pb::UpdateSessionRequest {
-            session: Some(pb::Session {
-                id: "rev".into(),
-                title: "renamed".into(),
-                ..Default::default()
-            }),
-            update_mask: Some(prost_types::FieldMask {
-                paths: vec!["title".into()],
-            }),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let updated = rename(&mut client, "rev", "renamed").await;
     made.push((updated.revision, "session_updated"));
     let appended = exchange(&mut client, "rev", "q2", "a2").await;
     made.push((appended.revision, "exchange_appended"));

@@ -14,6 +14,7 @@ use sqlx::Connection as _;
 use tonic::Code;
 use tonic::transport::Channel;
 
+use crate::support::kill_listeners;
 use crate::support::{
     Backend, Events, Storage, TestServer, all_messages, assert_appended, connect, content, create,
     error_details, event_kind, exchange_request, get, postgres_admin_url, postgres_available,
@@ -262,19 +263,6 @@ async fn await_listeners(conn: &mut sqlx::PgConnection, database: &str, count: u
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("expected {count} LISTEN connections to {database}, have {seen:?}");
-}
-
-/// Terminates every LISTEN connection to `database`; returns how many.
-async fn kill_listeners(conn: &mut sqlx::PgConnection, database: &str) -> usize {
-    let killed: Vec<bool> = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = $1 AND query ILIKE 'LISTEN%' AND pid <> pg_backend_pid()",
-    )
-    .bind(database)
-    .fetch_all(conn)
-    .await
-    .expect("terminate LISTEN backends");
-    killed.into_iter().filter(|k| *k).count()
 }
 
 // ---------------------------------------------------------------------------

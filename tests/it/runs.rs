@@ -12,6 +12,7 @@ use sessionstore_server::config::ServeConfig;
 use tonic::Code;
 use tonic::transport::Channel;
 
+use crate::support::kill_listeners;
 use crate::support::{
     Backend, Events, Storage, TestServer, all_messages, assistant, connect, content, create,
     error_details, event_kind, exchange, exchange_request, get, postgres_available, rename,
@@ -1378,19 +1379,6 @@ async fn allow_connections(admin: &mut sqlx::PgConnection, database: &str, allow
     .execute(admin)
     .await
     .expect("alter database");
-}
-
-/// Terminates every LISTEN connection to `database`; returns how many.
-async fn kill_listeners(admin: &mut sqlx::PgConnection, database: &str) -> usize {
-    let killed: Vec<bool> = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = $1 AND query ILIKE 'LISTEN%' AND pid <> pg_backend_pid()",
-    )
-    .bind(database)
-    .fetch_all(admin)
-    .await
-    .expect("terminate LISTEN backends");
-    killed.into_iter().filter(|k| *k).count()
 }
 
 /// B's listener misses the commit that closes a run (its LISTEN connection

@@ -552,3 +552,16 @@ pub async fn rename(
         .expect("update session")
         .into_inner()
 }
+
+/// Terminates every LISTEN connection to `database`; returns how many.
+pub async fn kill_listeners(conn: &mut sqlx::PgConnection, database: &str) -> usize {
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = $1 AND query ILIKE 'LISTEN%' AND pid <> pg_backend_pid()",
+    )
+    .bind(database)
+    .fetch_all(conn)
+    .await
+    .expect("terminate LISTEN backends");
+    killed.into_iter().filter(|k| *k).count()
+}
