@@ -8,9 +8,10 @@
 //! change takes effect within 5 s whether the file is rewritten in place or
 //! replaced by rename); an unreadable file keeps the old tokens.
 //!
-//! [`Authenticator`] is a tonic interceptor on the `SessionStore` service
-//! only: health and reflection answer without credentials. It runs before
-//! the handler and puts the caller's [`Tenant`] into the request.
+//! [`Authenticator`] answers whose a request is; the interceptor in
+//! [`crate::admission`] asks it first, on the `SessionStore` service only
+//! (health and reflection answer without credentials), and puts the
+//! caller's tenant into the request.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,10 +19,10 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
-use tonic::{Request, Status};
+use tonic::Request;
 
 use crate::domain::Error;
-use crate::grpc::{DEFAULT_TENANT, Tenant};
+use crate::grpc::DEFAULT_TENANT;
 
 /// How often the token file is checked for changes.
 const RELOAD_CHECK: Duration = Duration::from_secs(1);
@@ -147,14 +148,6 @@ impl Authenticator {
             .get(&digest)
             .cloned()
             .ok_or(Error::Unauthenticated("the bearer token is not valid"))
-    }
-}
-
-impl tonic::service::Interceptor for Authenticator {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let tenant = self.tenant(&request).map_err(Status::from)?;
-        request.extensions_mut().insert(Tenant(tenant));
-        Ok(request)
     }
 }
 

@@ -1,5 +1,6 @@
 //! Command line and `SESSIONSTORE_*` environment configuration.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -15,7 +16,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the gRPC server (the default).
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
     /// Apply the database migrations and exit.
     Migrate(DatabaseConfig),
 }
@@ -86,12 +87,124 @@ pub struct ServeConfig {
     /// of each token). Reloaded when it changes. Without it, calls are
     /// unauthenticated and belong to the tenant `default`.
     #[arg(long, env = "SESSIONSTORE_AUTH_TOKENS")]
-    pub auth_tokens: Option<std::path::PathBuf>,
+    pub auth_tokens: Option<PathBuf>,
 
     /// Serve without authentication on a non-loopback address (refused
     /// otherwise when no --auth-tokens is given).
     #[arg(long, env = "SESSIONSTORE_INSECURE_NO_AUTH")]
     pub insecure_no_auth: bool,
+
+    #[command(flatten)]
+    pub tls: TlsConfig,
+
+    #[command(flatten)]
+    pub limits: LimitsConfig,
+
+    #[command(flatten)]
+    pub telemetry: TelemetryConfig,
+}
+
+/// TLS for the gRPC port.
+#[derive(Clone, Debug, Default, Args)]
+pub struct TlsConfig {
+    /// PEM certificate chain to serve TLS with (needs --tls-key).
+    #[arg(long, env = "SESSIONSTORE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "SESSIONSTORE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA certificate(s): clients must present a certificate signed by
+    /// one of them (mutual TLS).
+    #[arg(long, env = "SESSIONSTORE_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+/// What one request, one tenant and one stream may use. Each refusal is
+/// RESOURCE_EXHAUSTED naming the flag.
+#[derive(Clone, Debug, Args)]
+pub struct LimitsConfig {
+    /// Most messages one AppendExchange may carry (messages, full_history
+    /// and response_messages together), and most in a CreateSession's
+    /// initial_history.
+    #[arg(
+        long,
+        env = "SESSIONSTORE_MAX_MESSAGES_PER_EXCHANGE",
+        default_value_t = 1000
+    )]
+    pub max_messages_per_exchange: usize,
+
+    /// Largest single message in bytes (its text, blocks, tool calls and
+    /// metadata, as encoded).
+    #[arg(long, env = "SESSIONSTORE_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub max_message_bytes: usize,
+
+    /// Most entries in one metadata map (of a session or of a message).
+    #[arg(long, env = "SESSIONSTORE_MAX_METADATA_ENTRIES", default_value_t = 64)]
+    pub max_metadata_entries: usize,
+
+    /// Largest page a list answers; larger `page_size` requests are served
+    /// this many (AIP-158).
+    #[arg(long, env = "SESSIONSTORE_MAX_PAGE_SIZE", default_value_t = 1000)]
+    pub max_page_size: usize,
+
+    /// Most concurrent WatchSession streams per tenant.
+    #[arg(
+        long,
+        env = "SESSIONSTORE_MAX_WATCH_STREAMS_PER_TENANT",
+        default_value_t = 10_000
+    )]
+    pub max_watch_streams_per_tenant: usize,
+
+    /// Requests per second per tenant, with bursts of as many again
+    /// (0: unlimited).
+    #[arg(
+        long,
+        env = "SESSIONSTORE_MAX_REQUESTS_PER_SECOND",
+        default_value_t = 0
+    )]
+    pub max_requests_per_second: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_messages_per_exchange: 1000,
+            max_message_bytes: 4 * 1024 * 1024,
+            max_metadata_entries: 64,
+            max_page_size: 1000,
+            max_watch_streams_per_tenant: 10_000,
+            max_requests_per_second: 0,
+        }
+    }
+}
+
+/// Logs, metrics and traces.
+#[derive(Clone, Debug, Default, Args)]
+pub struct TelemetryConfig {
+    /// Serve Prometheus metrics at `GET /metrics` on this HOST:PORT.
+    #[arg(long, env = "SESSIONSTORE_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+
+    /// Log format: `text` or `json` (one object per line).
+    #[arg(long, env = "SESSIONSTORE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Export traces over OTLP/gRPC to this endpoint (e.g.
+    /// `http://127.0.0.1:4317`).
+    #[arg(long, env = "SESSIONSTORE_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// Parses an age: a whole number followed by `s`, `m`, `h` or `d`.

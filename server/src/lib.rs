@@ -3,11 +3,15 @@
 //! Layers, with arrows pointing one way: `grpc → domain ← store`,
 //! `grpc → watch → store`; [`server`] wires them. See ARCHITECTURE.md.
 
+pub mod admission;
 pub mod auth;
 pub mod config;
 pub mod domain;
 pub mod grpc;
+pub mod metrics;
 pub mod server;
 pub mod store;
 pub mod sweep;
+pub mod telemetry;
+pub mod tls;
 pub mod watch;

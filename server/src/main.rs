@@ -3,16 +3,18 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use sessionstore_server::config::{Cli, Command, ServeConfig};
-use sessionstore_server::server;
-use tracing_subscriber::EnvFilter;
+use sessionstore_server::config::{Cli, Command, LogFormat, ServeConfig};
+use sessionstore_server::{server, telemetry};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let filter = EnvFilter::try_from_env("SESSIONSTORE_LOG")
-        .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let command = Cli::parse()
+        .command
+        .unwrap_or_else(|| Command::Serve(Box::new(ServeConfig::from_env())));
+    let log_format = match &command {
+        Command::Serve(config) => config.telemetry.log_format,
+        Command::Migrate(_) => LogFormat::Text,
+    };
+    telemetry::init(log_format);
 
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -22,10 +24,9 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match cli.command {
-            Some(Command::Migrate(database)) => server::migrate(&database.database_url).await,
-            Some(Command::Serve(config)) => run(config).await,
-            None => run(ServeConfig::from_env()).await,
+        match command {
+            Command::Migrate(database) => server::migrate(&database.database_url).await,
+            Command::Serve(config) => run(*config).await,
         }
     });
     match result {

@@ -1,5 +1,6 @@
-//! Wiring: store, hub and service into a tonic server with health checking
-//! and reflection, and an orderly shutdown.
+//! Wiring: store, hub and service into a tonic server with health checking,
+//! reflection, admission (authentication, rate), metrics and TLS, and an
+//! orderly shutdown.
 
 use std::future::Future;
 use std::path::Path;
@@ -9,12 +10,16 @@ use anyhow::Context as _;
 use sessionstore_client::v1::session_store_server::SessionStoreServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::ServerTlsConfig;
 
+use crate::admission::{Admission, RateLimiter, WatchPermits};
 use crate::auth::Authenticator;
 use crate::config::ServeConfig;
-use crate::grpc::SessionStoreService;
+use crate::grpc::{ServiceOptions, SessionStoreService};
+use crate::metrics::{self, Metrics, MetricsLayer};
 use crate::store::{self, Store, StoreOptions};
 use crate::sweep::{self, SweepOptions};
+use crate::tls;
 use crate::watch::{Hub, WatchOptions};
 
 /// Creates the directory a `sqlite://PATH` URL's file lives in.
@@ -47,14 +52,34 @@ pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
 }
 
 /// Serves on `listener` until `shutdown` resolves, then ends watch streams,
-/// lets in-flight calls finish and closes the store.
+/// lets in-flight calls finish and closes the store. Metrics are served on
+/// `--metrics-listen` when it is set.
 pub async fn serve(
     config: ServeConfig,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let metrics_listener = match &config.telemetry.metrics_listen {
+        Some(address) => Some(
+            TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cannot listen on --metrics-listen {address}"))?,
+        ),
+        None => None,
+    };
+    serve_with_metrics(config, listener, metrics_listener, shutdown).await
+}
+
+/// [`serve`], with the metrics listener already bound (tests bind port 0).
+pub async fn serve_with_metrics(
+    config: ServeConfig,
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let url = config.database.database_url.clone();
     check_exposure(&config, &listener)?;
+    let tls = tls::server_config(&config.tls)?;
     let hub = Arc::new(Hub::default());
     prepare_sqlite_path(&url)?;
     let options = StoreOptions {
@@ -62,21 +87,43 @@ pub async fn serve(
         recheck_interval: config.recheck_interval(),
     };
     let store = store::open(&url, hub.clone(), &options).await?;
-    serve_store(config, store, hub, listener, shutdown).await
+    let listeners = Listeners {
+        grpc: listener,
+        metrics: metrics_listener,
+        tls,
+    };
+    serve_store(config, store, hub, listeners, shutdown).await
+}
+
+struct Listeners {
+    grpc: TcpListener,
+    metrics: Option<TcpListener>,
+    tls: Option<ServerTlsConfig>,
 }
 
 async fn serve_store<S: Store>(
     config: ServeConfig,
     store: S,
     hub: Arc<Hub>,
-    listener: TcpListener,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new(&[
+        sessionstore_client::FILE_DESCRIPTOR_SET,
+        tonic_health::pb::FILE_DESCRIPTOR_SET,
+    ]));
+    let pool_store = store.clone();
+    metrics.set_pool_probe(move || pool_store.pool_status());
     let service = SessionStoreService::new(
         store.clone(),
         Arc::clone(&hub),
-        WatchOptions {
-            progress_interval: config.progress_interval(),
+        ServiceOptions {
+            watch: WatchOptions {
+                progress_interval: config.progress_interval(),
+            },
+            limits: config.limits.clone(),
+            watch_permits: WatchPermits::new(config.limits.max_watch_streams_per_tenant),
+            metrics: Arc::clone(&metrics),
         },
     );
     let (authenticator, reloader) = match &config.auth_tokens {
@@ -86,6 +133,10 @@ async fn serve_store<S: Store>(
         }
         None => (Authenticator::open(), None),
     };
+    let admission = Admission::new(
+        authenticator,
+        RateLimiter::new(config.limits.max_requests_per_second),
+    );
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<SessionStoreServer<SessionStoreService<S>>>()
@@ -98,8 +149,33 @@ async fn serve_store<S: Store>(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
-    let local = listener.local_addr().ok();
-    tracing::info!(address = ?local, database = %redact_url(&config.database.database_url), "sessionstore serving");
+    let mut builder = tonic::transport::Server::builder();
+    let tls_enabled = listeners.tls.is_some();
+    if let Some(tls) = listeners.tls {
+        builder = builder
+            .tls_config(tls)
+            .context("the TLS certificate, key or client CA is not usable")?;
+    }
+    let metrics_server = match listeners.metrics {
+        Some(listener) => {
+            let address = listener.local_addr().ok();
+            tracing::info!(address = ?address, "metrics serving at /metrics");
+            Some(tokio::spawn(metrics::serve_http(
+                listener,
+                Arc::clone(&metrics),
+            )))
+        }
+        None => None,
+    };
+
+    let local = listeners.grpc.local_addr().ok();
+    tracing::info!(
+        address = ?local,
+        tls = tls_enabled,
+        client_certificates = config.tls.tls_client_ca.is_some(),
+        database = %redact_url(&config.database.database_url),
+        "sessionstore serving"
+    );
 
     let (stop_sweeper, sweeper_closing) = tokio::sync::watch::channel(false);
     let sweeper = tokio::spawn(sweep::run(
@@ -122,7 +198,8 @@ async fn serve_store<S: Store>(
             .await;
         stopping_hub.close();
     };
-    let result = tonic::transport::Server::builder()
+    let result = builder
+        .layer(MetricsLayer(Arc::clone(&metrics)))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -130,15 +207,18 @@ async fn serve_store<S: Store>(
             SessionStoreServer::new(service)
                 .max_decoding_message_size(config.max_request_bytes)
                 .max_encoding_message_size(usize::MAX),
-            authenticator,
+            admission,
         ))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), signal)
         .await;
     // Usually stopped by the signal already; this covers a failed server.
     sweeper.abort();
     let _ = sweeper.await;
     if let Some(reloader) = reloader {
         reloader.abort();
+    }
+    if let Some(metrics_server) = metrics_server {
+        metrics_server.abort();
     }
     store.close().await;
     tracing::info!("sessionstore stopped");

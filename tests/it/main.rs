@@ -12,6 +12,7 @@ mod core;
 mod crash;
 mod history;
 mod large;
+mod ops;
 mod replicas;
 mod runs;
 mod watch;

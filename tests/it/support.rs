@@ -110,6 +110,8 @@ impl Drop for PgDatabase {
 /// A running server; shut down (gracefully) on drop.
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// Where `/metrics` is served, when the configuration asked for it.
+    pub metrics_addr: Option<SocketAddr>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     _dir: Option<tempfile::TempDir>,
@@ -148,22 +150,36 @@ impl TestServer {
             sweep_interval_ms: 1_000,
             auth_tokens: None,
             insecure_no_auth: false,
+            tls: Default::default(),
+            limits: Default::default(),
+            telemetry: Default::default(),
         };
         tweak(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
+        let metrics = match &config.telemetry.metrics_listen {
+            Some(address) => Some(
+                tokio::net::TcpListener::bind(address)
+                    .await
+                    .expect("bind metrics"),
+            ),
+            None => None,
+        };
+        let metrics_addr = metrics.as_ref().map(|l| l.local_addr().expect("addr"));
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(sessionstore_server::server::serve(
+        let task = tokio::spawn(sessionstore_server::server::serve_with_metrics(
             config,
             listener,
+            metrics,
             async {
                 let _ = rx.await;
             },
         ));
         TestServer {
             addr,
+            metrics_addr,
             shutdown: Some(tx),
             task: Some(task),
             _dir: dir,
@@ -564,4 +580,23 @@ pub async fn kill_listeners(conn: &mut sqlx::PgConnection, database: &str) -> us
     .await
     .expect("terminate LISTEN backends");
     killed.into_iter().filter(|k| *k).count()
+}
+
+// ---------------------------------------------------------------------------
+// Bearer tokens
+
+/// One `--auth-tokens` file line: `TENANT SHA256_HEX` of `token`.
+pub fn token_line(tenant: &str, token: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(token.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{tenant} {hex}\n")
+}
+
+/// A request carrying `authorization: Bearer TOKEN`.
+pub fn authed<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let value = format!("Bearer {token}").parse().expect("header value");
+    request.metadata_mut().insert("authorization", value);
+    request
 }

@@ -133,6 +133,7 @@ impl Control {
                 if value.len() > MAX_STATE_VALUE_LEN {
                     return Err(Error::LimitExceeded {
                         field: "value".into(),
+                        limit: "max_state_value_bytes",
                         description: format!(
                             "must be at most {MAX_STATE_VALUE_LEN} bytes; state is for small entries"
                         ),
@@ -201,6 +202,7 @@ pub fn validate_delta(run_id: &str, index: i64, content: Option<&DeltaContent>) 
     if size > MAX_DELTA_BYTES {
         return Err(Error::LimitExceeded {
             field: "text".into(),
+            limit: "max_delta_bytes",
             description: format!("a delta must be at most {MAX_DELTA_BYTES} bytes"),
         });
     }

@@ -57,9 +57,20 @@ pub enum Error {
         actual: i64,
     },
 
-    /// A request is over a configured limit.
+    /// A request is over a limit; `limit` names it (as its flag, in snake case).
     #[error("{field}: {description}")]
-    LimitExceeded { field: String, description: String },
+    LimitExceeded {
+        field: String,
+        limit: &'static str,
+        description: String,
+    },
+
+    /// The tenant is over its request rate.
+    #[error("over the tenant's request rate of {per_second}/s (--max-requests-per-second); retry in {} ms", retry_after.as_millis().max(1))]
+    RateLimited {
+        per_second: u64,
+        retry_after: std::time::Duration,
+    },
 
     /// Missing or wrong credentials.
     #[error("unauthenticated: {0}")]

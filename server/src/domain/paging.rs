@@ -5,20 +5,17 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use super::{Error, Result};
 
-/// The page size when a request asks for 0.
+/// The page size when a request asks for 0 (or the maximum, if smaller).
 pub const DEFAULT_PAGE_SIZE: usize = 50;
-/// The largest page served; larger requests are clamped.
-pub const MAX_PAGE_SIZE: usize = 1000;
 
-/// Applies AIP-158: 0 means the default, above the maximum means the
-/// maximum, negative is invalid.
-pub fn page_size(requested: i32) -> Result<usize> {
+/// Applies AIP-158: 0 means the default, above `max` (the server's
+/// `--max-page-size`) means `max`, negative is invalid.
+pub fn page_size(requested: i32, max: usize) -> Result<usize> {
+    let max = max.max(1);
     match requested {
         n if n < 0 => Err(Error::invalid("page_size", "must not be negative")),
-        0 => Ok(DEFAULT_PAGE_SIZE),
-        n => Ok(usize::try_from(n)
-            .unwrap_or(MAX_PAGE_SIZE)
-            .min(MAX_PAGE_SIZE)),
+        0 => Ok(DEFAULT_PAGE_SIZE.min(max)),
+        n => Ok(usize::try_from(n).unwrap_or(max).min(max)),
     }
 }
 
@@ -65,10 +62,11 @@ mod tests {
 
     #[test]
     fn page_sizes_follow_aip_158() {
-        assert_eq!(page_size(0).ok(), Some(50));
-        assert_eq!(page_size(7).ok(), Some(7));
-        assert_eq!(page_size(5000).ok(), Some(1000));
-        assert!(page_size(-1).is_err());
+        assert_eq!(page_size(0, 1000).ok(), Some(50));
+        assert_eq!(page_size(7, 1000).ok(), Some(7));
+        assert_eq!(page_size(5000, 1000).ok(), Some(1000));
+        assert_eq!(page_size(0, 10).ok(), Some(10));
+        assert!(page_size(-1, 1000).is_err());
     }
 
     #[test]

@@ -13,6 +13,8 @@ use sessionstore_client::v1::session_store_server::SessionStore as SessionStoreR
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
+use crate::admission::WatchPermits;
+use crate::config::LimitsConfig;
 use crate::domain::control::{check_state_key, require_run_id, validate_delta};
 use crate::domain::paging::{decode_token, encode_token, page_size, token_int};
 use crate::domain::session::require_session_id;
@@ -20,9 +22,11 @@ use crate::domain::{
     Control, Controlled, Ephemeral, EphemeralKind, Error, Fork, Message, NewExchange, NewSession,
     Result, Role, SessionCursor, SessionPatch, SessionQuery, Timestamp,
 };
+use crate::metrics::Metrics;
 use crate::store::{ExportStart, SearchQuery, Store};
 use crate::watch::{self, Hub, WatchItem, WatchOptions, WatchRequest};
 
+mod limits;
 mod transcript;
 
 pub mod convert;
@@ -56,15 +60,24 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 pub struct SessionStoreService<S> {
     store: S,
     hub: Arc<Hub>,
-    watch_options: WatchOptions,
+    options: ServiceOptions,
+}
+
+/// How the service behaves, beyond its store.
+#[derive(Clone)]
+pub struct ServiceOptions {
+    pub watch: WatchOptions,
+    pub limits: LimitsConfig,
+    pub watch_permits: Arc<WatchPermits>,
+    pub metrics: Arc<Metrics>,
 }
 
 impl<S: Store> SessionStoreService<S> {
-    pub fn new(store: S, hub: Arc<Hub>, watch_options: WatchOptions) -> Self {
+    pub fn new(store: S, hub: Arc<Hub>, options: ServiceOptions) -> Self {
         SessionStoreService {
             store,
             hub,
-            watch_options,
+            options,
         }
     }
 }
@@ -148,6 +161,12 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         let span = span("CreateSession", &req.session_id);
         async {
+            limits::check_history(
+                &self.options.limits,
+                "initial_history",
+                &req.initial_history,
+            )?;
+            limits::check_metadata(&self.options.limits, "metadata", &req.metadata)?;
             let new = NewSession {
                 id: (!req.session_id.is_empty()).then_some(req.session_id),
                 title: req.title,
@@ -188,7 +207,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
         async {
-            let limit = page_size(req.page_size)?;
+            let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
             let after = match decode_token("sessions", &req.page_token, 3)? {
                 None => None,
                 Some(parts) => {
@@ -275,6 +294,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 patch.system_prompt = Some(session.system_prompt);
             }
             if wants("metadata") {
+                limits::check_metadata(&self.options.limits, "session.metadata", &session.metadata)?;
                 patch.metadata = Some(session.metadata);
             }
             if wants("summary_message_id") {
@@ -316,6 +336,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let span = span("AppendExchange", &req.session_id);
         async {
             require_session_id("session_id", &req.session_id)?;
+            limits::check_exchange(&self.options.limits, &req)?;
             let exchange = NewExchange {
                 session_id: req.session_id,
                 messages: convert::messages_from_pb(req.messages, "messages")?,
@@ -331,6 +352,9 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             };
             exchange.validate()?;
             let (revision, appended) = self.store.append_exchange(&tenant, exchange).await?;
+            self.options
+                .metrics
+                .exchange_appended(appended.messages.len());
             Ok(Response::new(convert::append_response_to_pb(
                 revision, appended,
             )))
@@ -380,7 +404,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         async {
             require_session_id("session_id", &req.session_id)?;
-            let limit = page_size(req.page_size)?;
+            let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
             if req.after_sequence.is_some_and(|a| a < -1) {
                 return Err(Error::invalid("after_sequence", "must be at least -1"));
             }
@@ -415,7 +439,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         async {
             require_session_id("session_id", &req.session_id)?;
-            let limit = page_size(req.page_size)?;
+            let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
             let after = session_cursor("calls", &req.page_token, &req.session_id)?.unwrap_or(0);
             let session = self.store.resolve(&tenant, &req.session_id).await?;
             let mut calls = self
@@ -452,22 +476,28 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 return Err(Error::invalid("after_revision", "must not be negative"));
             }
             let session = self.store.resolve(&tenant, &req.session_id).await?;
+            let permit = self.options.watch_permits.acquire(&tenant)?;
             let request = WatchRequest {
                 after_revision: req.after_revision,
                 include_active_deltas: req.include_active_deltas,
             };
-            watch::watch(
+            let events = watch::watch(
                 self.store.clone(),
                 Arc::clone(&self.hub),
                 session,
                 request,
-                self.watch_options,
-            )
+                self.options.watch,
+            )?;
+            Ok((events, permit))
         }
         .instrument(span)
         .await?;
-        let stream = events.map(|item| {
+        let (events, permit) = events;
+        // Both live exactly as long as the stream.
+        let held = (permit, self.options.metrics.watch_stream());
+        let stream = events.map(move |item| {
             use pb::session_event::Event;
+            let _held = &held;
             match item {
                 Ok(WatchItem::Event(event)) => Ok(convert::event_to_pb(&event)),
                 Ok(WatchItem::CaughtUp { revision }) => Ok(convert::marker_to_pb(
@@ -606,6 +636,9 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         let session_id = req.session_id.clone();
         unary("EditMessage", &session_id, async {
+            if let Some(message) = &req.message {
+                limits::check_message(&self.options.limits, "message", message)?;
+            }
             let control = Control::Edit {
                 message_id: req.message_id,
                 message: convert::message_from_pb_field(req.message, "message")?,
@@ -750,7 +783,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         unary("ListState", &req.session_id, async {
             require_session_id("session_id", &req.session_id)?;
-            let limit = page_size(req.page_size)?;
+            let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
             let after = match decode_token("state", &req.page_token, 2)? {
                 None => None,
                 Some(parts) if parts[0] != req.session_id => {
@@ -831,7 +864,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                     format!("must hold at most {MAX_SEARCH_WORDS} words"),
                 ));
             }
-            let limit = page_size(req.page_size)?;
+            let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
             let offset = match decode_token("search", &req.page_token, 3)? {
                 None => 0,
                 Some(parts) if parts[0] != req.query || parts[1] != req.user => {

@@ -103,9 +103,30 @@ impl From<Error> for Status {
                     ],
                 ),
             ),
-            Error::LimitExceeded { field, description } => {
-                let mut details = info("LIMIT_EXCEEDED", &[("field", field.clone())]);
+            Error::LimitExceeded {
+                field,
+                limit,
+                description,
+            } => {
+                let mut details = info(
+                    "LIMIT_EXCEEDED",
+                    &[("field", field.clone()), ("limit", limit.to_owned())],
+                );
                 details.add_bad_request_violation(field, description);
+                (Code::ResourceExhausted, details)
+            }
+            Error::RateLimited {
+                per_second,
+                retry_after,
+            } => {
+                let mut details = info(
+                    "RATE_LIMITED",
+                    &[
+                        ("limit", "max_requests_per_second".to_owned()),
+                        ("per_second", per_second.to_string()),
+                    ],
+                );
+                details.set_retry_info(Some(retry_after));
                 (Code::ResourceExhausted, details)
             }
             Error::Unauthenticated(_) => (Code::Unauthenticated, info("UNAUTHENTICATED", &[])),

@@ -335,6 +335,9 @@ pub trait Store: Clone + Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<u64>> + Send;
 
+    /// The connection pool's figures, for metrics.
+    fn pool_status(&self) -> crate::metrics::PoolStatus;
+
     /// Finishes queued writes and closes the database.
     fn close(&self) -> impl Future<Output = ()> + Send;
 }

@@ -1111,6 +1111,7 @@ impl Tx<'_> {
             if entries >= control::MAX_STATE_ENTRIES {
                 return Err(Error::LimitExceeded {
                     field: "key".into(),
+                    limit: "max_state_entries",
                     description: format!(
                         "the session already holds {} state entries, the most allowed",
                         control::MAX_STATE_ENTRIES

@@ -530,6 +530,19 @@ impl Store for SqlStore {
         }
     }
 
+    fn pool_status(&self) -> crate::metrics::PoolStatus {
+        let pool = &self.inner.pool;
+        crate::metrics::PoolStatus {
+            connections: pool.size(),
+            idle: pool.num_idle(),
+            max: pool.options().get_max_connections(),
+            queued_writes: match &self.inner.writes {
+                WritePath::Queue(queue) => Some(queue.max_capacity() - queue.capacity()),
+                WritePath::Direct => None,
+            },
+        }
+    }
+
     async fn close(&self) {
         self.inner.closing.send_replace(true);
         if let WritePath::Queue(queue) = &self.inner.writes {
