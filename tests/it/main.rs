@@ -15,4 +15,5 @@ mod large;
 mod ops;
 mod replicas;
 mod runs;
+mod tenancy;
 mod watch;
