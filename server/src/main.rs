@@ -3,24 +3,39 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use sessionstore_server::config::{Cli, Command, LogFormat, ServeConfig};
+use sessionstore_server::config::{Cli, Command, ServeConfig, TelemetryConfig};
 use sessionstore_server::{server, telemetry};
 
 fn main() -> ExitCode {
     let command = Cli::parse()
         .command
         .unwrap_or_else(|| Command::Serve(Box::new(ServeConfig::from_env())));
-    let log_format = match &command {
-        Command::Serve(config) => config.telemetry.log_format,
-        Command::Migrate(_) => LogFormat::Text,
-    };
-    telemetry::init(log_format);
-
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
-            tracing::error!(%error, "cannot start the async runtime");
+            #[allow(clippy::print_stderr, reason = "nothing to log with yet")]
+            {
+                eprintln!("sessionstore: cannot start the async runtime: {error}");
+            }
             return ExitCode::FAILURE;
+        }
+    };
+    let telemetry_config = match &command {
+        Command::Serve(config) => config.telemetry.clone(),
+        Command::Migrate(_) => TelemetryConfig::default(),
+    };
+    let telemetry = {
+        // The OTLP exporter starts its connection on the runtime.
+        let _runtime = runtime.enter();
+        match telemetry::init(&telemetry_config) {
+            Ok(telemetry) => telemetry,
+            Err(error) => {
+                #[allow(clippy::print_stderr, reason = "logging is what failed")]
+                {
+                    eprintln!("sessionstore: {error:#}");
+                }
+                return ExitCode::FAILURE;
+            }
         }
     };
     let result = runtime.block_on(async {
@@ -29,13 +44,18 @@ fn main() -> ExitCode {
             Command::Serve(config) => run(*config).await,
         }
     });
-    match result {
+    let code = match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error:#}");
             ExitCode::FAILURE
         }
+    };
+    {
+        let _runtime = runtime.enter();
+        drop(telemetry);
     }
+    code
 }
 
 async fn run(config: ServeConfig) -> anyhow::Result<()> {

@@ -677,3 +677,133 @@ async fn logs_are_json_when_asked() {
     );
     assert!(serving["timestamp"].is_string(), "{serving}");
 }
+
+mod collector {
+    //! A stand-in OTLP collector: the real protocol, spans forwarded to the test.
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService;
+    use opentelemetry_proto::tonic::collector::trace::v1::{
+        ExportTraceServiceRequest, ExportTraceServiceResponse,
+    };
+    use tokio::sync::mpsc::UnboundedSender;
+
+    pub struct Collector(pub UnboundedSender<ExportTraceServiceRequest>);
+
+    #[tonic::async_trait]
+    impl TraceService for Collector {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportTraceServiceRequest>,
+        ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+            let _ = self.0.send(request.into_inner());
+            Ok(tonic::Response::new(ExportTraceServiceResponse {
+                partial_success: None,
+            }))
+        }
+    }
+}
+
+/// With `--otlp-endpoint`, each call's `rpc` span (method, session id)
+/// reaches an OTLP collector, from a service named `sessionstore`.
+#[tokio::test]
+async fn traces_reach_an_otlp_collector() {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+
+    let (spans, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let collector_addr = listener.local_addr().unwrap();
+    let (stop_collector, collector_stopping) = tokio::sync::oneshot::channel::<()>();
+    let collector = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(collector::Collector(spans)))
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                async {
+                    let _ = collector_stopping.await;
+                },
+            ),
+    );
+
+    let mut child = Command::new(sessionstore_binary())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--database-url", "sqlite::memory:"])
+        .args(["--otlp-endpoint", &format!("http://{collector_addr}")])
+        .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+        .env_remove("SESSIONSTORE_LOG_FORMAT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let port = tokio::task::spawn_blocking(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        loop {
+            let line = lines.next().expect("the server exited").unwrap();
+            if line.contains("sessionstore serving") {
+                let start = line.find("127.0.0.1:").unwrap() + "127.0.0.1:".len();
+                let digits: String = line[start..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                // Keep draining so the server never blocks on a full pipe.
+                std::thread::spawn(move || for _ in lines {});
+                break digits.parse::<u16>().unwrap();
+            }
+        }
+    })
+    .await
+    .unwrap();
+
+    let mut client = crate::support::connect(&format!("http://127.0.0.1:{port}")).await;
+    let missing = client
+        .get_session(pb::GetSessionRequest {
+            session_id: "traced-session".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+
+    let string = |value: &Option<opentelemetry_proto::tonic::common::v1::AnyValue>| match value
+        .as_ref()
+        .and_then(|v| v.value.as_ref())
+    {
+        Some(Value::StringValue(s)) => s.clone(),
+        _ => String::new(),
+    };
+    let found = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(export) = received.recv().await {
+            for resource_spans in export.resource_spans {
+                let service = resource_spans
+                    .resource
+                    .iter()
+                    .flat_map(|r| &r.attributes)
+                    .find(|kv| kv.key == "service.name")
+                    .map(|kv| string(&kv.value))
+                    .unwrap_or_default();
+                for span in resource_spans.scope_spans.into_iter().flat_map(|s| s.spans) {
+                    let attribute = |key: &str| {
+                        span.attributes
+                            .iter()
+                            .find(|kv| kv.key == key)
+                            .map(|kv| string(&kv.value))
+                    };
+                    if span.name == "rpc"
+                        && attribute("method").as_deref() == Some("GetSession")
+                        && attribute("session_id").as_deref() == Some("traced-session")
+                    {
+                        return service;
+                    }
+                }
+            }
+        }
+        panic!("the collector stopped");
+    })
+    .await
+    .expect("no rpc span reached the collector within 30 s");
+    assert_eq!(found, "sessionstore");
+
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = stop_collector.send(());
+    let _ = collector.await;
+}
