@@ -160,6 +160,11 @@ async fn commit_batch(pool: &AnyPool, sink: &dyn CommitSink, jobs: Vec<Job>) {
     };
     let mut results = Vec::with_capacity(jobs.len());
     for job in jobs {
+        if job.reply.is_closed() {
+            // The caller is gone (its deadline passed, or it cancelled)
+            // before its write began: nobody will hear of it, so skip it.
+            continue;
+        }
         match apply_in_savepoint(&mut tx, &job.tenant, job.op).await {
             Ok(result) => results.push((job.reply, result)),
             Err(broken) => {
