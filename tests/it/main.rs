@@ -13,6 +13,7 @@ mod crash;
 mod history;
 mod large;
 mod ops;
+mod python;
 mod replicas;
 mod runs;
 mod tenancy;

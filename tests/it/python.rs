@@ -1,0 +1,113 @@
+//! The proto stays usable outside Rust: a Python client generated from
+//! `proto/` with grpcio-tools runs a short scenario against a real server.
+//! The virtualenv lives in the target directory and is made once. Without
+//! Python the test says loudly that it was skipped, unless
+//! `SESSIONSTORE_REQUIRE_PYTHON` is set (as `.ci/run` does).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::{Backend, TestServer};
+
+const PACKAGES: [&str; 3] = [
+    "grpcio>=1.60,<2",
+    "grpcio-tools>=1.60,<2",
+    "googleapis-common-protos>=1.60,<2",
+];
+
+fn run(command: &mut Command, what: &str) {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The venv's python, made (once) with the packages installed.
+fn venv() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-grpc");
+    let python = root.join("bin/python");
+    let ready = root.join(".installed");
+    if ready.exists() {
+        return Some(python);
+    }
+    let have_python = Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_python {
+        if std::env::var_os("SESSIONSTORE_REQUIRE_PYTHON").is_some() {
+            panic!("python3 is required (SESSIONSTORE_REQUIRE_PYTHON) but not found");
+        }
+        eprintln!(
+            "\n!!! SKIPPED python::generated_python_client_runs_a_scenario: no python3.\n!!! Install Python 3 with venv to check the proto from Python.\n"
+        );
+        return None;
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    run(
+        Command::new("python3").args(["-m", "venv"]).arg(&root),
+        "python3 -m venv",
+    );
+    run(
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(PACKAGES),
+        "pip install grpcio grpcio-tools googleapis-common-protos",
+    );
+    std::fs::write(&ready, PACKAGES.join("\n")).unwrap();
+    Some(python)
+}
+
+#[tokio::test]
+async fn generated_python_client_runs_a_scenario() {
+    let Some(python) = tokio::task::spawn_blocking(venv).await.unwrap() else {
+        return;
+    };
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let generated = tempfile::tempdir().unwrap();
+    run(
+        Command::new(&python)
+            .args(["-m", "grpc_tools.protoc", "-I"])
+            .arg(workspace.join("proto"))
+            .arg(format!("--python_out={}", generated.path().display()))
+            .arg(format!("--grpc_python_out={}", generated.path().display()))
+            .args([
+                "sessionstore/v1/messages.proto",
+                "sessionstore/v1/sessionstore.proto",
+            ]),
+        "grpc_tools.protoc",
+    );
+
+    let server = TestServer::start(Backend::Memory).await;
+    let address = server.addr.to_string();
+    let scenario = workspace.join("tests/python/scenario.py");
+    let output = tokio::process::Command::new(&python)
+        .arg(&scenario)
+        .arg(generated.path())
+        .arg(&address)
+        .output()
+        .await
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "the Python scenario failed:\n{said}"
+    );
+    assert!(said.contains("python scenario ok"), "{said}");
+    server.stop().await.unwrap();
+}
