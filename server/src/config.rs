@@ -125,9 +125,9 @@ pub struct TlsConfig {
 /// RESOURCE_EXHAUSTED naming the flag.
 #[derive(Clone, Debug, Args)]
 pub struct LimitsConfig {
-    /// Most messages one AppendExchange may carry (messages, full_history
-    /// and response_messages together), and most in a CreateSession's
-    /// initial_history.
+    /// Most new messages one AppendExchange may carry (messages and
+    /// response_messages; a full_history or initial_history is a whole
+    /// conversation, bounded by --max-request-bytes instead).
     #[arg(
         long,
         env = "SESSIONSTORE_MAX_MESSAGES_PER_EXCHANGE",

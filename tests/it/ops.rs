@@ -297,12 +297,12 @@ async fn limits_name_themselves_and_write_nothing(backend: Backend) {
     let refused = client
         .create_session(pb::CreateSessionRequest {
             session_id: "long".into(),
-            initial_history: vec![user("1"), user("2"), user("3"), user("4")],
+            initial_history: vec![user("1"), user("2"), big.clone()],
             ..Default::default()
         })
         .await
         .unwrap_err();
-    assert_limit(&refused, "max_messages_per_exchange", "initial_history");
+    assert_limit(&refused, "max_message_bytes", "initial_history[2]");
     let refused = client
         .update_session(pb::UpdateSessionRequest {
             session: Some(pb::Session {

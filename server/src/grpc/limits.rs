@@ -45,19 +45,10 @@ pub fn check_exchange(limits: &LimitsConfig, request: &pb::AppendExchangeRequest
     Ok(())
 }
 
-/// Checks a history given whole (CreateSession's `initial_history`).
+/// Checks a history given whole (CreateSession's `initial_history`, a
+/// rehydrated conversation): each message, not their number, which the
+/// request size bounds.
 pub fn check_history(limits: &LimitsConfig, field: &str, messages: &[pb::Message]) -> Result<()> {
-    if messages.len() > limits.max_messages_per_exchange {
-        return Err(exceeded(
-            field,
-            "max_messages_per_exchange",
-            format!(
-                "holds {} messages; the most allowed is {} (--max-messages-per-exchange)",
-                messages.len(),
-                limits.max_messages_per_exchange
-            ),
-        ));
-    }
     check_each(limits, field, messages)
 }
 
