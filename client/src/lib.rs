@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
 
 /// The generated `sessionstore.v1` messages, client stub and (with the
 /// `server` feature) server trait.
@@ -7,9 +8,20 @@ pub mod v1 {
     tonic::include_proto!("sessionstore.v1");
 }
 
+mod client;
+mod error;
+mod requests;
+mod retry;
+mod watch;
+
 /// The encoded `FileDescriptorSet` of the `sessionstore.v1` protos, for
 /// gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/sessionstore_descriptor.bin"));
 
+pub use client::{BearerAuth, BoxStream, Client, ClientBuilder, RawClient};
+pub use error::{Error, Result};
+pub use requests::{Exchange, ExportHistory, ListSessions, NewSession};
+pub use retry::RetryPolicy;
 pub use v1::session_store_client::SessionStoreClient;
+pub use watch::SessionEvents;

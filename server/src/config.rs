@@ -19,6 +19,8 @@ pub enum Command {
     Serve(Box<ServeConfig>),
     /// Apply the database migrations and exit.
     Migrate(DatabaseConfig),
+    /// Look at and manage sessions on a running server (`--server URL`).
+    Sessions(crate::cli::SessionsArgs),
 }
 
 /// Where the data lives.

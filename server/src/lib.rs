@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod grpc;

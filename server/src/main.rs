@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 use sessionstore_server::config::{Cli, Command, ServeConfig, TelemetryConfig};
-use sessionstore_server::{server, telemetry};
+use sessionstore_server::{cli, server, telemetry};
 
 fn main() -> ExitCode {
     let command = Cli::parse()
@@ -20,9 +20,25 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let command = match command {
+        // A command for people: its output is the point, not logs.
+        Command::Sessions(args) => {
+            return match runtime.block_on(cli::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    #[allow(clippy::print_stderr, reason = "the command's own error report")]
+                    {
+                        eprintln!("sessionstore: {error:#}");
+                    }
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        other => other,
+    };
     let telemetry_config = match &command {
         Command::Serve(config) => config.telemetry.clone(),
-        Command::Migrate(_) => TelemetryConfig::default(),
+        Command::Migrate(_) | Command::Sessions(_) => TelemetryConfig::default(),
     };
     let telemetry = {
         // The OTLP exporter starts its connection on the runtime.
@@ -42,6 +58,7 @@ fn main() -> ExitCode {
         match command {
             Command::Migrate(database) => server::migrate(&database.database_url).await,
             Command::Serve(config) => run(*config).await,
+            Command::Sessions(_) => Ok(()),
         }
     });
     let code = match result {

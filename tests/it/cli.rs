@@ -119,3 +119,180 @@ fn assert_core_tables(tables: &[String]) {
         );
     }
 }
+
+mod sessions {
+    //! `sessionstore sessions …` against a real server.
+
+    use std::process::Stdio;
+
+    use sessionstore_client::v1 as pb;
+    use tokio::io::{AsyncBufReadExt as _, BufReader};
+    use tonic::Code;
+
+    use crate::support::{
+        Backend, TestServer, all_messages, create, exchange_request, sessionstore_binary,
+    };
+
+    async fn sessions(server: &TestServer, args: &[&str]) -> (bool, String, String) {
+        let output = tokio::process::Command::new(sessionstore_binary())
+            .arg("sessions")
+            .args(["--server", &server.endpoint()])
+            .args(args)
+            .env("NO_COLOR", "1")
+            .output()
+            .await
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn list_show_export_import_delete() {
+        let server = TestServer::start(Backend::File).await;
+        let mut client = server.client().await;
+        create(&mut client, "cli-1").await;
+        let mut exchange = exchange_request("cli-1", "What is 2+2?", "4");
+        exchange.response_messages[0].content_blocks = vec![pb::ContentBlock {
+            block: Some(pb::content_block::Block::Thinking(pb::ThinkingBlock {
+                thinking: "adding".into(),
+                signature: "c2lnbmVk".into(),
+            })),
+        }];
+        exchange.messages[0]
+            .metadata
+            .insert("lang".into(), "en".into());
+        client.append_exchange(exchange).await.unwrap();
+
+        let (ok, table, err) = sessions(&server, &["list"]).await;
+        assert!(ok, "{err}");
+        let mut lines = table.lines();
+        let header = lines.next().unwrap();
+        for column in ["ID", "TITLE", "USER", "MESSAGES", "COST", "UPDATED"] {
+            assert!(header.contains(column), "{table}");
+        }
+        let row = lines.next().unwrap();
+        for value in ["cli-1", "title of cli-1", "alice", "2", "$0.000042"] {
+            assert!(row.contains(value), "{value} missing from {row:?}");
+        }
+
+        let (ok, shown, err) = sessions(&server, &["show", "cli-1"]).await;
+        assert!(ok, "{err}");
+        for part in [
+            "# title of cli-1",
+            "revision  2",
+            "What is 2+2?",
+            "adding",
+            "You are terse.",
+        ] {
+            assert!(shown.contains(part), "{part:?} missing from\n{shown}");
+        }
+        assert!(!shown.contains("\x1b["), "no colour with NO_COLOR");
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("cli-1.json");
+        let (ok, _, err) = sessions(
+            &server,
+            &[
+                "export",
+                "cli-1",
+                "--format",
+                "json",
+                "--output",
+                file.to_str().unwrap(),
+            ],
+        )
+        .await;
+        assert!(ok, "{err}");
+        let (ok, imported, err) = sessions(
+            &server,
+            &["import", file.to_str().unwrap(), "--id", "cli-2"],
+        )
+        .await;
+        assert!(ok, "{err}");
+        assert!(
+            imported.contains("imported cli-2: 2 messages"),
+            "{imported}"
+        );
+        let original: Vec<_> = all_messages(&mut client, "cli-1")
+            .await
+            .into_iter()
+            .map(|m| m.message)
+            .collect();
+        let copy: Vec<_> = all_messages(&mut client, "cli-2")
+            .await
+            .into_iter()
+            .map(|m| m.message)
+            .collect();
+        assert_eq!(copy, original, "the JSON export re-imports losslessly");
+        let copied = crate::support::get(&mut client, "cli-2").await;
+        assert_eq!(copied.system_prompt, "You are terse.");
+        assert_eq!(copied.title, "title of cli-1");
+
+        let (ok, markdown, err) =
+            sessions(&server, &["export", "cli-1", "--format", "markdown"]).await;
+        assert!(ok, "{err}");
+        assert!(markdown.starts_with("# title of cli-1"), "{markdown}");
+        let (ok, openai, err) = sessions(&server, &["export", "cli-1", "--format", "openai"]).await;
+        assert!(ok, "{err}");
+        let openai: serde_json::Value = serde_json::from_str(&openai).unwrap();
+        assert_eq!(openai.as_array().map(Vec::len), Some(3), "{openai}");
+
+        let (ok, said, err) = sessions(&server, &["delete", "cli-2"]).await;
+        assert!(ok, "{err}");
+        assert!(said.contains("deleted cli-2"));
+        let gone = client
+            .get_session(pb::GetSessionRequest {
+                session_id: "cli-2".into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(gone.code(), Code::NotFound);
+
+        let (ok, _, err) = sessions(&server, &["show", "nope"]).await;
+        assert!(!ok, "an unknown session is an error");
+        assert!(err.contains("nope"), "{err}");
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn watch_tails_a_session_until_it_is_deleted() {
+        let server = TestServer::start(Backend::Memory).await;
+        let mut client = server.client().await;
+        create(&mut client, "tail").await;
+        let mut child = tokio::process::Command::new(sessionstore_binary())
+            .args(["sessions", "--server", &server.endpoint(), "watch", "tail"])
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut next = async || lines.next_line().await.unwrap().expect("watch ended early");
+        assert!(next().await.contains("session_created"));
+        assert!(next().await.contains("caught_up"));
+        client
+            .append_exchange(exchange_request("tail", "live question", "live answer"))
+            .await
+            .unwrap();
+        let appended = next().await;
+        assert!(appended.contains("exchange_appended"), "{appended}");
+        assert!(appended.contains("user: live question"), "{appended}");
+        assert!(appended.contains("assistant: live answer"), "{appended}");
+        client
+            .delete_session(pb::DeleteSessionRequest {
+                session_id: "tail".into(),
+            })
+            .await
+            .unwrap();
+        assert!(next().await.contains("session_deleted"));
+        let status = child.wait().await.unwrap();
+        assert!(
+            status.success(),
+            "watch ends cleanly when the session is deleted"
+        );
+        server.stop().await.unwrap();
+    }
+}

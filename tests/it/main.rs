@@ -7,6 +7,7 @@ mod support;
 
 mod auth;
 mod cli;
+mod client;
 mod concurrency;
 mod core;
 mod crash;

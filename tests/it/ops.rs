@@ -362,8 +362,12 @@ async fn limits_name_themselves_and_write_nothing(backend: Backend) {
     server.stop().await.unwrap();
 }
 
-#[tokio::test]
-async fn watch_streams_are_capped_per_tenant() {
+/// A server with tenants `acme` (token `acme-token`) and `zenith`
+/// (`zenith-token`), with limits adjusted by `limits`; keep the directory
+/// (the token file) as long as the server.
+async fn two_tenants(
+    limits: impl FnOnce(&mut sessionstore_server::config::LimitsConfig),
+) -> (TestServer, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     std::fs::write(
@@ -377,9 +381,15 @@ async fn watch_streams_are_capped_per_tenant() {
     .unwrap();
     let server = TestServer::start_on(Storage::new(Backend::Memory).await, move |config| {
         config.auth_tokens = Some(tokens);
-        config.limits.max_watch_streams_per_tenant = 2;
+        limits(&mut config.limits);
     })
     .await;
+    (server, dir)
+}
+
+#[tokio::test]
+async fn watch_streams_are_capped_per_tenant() {
+    let (server, _tokens) = two_tenants(|limits| limits.max_watch_streams_per_tenant = 2).await;
     let mut client = server.client().await;
     for (tenant, token) in [("acme", "acme-token"), ("zenith", "zenith-token")] {
         client
@@ -434,22 +444,7 @@ async fn watch_streams_are_capped_per_tenant() {
 
 #[tokio::test]
 async fn request_rate_is_limited_per_tenant() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens");
-    std::fs::write(
-        &tokens,
-        format!(
-            "{}{}",
-            crate::support::token_line("acme", "acme-token"),
-            crate::support::token_line("zenith", "zenith-token")
-        ),
-    )
-    .unwrap();
-    let server = TestServer::start_on(Storage::new(Backend::Memory).await, move |config| {
-        config.auth_tokens = Some(tokens);
-        config.limits.max_requests_per_second = 5;
-    })
-    .await;
+    let (server, _tokens) = two_tenants(|limits| limits.max_requests_per_second = 5).await;
     let mut client = server.client().await;
     let get = |token: &str| {
         crate::support::authed(

@@ -600,3 +600,109 @@ pub fn authed<T>(message: T, token: &str) -> tonic::Request<T> {
     request.metadata_mut().insert("authorization", value);
     request
 }
+
+// ---------------------------------------------------------------------------
+// The real binary as a child process
+
+/// A `sessionstore serve` child process: the real binary, ready once it
+/// logged `sessionstore serving` with the address it bound. Killed on drop.
+pub struct ServerProcess {
+    pub child: tokio::process::Child,
+    /// The bound port (the one asked for, or the one picked for port 0).
+    pub port: u16,
+    /// Where its log (stdout) is copied.
+    pub log: std::path::PathBuf,
+}
+
+impl ServerProcess {
+    /// Starts `binary` serving `database_url` on `listen` (`127.0.0.1:0`
+    /// for any free port, or `127.0.0.1:PORT` to take a port again after a
+    /// restart) with `extra_args`, and waits for its ready line.
+    pub async fn start(
+        binary: &std::path::Path,
+        database_url: &str,
+        listen: &str,
+        log: std::path::PathBuf,
+        extra_args: &[&str],
+    ) -> ServerProcess {
+        let mut child = tokio::process::Command::new(binary)
+            .args(["serve", "--listen", listen, "--database-url", database_url])
+            .args(extra_args)
+            .env_remove("SESSIONSTORE_AUTH_TOKENS")
+            .env("SESSIONSTORE_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn sessionstore");
+        let output = child.stdout.take().expect("piped stdout");
+        let (ready_tx, ready_rx) = oneshot::channel();
+        tokio::spawn(copy_server_log(output, log.clone(), ready_tx));
+        let port = match tokio::time::timeout(Duration::from_secs(30), ready_rx).await {
+            Ok(Ok(port)) => port,
+            _ => {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!("sessionstore never became ready\n--- server log ---\n{text}");
+            }
+        };
+        ServerProcess { child, port, log }
+    }
+
+    /// `127.0.0.1:PORT`, to `--listen` on again after a restart.
+    pub fn listen_address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub async fn kill(&mut self) {
+        self.child.kill().await.expect("SIGKILL sessionstore");
+    }
+
+    /// SIGTERM (graceful shutdown), and wait for the process to exit.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().expect("sessionstore is running");
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("run kill -TERM");
+        assert!(sent.success(), "kill -TERM {pid} failed");
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("sessionstore exits within 30 s of SIGTERM")
+            .expect("wait for sessionstore")
+    }
+}
+
+/// Copies a server's stdout to `path` and sends the port from its
+/// `sessionstore serving` line.
+async fn copy_server_log(
+    output: tokio::process::ChildStdout,
+    path: std::path::PathBuf,
+    ready: oneshot::Sender<u16>,
+) {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let mut file = tokio::fs::File::create(&path).await.expect("log file");
+    let mut lines = tokio::io::BufReader::new(output).lines();
+    let mut ready = Some(ready);
+    while let Ok(Some(line)) = lines.next_line().await {
+        let _ = file.write_all(format!("{line}\n").as_bytes()).await;
+        let _ = file.flush().await;
+        if line.contains("sessionstore serving")
+            && let Some((_, rest)) = line.split_once("127.0.0.1:")
+            && let Ok(port) = rest
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse::<u16>()
+            && let Some(ready) = ready.take()
+        {
+            let _ = ready.send(port);
+        }
+    }
+}

@@ -240,7 +240,7 @@ fn text_part(text: &str) -> Value {
 }
 
 /// RFC 3339 in UTC, to the second (`1970-01-01T00:00:00Z`).
-fn rfc3339(time: Timestamp) -> String {
+pub fn rfc3339(time: Timestamp) -> String {
     let seconds = time.0.div_euclid(1_000_000);
     let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
     let (year, month, day) = civil_from_days(days);

@@ -1,0 +1,316 @@
+//! [`SessionEvents`]: a `WatchSession` stream that outlives connections and
+//! server restarts, delivering every revision once and in order.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::Stream;
+use tonic::{Code, Status};
+
+use crate::client::RawClient;
+use crate::error::{Error, Result};
+use crate::retry::RetryPolicy;
+use crate::v1;
+use crate::v1::session_event::Event;
+
+/// How a watch connects and reconnects.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WatchSettings {
+    pub(crate) open_timeout: Option<Duration>,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) retry: RetryPolicy,
+}
+
+/// The events of one session, from [`Client::watch`](crate::Client::watch):
+/// a [`Stream`] of [`v1::SessionEvent`]s that resumes by itself.
+///
+/// **Revisions: exactly once, in order.** When the stream fails with a
+/// transient error (`UNAVAILABLE`, including the server's `SHUTTING_DOWN`;
+/// a broken or reset connection; a rate limit; nothing received for the
+/// idle timeout) or ends without `session_deleted` (a server shutting down
+/// gracefully), it reconnects with capped exponential backoff and asks for
+/// the events after the last revision it delivered. A revision it already
+/// delivered is never delivered again, so a caller sees each revision
+/// once, in increasing order. (Revisions may skip numbers only where the
+/// server's log does: a session deleted while the stream was still
+/// replaying jumps to `session_deleted`.)
+///
+/// **Markers.** `caught_up` is delivered once, after the first replay;
+/// after a reconnect the events that happened meanwhile simply follow.
+/// `progress` (the server's keep-alive on an idle stream) is passed on
+/// as-is.
+///
+/// **Deltas are best effort.** Ephemeral `delta` and `run_discarded`
+/// events carry the current revision without making one. Those published
+/// while the stream was reconnecting are lost (with
+/// `include_active_deltas` the new stream re-sends each open run's
+/// buffered deltas, and the stream drops the ones it already delivered);
+/// the committed `exchange_appended` that ends a run is never lost.
+///
+/// **The end.** `session_deleted` is the last item. A permanent error
+/// (e.g. [`Error::NotFound`] — also when the session was deleted while
+/// the stream was disconnected —, [`Error::Unauthenticated`],
+/// [`Error::RevisionOutOfRange`]), or more failed reconnections in a row
+/// than the client's watch [`RetryPolicy`] allows, is delivered as the
+/// last item.
+///
+/// ```no_run
+/// use futures_util::StreamExt as _;
+/// use sessionstore_client::Client;
+///
+/// # async fn demo(client: Client) -> Result<(), sessionstore_client::Error> {
+/// // Resume where a previous run of this process stopped.
+/// let saved_revision = 0;
+/// let mut events = client.watch("ses_1", saved_revision);
+/// while let Some(event) = events.next().await {
+///     let event = event?;
+///     println!("{} at revision {}", event.kind(), event.revision);
+/// }
+/// println!("stopped after revision {}", events.last_revision());
+/// # Ok(()) }
+/// ```
+pub struct SessionEvents {
+    inner: Pin<Box<dyn Stream<Item = Result<v1::SessionEvent>> + Send>>,
+    last_revision: Arc<AtomicI64>,
+    reconnects: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for SessionEvents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionEvents")
+            .field("last_revision", &self.last_revision())
+            .field("reconnects", &self.reconnects())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionEvents {
+    pub(crate) fn start(
+        raw: RawClient,
+        request: v1::WatchSessionRequest,
+        settings: WatchSettings,
+    ) -> SessionEvents {
+        let last_revision = Arc::new(AtomicI64::new(request.after_revision));
+        let reconnects = Arc::new(AtomicU64::new(0));
+        let watcher = Watcher {
+            raw,
+            last: request.after_revision,
+            request,
+            settings,
+            stream: None,
+            wait: None,
+            failures: 0,
+            opened: false,
+            caught_up_sent: false,
+            deltas: HashMap::new(),
+            done: false,
+            shared_last: Arc::clone(&last_revision),
+            reconnects: Arc::clone(&reconnects),
+        };
+        let inner = futures_util::stream::unfold(watcher, |mut watcher| async move {
+            let item = watcher.next().await?;
+            Some((item, watcher))
+        });
+        SessionEvents {
+            inner: Box::pin(inner),
+            last_revision,
+            reconnects,
+        }
+    }
+
+    /// The latest revision delivered (the `after_revision` given at first):
+    /// watch again from here to continue without gaps or repeats.
+    pub fn last_revision(&self) -> i64 {
+        self.last_revision.load(Ordering::Acquire)
+    }
+
+    /// How many times the stream has reconnected and resumed.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects.load(Ordering::Acquire)
+    }
+}
+
+impl Stream for SessionEvents {
+    type Item = Result<v1::SessionEvent>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// The state behind a [`SessionEvents`].
+struct Watcher {
+    raw: RawClient,
+    request: v1::WatchSessionRequest,
+    settings: WatchSettings,
+    stream: Option<tonic::Streaming<v1::SessionEvent>>,
+    /// How long to wait before the next (re)connection.
+    wait: Option<Duration>,
+    /// Failed attempts since the last event received.
+    failures: u32,
+    opened: bool,
+    /// The latest revision delivered.
+    last: i64,
+    caught_up_sent: bool,
+    /// The highest delta index delivered per open run.
+    deltas: HashMap<String, i64>,
+    done: bool,
+    shared_last: Arc<AtomicI64>,
+    reconnects: Arc<AtomicU64>,
+}
+
+impl Watcher {
+    async fn next(&mut self) -> Option<Result<v1::SessionEvent>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let Some(stream) = self.stream.as_mut() else {
+                if let Some(wait) = self.wait.take() {
+                    tokio::time::sleep(wait).await;
+                }
+                match self.open().await {
+                    Ok(stream) => {
+                        if self.opened {
+                            self.reconnects.fetch_add(1, Ordering::AcqRel);
+                        }
+                        self.opened = true;
+                        self.stream = Some(stream);
+                    }
+                    Err(error) => {
+                        if let Some(error) = self.failed(error) {
+                            return Some(Err(error));
+                        }
+                    }
+                }
+                continue;
+            };
+            let received = match self.settings.idle_timeout {
+                None => stream.message().await,
+                Some(limit) => match tokio::time::timeout(limit, stream.message()).await {
+                    Ok(received) => received,
+                    Err(_) => Err(Status::unavailable(format!(
+                        "no watch event for {limit:?}; reconnecting"
+                    ))),
+                },
+            };
+            match received {
+                Ok(Some(event)) => {
+                    self.failures = 0;
+                    if let Some(event) = self.admit(event) {
+                        return Some(Ok(event));
+                    }
+                }
+                Ok(None) => {
+                    // Ended without session_deleted: the server is going away.
+                    self.stream = None;
+                    let error = Error::Unavailable {
+                        shutting_down: true,
+                        status: Status::unavailable(
+                            "the watch stream ended without session_deleted",
+                        ),
+                    };
+                    if let Some(error) = self.failed(error) {
+                        return Some(Err(error));
+                    }
+                }
+                Err(status) => {
+                    self.stream = None;
+                    if let Some(error) = self.failed(Error::from(status)) {
+                        return Some(Err(error));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Opens a stream after the last delivered revision.
+    async fn open(&mut self) -> Result<tonic::Streaming<v1::SessionEvent>> {
+        let mut request = self.request.clone();
+        request.after_revision = self.last;
+        let mut raw = self.raw.clone();
+        let call = raw.watch_session(request);
+        let response = match self.settings.open_timeout {
+            None => call.await?,
+            Some(limit) => match tokio::time::timeout(limit, call).await {
+                Ok(response) => response?,
+                Err(_) => return Err(Error::deadline("opening WatchSession", limit)),
+            },
+        };
+        Ok(response.into_inner())
+    }
+
+    /// Records a failure; returns the error to deliver if the watch gives
+    /// up, or schedules a reconnection.
+    fn failed(&mut self, error: Error) -> Option<Error> {
+        self.failures += 1;
+        if !resumable(&error) || self.failures >= self.settings.retry.attempts() {
+            self.done = true;
+            return Some(error);
+        }
+        self.wait = Some(self.settings.retry.delay_after(&error, self.failures));
+        None
+    }
+
+    /// Whether to deliver `event`, updating what has been delivered.
+    fn admit(&mut self, event: v1::SessionEvent) -> Option<v1::SessionEvent> {
+        match &event.event {
+            Some(Event::CaughtUp(_)) => {
+                if self.caught_up_sent {
+                    return None;
+                }
+                self.caught_up_sent = true;
+            }
+            Some(Event::Progress(_)) => {}
+            Some(Event::Delta(delta)) => {
+                if event.revision < self.last {
+                    return None;
+                }
+                let sent = self.deltas.entry(delta.run_id.clone()).or_insert(-1);
+                if delta.index <= *sent {
+                    return None;
+                }
+                *sent = delta.index;
+            }
+            Some(Event::RunDiscarded(discarded)) => {
+                if event.revision < self.last {
+                    return None;
+                }
+                self.deltas.remove(&discarded.run_id);
+            }
+            // A revision (including kinds newer than this client).
+            _ => {
+                if event.revision <= self.last {
+                    return None;
+                }
+                self.last = event.revision;
+                self.shared_last.store(event.revision, Ordering::Release);
+                match &event.event {
+                    Some(Event::ExchangeAppended(appended)) => {
+                        self.deltas.remove(&appended.run_id);
+                    }
+                    Some(Event::RunEnded(ended)) => {
+                        self.deltas.remove(&ended.run_id);
+                    }
+                    Some(Event::SessionDeleted(_)) => self.done = true,
+                    _ => {}
+                }
+            }
+        }
+        Some(event)
+    }
+}
+
+/// Whether a watch should reconnect after `error`: transient failures, a
+/// slow start, and internal server errors (e.g. a storage hiccup) — all
+/// bounded by the retry policy.
+fn resumable(error: &Error) -> bool {
+    error.is_transient()
+        || matches!(error, Error::DeadlineExceeded { .. })
+        || matches!(error, Error::Other(status) if matches!(status.code(), Code::Internal | Code::Unknown))
+}

@@ -1,0 +1,625 @@
+//! `sessionstore sessions …`: a terminal client for people, over the
+//! `sessionstore-client` crate. Tables and transcripts go to stdout;
+//! progress and errors to stderr. Colour only on a terminal, never with
+//! `NO_COLOR`.
+
+use std::io::{IsTerminal as _, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand, ValueEnum};
+use futures_util::StreamExt as _;
+use serde::{Deserialize, Serialize};
+use sessionstore_client::v1 as pb;
+use sessionstore_client::{Client, ExportHistory, ListSessions, NewSession};
+
+use crate::domain::transcript::{markdown_message, rfc3339};
+use crate::domain::{Message, Timestamp};
+use crate::grpc::convert;
+
+/// Look at and manage the sessions of a running server.
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    #[command(flatten)]
+    pub connection: Connection,
+
+    #[command(subcommand)]
+    pub command: SessionsCommand,
+}
+
+/// Where the server is and how to reach it.
+#[derive(Debug, Args)]
+pub struct Connection {
+    /// The server's URL (`https://…` for TLS).
+    #[arg(
+        long,
+        global = true,
+        env = "SESSIONSTORE_SERVER",
+        default_value = "http://127.0.0.1:50051"
+    )]
+    pub server: String,
+
+    /// Bearer token, when the server has --auth-tokens.
+    #[arg(
+        long,
+        global = true,
+        env = "SESSIONSTORE_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+
+    /// PEM CA certificate to trust for an `https://` server.
+    #[arg(long, global = true, env = "SESSIONSTORE_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+}
+
+/// The `sessions` commands.
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// A table of sessions, most recently updated first.
+    List {
+        /// Only this user's sessions.
+        #[arg(long)]
+        user: Option<String>,
+        /// At most this many rows.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// A session's metadata and its transcript.
+    Show { id: String },
+    /// Write a session out: `json` is lossless and re-importable.
+    Export {
+        id: String,
+        #[arg(long, value_enum, default_value_t = ExportFormat::Json)]
+        format: ExportFormat,
+        /// Write here instead of to stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// Create a session from a `sessions export --format json` file.
+    Import {
+        file: PathBuf,
+        /// The new session's id (default: the one in the file).
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// Print a session's events as they happen (Ctrl-C to stop).
+    Watch {
+        id: String,
+        /// Start after this revision (0: from the beginning).
+        #[arg(long, default_value_t = 0)]
+        after_revision: i64,
+    },
+    /// Delete a session.
+    Delete { id: String },
+}
+
+/// What `sessions export` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// sessionstore's lossless JSON (thinking, signatures, blocks, metadata).
+    Json,
+    /// A Markdown transcript for people.
+    Markdown,
+    /// OpenAI Chat Completions messages (no thinking).
+    Openai,
+}
+
+/// The header of an export file; the messages follow it in `messages`.
+#[derive(Debug, Serialize, Deserialize)]
+struct ExportedSession {
+    id: String,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    system_prompt: String,
+    #[serde(default)]
+    user: String,
+    #[serde(default)]
+    metadata: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ExportFile {
+    format: String,
+    session: ExportedSession,
+    messages: Vec<Message>,
+}
+
+const FILE_FORMAT: &str = "sessionstore.export.v1";
+/// Messages sent per call when importing.
+const IMPORT_CHUNK: usize = 500;
+
+/// Runs one `sessions` command.
+pub async fn run(args: SessionsArgs) -> anyhow::Result<()> {
+    let client = connect(&args.connection).await?;
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let result = match args.command {
+        SessionsCommand::List { user, limit } => list(&client, user, limit, &mut out).await,
+        SessionsCommand::Show { id } => show(&client, &id, &mut out).await,
+        SessionsCommand::Export { id, format, output } => match output {
+            Some(path) => {
+                let file = std::fs::File::create(&path)
+                    .with_context(|| format!("cannot create {}", path.display()))?;
+                let mut file = std::io::BufWriter::new(file);
+                export(&client, &id, format, &mut file).await?;
+                file.flush().map_err(anyhow::Error::from)
+            }
+            None => export(&client, &id, format, &mut out).await,
+        },
+        SessionsCommand::Import { file, id } => import(&client, &file, id, &mut out).await,
+        SessionsCommand::Watch { id, after_revision } => {
+            watch(&client, &id, after_revision, &mut out).await
+        }
+        SessionsCommand::Delete { id } => {
+            client.delete_session(id.clone()).await?;
+            writeln!(out, "deleted {id}").map_err(anyhow::Error::from)
+        }
+    };
+    match result {
+        // A closed pipe (`| head`) is the reader's choice, not a failure.
+        Err(error)
+            if error
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+async fn connect(connection: &Connection) -> anyhow::Result<Client> {
+    let mut builder = Client::builder(connection.server.clone())
+        .connect_timeout(Duration::from_secs(10))
+        .no_request_timeout();
+    if let Some(token) = &connection.token {
+        builder = builder.bearer_token(token.clone());
+    }
+    if let Some(ca) = &connection.tls_ca {
+        let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
+        builder = builder.tls_ca_certificate(pem);
+    }
+    builder
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach {}", connection.server))
+}
+
+fn colour() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+fn paint(on: bool, code: &str, text: &str) -> String {
+    if on {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_owned()
+    }
+}
+
+fn time_of(time: Option<&prost_types::Timestamp>) -> String {
+    time.map_or_else(String::new, |t| {
+        rfc3339(Timestamp(
+            t.seconds * 1_000_000 + i64::from(t.nanos / 1_000),
+        ))
+    })
+}
+
+/// Micro-dollars as dollars, e.g. `$0.000042`.
+fn dollars(micros: i64) -> String {
+    let sign = if micros < 0 { "-" } else { "" };
+    let micros = micros.unsigned_abs();
+    format!("{sign}${}.{:06}", micros / 1_000_000, micros % 1_000_000)
+}
+
+/// Cuts `text` to one line of at most `width` characters.
+fn cell(text: &str, width: usize) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    if line.chars().count() > width {
+        let cut: String = line.chars().take(width.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        line.to_owned()
+    }
+}
+
+async fn list(
+    client: &Client,
+    user: Option<String>,
+    limit: usize,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let mut query = ListSessions::new();
+    if let Some(user) = user {
+        query = query.user(user);
+    }
+    let mut summaries = client.list_sessions(query).take(limit);
+    let mut rows = vec![[
+        "ID".to_owned(),
+        "TITLE".to_owned(),
+        "USER".to_owned(),
+        "MESSAGES".to_owned(),
+        "COST".to_owned(),
+        "UPDATED".to_owned(),
+    ]];
+    while let Some(summary) = summaries.next().await {
+        let summary = summary?;
+        let session = summary.session.unwrap_or_default();
+        rows.push([
+            session.id,
+            cell(&session.title, 40),
+            cell(&session.user, 20),
+            summary.message_count.to_string(),
+            dollars(summary.total_cost_micros_usd),
+            time_of(session.update_time.as_ref()),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let bold = colour();
+    for (i, row) in rows.iter().enumerate() {
+        let mut line = String::new();
+        for (c, value) in row.iter().enumerate() {
+            let pad = widths[c] - value.chars().count();
+            // Numbers right-aligned, text left-aligned.
+            if c == 3 || c == 4 {
+                line.push_str(&" ".repeat(pad));
+                line.push_str(value);
+            } else {
+                line.push_str(value);
+                if c < 5 {
+                    line.push_str(&" ".repeat(pad));
+                }
+            }
+            if c < 5 {
+                line.push_str("  ");
+            }
+        }
+        if i == 0 {
+            line = paint(bold, "1", &line);
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    if rows.len() == 1 {
+        writeln!(out, "(no sessions)")?;
+    }
+    Ok(())
+}
+
+fn role_colour(role: crate::domain::Role) -> &'static str {
+    use crate::domain::Role;
+    match role {
+        Role::User => "32",                     // green
+        Role::Assistant => "36",                // cyan
+        Role::System | Role::Developer => "33", // yellow
+        Role::Tool => "35",                     // magenta
+    }
+}
+
+async fn show(client: &Client, id: &str, out: &mut impl Write) -> anyhow::Result<()> {
+    let session = client.get_session(id.to_owned()).await?;
+    let on = colour();
+    writeln!(out, "{}", paint(on, "1", &format!("# {}", session.title)))?;
+    writeln!(out, "id        {}", session.id)?;
+    if !session.user.is_empty() {
+        writeln!(out, "user      {}", session.user)?;
+    }
+    writeln!(out, "revision  {}", session.revision)?;
+    writeln!(out, "created   {}", time_of(session.create_time.as_ref()))?;
+    writeln!(out, "updated   {}", time_of(session.update_time.as_ref()))?;
+    let mut metadata: Vec<_> = session.metadata.iter().collect();
+    metadata.sort();
+    for (key, value) in metadata {
+        writeln!(out, "meta      {key} = {value}")?;
+    }
+    writeln!(out)?;
+    let mut messages = client
+        .export_history_stream(ExportHistory::new(id).include_system_prompt())
+        .await?;
+    let mut index = 0;
+    while let Some(message) = messages.next().await {
+        let message = convert::message_from_pb(message?, &format!("messages[{index}]"))?;
+        index += 1;
+        let section = markdown_message(&message, false);
+        let (heading, body) = section.split_once('\n').unwrap_or((&section, ""));
+        writeln!(out, "{}", paint(on, role_colour(message.role), heading))?;
+        write!(out, "{body}")?;
+    }
+    Ok(())
+}
+
+/// Shows `done` on stderr, over the same line, when stderr is a terminal.
+struct Progress {
+    on: bool,
+    what: &'static str,
+    total: Option<usize>,
+}
+
+impl Progress {
+    fn new(what: &'static str, total: Option<usize>) -> Self {
+        Progress {
+            on: std::io::stderr().is_terminal(),
+            what,
+            total,
+        }
+    }
+
+    fn show(&self, done: usize) {
+        if self.on {
+            let text = match self.total {
+                Some(total) => format!("\r{} {done}/{total} messages", self.what),
+                None => format!("\r{} {done} messages", self.what),
+            };
+            let _ = std::io::stderr().write_all(text.as_bytes());
+        }
+    }
+
+    fn finish(&self, done: usize) {
+        if self.on {
+            self.show(done);
+            let _ = std::io::stderr().write_all(b"\n");
+        }
+    }
+}
+
+async fn export(
+    client: &Client,
+    id: &str,
+    format: ExportFormat,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let transcript = match format {
+        ExportFormat::Json => return export_json(client, id, out).await,
+        ExportFormat::Markdown => pb::TranscriptFormat::Markdown,
+        ExportFormat::Openai => pb::TranscriptFormat::OpenaiJson,
+    };
+    let mut chunks = client
+        .raw()
+        .export_transcript(pb::ExportTranscriptRequest {
+            session_id: id.to_owned(),
+            format: transcript.into(),
+        })
+        .await
+        .map_err(sessionstore_client::Error::from)?
+        .into_inner();
+    let progress = Progress::new("exported", None);
+    let mut bytes = 0;
+    while let Some(chunk) = chunks
+        .message()
+        .await
+        .map_err(sessionstore_client::Error::from)?
+    {
+        out.write_all(&chunk.data)?;
+        bytes += chunk.data.len();
+        if progress.on {
+            let _ = write!(std::io::stderr(), "\rexported {} KiB", bytes / 1024);
+        }
+    }
+    if progress.on {
+        let _ = writeln!(std::io::stderr());
+    }
+    Ok(())
+}
+
+/// `{"format": …, "session": {…}, "messages": [...]}`, written message by
+/// message so any size exports in bounded memory.
+async fn export_json(client: &Client, id: &str, out: &mut impl Write) -> anyhow::Result<()> {
+    let session = client.get_session(id.to_owned()).await?;
+    let header = ExportedSession {
+        id: session.id,
+        title: session.title,
+        system_prompt: session.system_prompt,
+        user: session.user,
+        metadata: session.metadata.into_iter().collect(),
+    };
+    write!(
+        out,
+        "{{\"format\":{},\"session\":{},\"messages\":[",
+        serde_json::to_string(FILE_FORMAT)?,
+        serde_json::to_string(&header)?
+    )?;
+    let mut messages = client.export_history_stream(id).await?;
+    let progress = Progress::new("exported", None);
+    let mut count = 0;
+    while let Some(message) = messages.next().await {
+        let message = convert::message_from_pb(message?, &format!("messages[{count}]"))?;
+        if count > 0 {
+            out.write_all(b",")?;
+        }
+        out.write_all(b"\n")?;
+        serde_json::to_writer(&mut *out, &message)?;
+        count += 1;
+        if count % 1000 == 0 {
+            progress.show(count);
+        }
+    }
+    out.write_all(b"\n]}\n")?;
+    progress.finish(count);
+    Ok(())
+}
+
+async fn import(
+    client: &Client,
+    path: &Path,
+    id: Option<String>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let parsed: ExportFile = serde_json::from_reader(std::io::BufReader::new(file))
+        .with_context(|| format!("{} is not a sessionstore JSON export", path.display()))?;
+    anyhow::ensure!(
+        parsed.format == FILE_FORMAT,
+        "{} has format {:?}; expected {FILE_FORMAT:?}",
+        path.display(),
+        parsed.format
+    );
+    let id = id.unwrap_or(parsed.session.id);
+    let total = parsed.messages.len();
+    let mut chunks = parsed
+        .messages
+        .chunks(IMPORT_CHUNK)
+        .map(|chunk| {
+            chunk
+                .iter()
+                .cloned()
+                .map(convert::message_to_pb)
+                .collect::<Vec<_>>()
+        })
+        .collect::<Vec<_>>()
+        .into_iter();
+    let mut new = NewSession::new()
+        .id(id.clone())
+        .title(parsed.session.title)
+        .system_prompt(parsed.session.system_prompt)
+        .user(parsed.session.user);
+    for (key, value) in parsed.session.metadata {
+        new = new.metadata(key, value);
+    }
+    let first = chunks.next().unwrap_or_default();
+    let mut done = first.len();
+    client.create_session(new.initial_history(first)).await?;
+    let progress = Progress::new("imported", Some(total));
+    progress.show(done);
+    for (index, messages) in chunks.enumerate() {
+        let count = messages.len();
+        let request = pb::AppendExchangeRequest {
+            session_id: id.clone(),
+            messages,
+            // The next sequence is known exactly: a concurrent writer makes
+            // the import stop rather than interleave.
+            expected_next_sequence: Some(i64::try_from(done)?),
+            request_id: format!("import-{id}-{index}"),
+            ..Default::default()
+        };
+        client
+            .raw()
+            .append_exchange(request)
+            .await
+            .map_err(sessionstore_client::Error::from)?;
+        done += count;
+        progress.show(done);
+    }
+    progress.finish(done);
+    writeln!(out, "imported {id}: {done} messages")?;
+    Ok(())
+}
+
+/// One line per event: revision, kind and a short summary.
+async fn watch(
+    client: &Client,
+    id: &str,
+    after_revision: i64,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    use pb::session_event::Event;
+    let on = colour();
+    let mut events = client.watch(id.to_owned(), after_revision);
+    while let Some(event) = events.next().await {
+        let event = event?;
+        let revision = event.revision;
+        let Some(kind) = event.event else { continue };
+        let (name, detail) = match kind {
+            Event::SessionCreated(created) => (
+                "session_created",
+                summarize(
+                    on,
+                    created.messages.iter().filter_map(|m| m.message.as_ref()),
+                ),
+            ),
+            Event::ExchangeAppended(appended) => (
+                "exchange_appended",
+                summarize(
+                    on,
+                    appended.messages.iter().filter_map(|m| m.message.as_ref()),
+                ),
+            ),
+            Event::SessionUpdated(updated) => (
+                "session_updated",
+                updated.session.map(|s| s.title).unwrap_or_default(),
+            ),
+            Event::SessionDeleted(_) => {
+                writeln!(out, "{revision:>6}  session_deleted")?;
+                out.flush()?;
+                return Ok(());
+            }
+            Event::CaughtUp(_) => ("caught_up", String::new()),
+            Event::Progress(_) => continue,
+            Event::Delta(delta) => {
+                let text = match delta.delta {
+                    Some(pb::delta::Delta::Text(text)) => text,
+                    _ => "[block]".to_owned(),
+                };
+                (
+                    "delta",
+                    format!("{} #{}: {}", delta.run_id, delta.index, cell(&text, 80)),
+                )
+            }
+            other => (event_name(&other), String::new()),
+        };
+        writeln!(out, "{revision:>6}  {name}  {detail}")?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
+fn event_name(event: &pb::session_event::Event) -> &'static str {
+    use pb::session_event::Event;
+    match event {
+        Event::SessionCreated(_) => "session_created",
+        Event::ExchangeAppended(_) => "exchange_appended",
+        Event::SessionUpdated(_) => "session_updated",
+        Event::SessionDeleted(_) => "session_deleted",
+        Event::CaughtUp(_) => "caught_up",
+        Event::Progress(_) => "progress",
+        Event::Delta(_) => "delta",
+        Event::RunDiscarded(_) => "run_discarded",
+        Event::RunBegun(_) => "run_begun",
+        Event::RunEnded(_) => "run_ended",
+        Event::RolledBack(_) => "rolled_back",
+        Event::MessageEdited(_) => "message_edited",
+        Event::MessageRedacted(_) => "message_redacted",
+        Event::StateChanged(_) => "state_changed",
+    }
+}
+
+/// `user: first line … | assistant: …`
+fn summarize<'a>(on: bool, messages: impl Iterator<Item = &'a pb::Message>) -> String {
+    messages
+        .map(|m| {
+            let role = convert::message_from_pb(m.clone(), "message")
+                .map(|m| m.role)
+                .ok();
+            let name = m
+                .role()
+                .as_str_name()
+                .trim_start_matches("ROLE_")
+                .to_lowercase();
+            let label = match role {
+                Some(role) => paint(on, role_colour(role), &name),
+                None => name,
+            };
+            format!("{label}: {}", cell(&m.content, 60))
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn money_and_cells_read_well() {
+        assert_eq!(dollars(42), "$0.000042");
+        assert_eq!(dollars(12_345_678), "$12.345678");
+        assert_eq!(dollars(-5), "-$0.000005");
+        assert_eq!(cell("short", 10), "short");
+        assert_eq!(cell("a long title here", 6), "a lon…");
+        assert_eq!(cell("two\nlines", 10), "two");
+    }
+}
