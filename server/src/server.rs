@@ -9,8 +9,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use sessionstore_client::v1::session_store_server::SessionStoreServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::ServerTlsConfig;
+use tonic::transport::server::TcpIncoming;
 
 use crate::admission::{Admission, RateLimiter, WatchPermits};
 use crate::auth::Authenticator;
@@ -209,7 +209,12 @@ async fn serve_store<S: Store>(
                 .max_encoding_message_size(usize::MAX),
             admission,
         ))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), signal)
+        .serve_with_incoming_shutdown(
+            // Replies are small and latency-bound: without TCP_NODELAY,
+            // Nagle's algorithm holds many for a delayed ACK (~40 ms).
+            TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
+            signal,
+        )
         .await;
     // Usually stopped by the signal already; this covers a failed server.
     sweeper.abort();

@@ -12,6 +12,7 @@ mod concurrency;
 mod core;
 mod crash;
 mod history;
+mod hostile;
 mod large;
 mod ops;
 mod python;

@@ -30,7 +30,7 @@ impl ExportStart {
             return Err(Error::invalid("after_sequence", "must be at least -1"));
         }
         // `floor` is the first sequence the request allows at all.
-        let mut floor = after_sequence.map_or(0, |a| a + 1);
+        let mut floor = after_sequence.map_or(0, |a| a.saturating_add(1));
         if from_summary
             && !session.summary_message_id.is_empty()
             && let Some(seq) = store

@@ -845,8 +845,12 @@ impl Tx<'_> {
                      message_count = message_count + $3, update_time = $4, \
                      provider_call_count = provider_call_count + 1, last_model = $5, \
                      last_provider = $6, last_cost_micros_usd = $7, last_request_id = $8, \
-                     total_tokens = total_tokens + $9, \
-                     total_cost_micros_usd = total_cost_micros_usd + $7 WHERE key = $10",
+                     total_tokens = CASE WHEN total_tokens > 9223372036854775807 - $9 \
+                         THEN 9223372036854775807 ELSE total_tokens + $9 END, \
+                     total_cost_micros_usd = CASE \
+                         WHEN total_cost_micros_usd > 9223372036854775807 - $7 \
+                         THEN 9223372036854775807 ELSE total_cost_micros_usd + $7 END \
+                     WHERE key = $10",
                 )
                 .bind(revision)
                 .bind(next_sequence)
