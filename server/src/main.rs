@@ -13,10 +13,7 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
-            #[allow(clippy::print_stderr, reason = "nothing to log with yet")]
-            {
-                eprintln!("sessionstore: cannot start the async runtime: {error}");
-            }
+            report(&format!("cannot start the async runtime: {error}"));
             return ExitCode::FAILURE;
         }
     };
@@ -26,10 +23,7 @@ fn main() -> ExitCode {
             return match runtime.block_on(cli::run(args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
-                    #[allow(clippy::print_stderr, reason = "the command's own error report")]
-                    {
-                        eprintln!("sessionstore: {error:#}");
-                    }
+                    report(&format!("{error:#}"));
                     ExitCode::FAILURE
                 }
             };
@@ -46,10 +40,7 @@ fn main() -> ExitCode {
         match telemetry::init(&telemetry_config) {
             Ok(telemetry) => telemetry,
             Err(error) => {
-                #[allow(clippy::print_stderr, reason = "logging is what failed")]
-                {
-                    eprintln!("sessionstore: {error:#}");
-                }
+                report(&format!("{error:#}"));
                 return ExitCode::FAILURE;
             }
         }
@@ -73,6 +64,14 @@ fn main() -> ExitCode {
         drop(telemetry);
     }
     code
+}
+
+/// An error for the person at the terminal, on stderr: used where no log
+/// subscriber exists (before telemetry starts, when it fails to, and for the
+/// `sessions` commands, whose output must not mix with logs).
+fn report(error: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "sessionstore: {error}");
 }
 
 async fn run(config: ServeConfig) -> anyhow::Result<()> {

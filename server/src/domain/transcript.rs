@@ -286,13 +286,21 @@ mod tests {
     }
 
     fn session(title: &str, user: &str, prompt: &str) -> Session {
-        // Through serde, so that fields with defaults added later need no change here.
-        serde_json::from_value(json!({
-            "id": "s1", "title": title, "system_prompt": prompt, "user": user,
-            "metadata": {}, "summary_message_id": "", "revision": 1,
-            "create_time": 1_700_000_000_000_000_i64, "update_time": 1_700_000_000_000_000_i64,
-        }))
-        .unwrap()
+        Session {
+            id: "s1".into(),
+            title: title.into(),
+            system_prompt: prompt.into(),
+            user: user.into(),
+            metadata: Default::default(),
+            summary_message_id: String::new(),
+            revision: 1,
+            create_time: Timestamp(1_700_000_000_000_000),
+            update_time: Timestamp(1_700_000_000_000_000),
+            parent_session_id: String::new(),
+            parent_sequence: 0,
+            active_run_id: String::new(),
+            run_expire_time: Timestamp(0),
+        }
     }
 
     fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
@@ -467,12 +475,13 @@ mod tests {
     }
 
     #[test]
-    fn nul_survives_a_json_round_trip() {
+    fn nul_survives_a_json_round_trip() -> serde_json::Result<()> {
         let m = Message::text(Role::User, "a\u{0}b");
-        let text = serde_json::to_string(&openai_messages(&m, false)).unwrap();
+        let text = serde_json::to_string(&openai_messages(&m, false))?;
         assert!(text.contains("a\\u0000b"));
-        let back: Vec<Value> = serde_json::from_str(&text).unwrap();
+        let back: Vec<Value> = serde_json::from_str(&text)?;
         assert_eq!(back[0]["content"], "a\u{0}b");
+        Ok(())
     }
 
     #[test]
