@@ -1,0 +1,534 @@
+//! AppendExchange through the service, and the same transaction issued
+//! straight to the database (the ceiling the service is measured against).
+//!
+//! The raw transaction writes exactly the rows an append writes, one
+//! statement per table, as a hand-rolled store would: read and (on
+//! PostgreSQL) lock the session row, insert the provider call, the two
+//! messages, their full-text rows, update the session's counters, insert
+//! the event and the idempotency key (and, on PostgreSQL, the commit hint
+//! every replica listens for), commit. One transaction per exchange.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::json;
+use sessionstore_client::SessionStoreClient;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{PgPool, Row as _, SqlitePool};
+use tonic::transport::Channel;
+
+use crate::server::{Database, Server};
+use crate::stats::{Run, Timing, Worker, run_blocking, run_load};
+use crate::workload;
+
+/// Where the writers write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spread {
+    /// Each writer appends to a session of its own.
+    Many,
+    /// Every writer appends to one session.
+    One,
+}
+
+impl Spread {
+    pub fn label(self) -> &'static str {
+        match self {
+            Spread::Many => "many sessions",
+            Spread::One => "one session",
+        }
+    }
+
+    /// The session writer `worker` appends to.
+    pub fn session(self, worker: usize) -> String {
+        match self {
+            Spread::Many => format!("bench-writer-{worker}"),
+            Spread::One => "bench-shared".to_owned(),
+        }
+    }
+}
+
+/// Creates the sessions the append benchmarks write to and pre-fills them.
+pub async fn prepare(server: &Server, writers: usize, prefill: usize) -> anyhow::Result<()> {
+    let mut client = server.connect().await?;
+    for worker in 0..writers {
+        let id = Spread::Many.session(worker);
+        workload::create_session(&mut client, &id, "bench", 0, 0).await?;
+        workload::fill(&mut client, &id, prefill, 50).await?;
+    }
+    let shared = Spread::One.session(0);
+    workload::create_session(&mut client, &shared, "bench", 0, 0).await?;
+    workload::fill(&mut client, &shared, prefill, 50).await?;
+    Ok(())
+}
+
+/// A gRPC client appending exchanges to one session.
+struct ServiceWriter {
+    client: SessionStoreClient<Channel>,
+    session: String,
+    seed: u64,
+}
+
+impl Worker for ServiceWriter {
+    async fn op(&mut self) -> anyhow::Result<()> {
+        self.seed += 1;
+        self.client
+            .append_exchange(workload::exchange(&self.session, self.seed))
+            .await
+            .context("AppendExchange")?;
+        Ok(())
+    }
+}
+
+/// `clients` gRPC clients, each on its own connection, appending for the
+/// length of `timing`.
+pub async fn service(
+    server: &Server,
+    clients: usize,
+    spread: Spread,
+    timing: Timing,
+) -> anyhow::Result<Run> {
+    let mut workers = Vec::with_capacity(clients);
+    for worker in 0..clients {
+        workers.push(ServiceWriter {
+            client: server.connect().await?,
+            session: spread.session(worker),
+            seed: seed_base(worker),
+        });
+    }
+    run_load(workers, timing).await
+}
+
+/// Distinct text per worker and run.
+fn seed_base(worker: usize) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (worker as u64) << 40 ^ nanos
+}
+
+fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// Everything one raw exchange writes, made before its transaction.
+struct RawExchange {
+    call_id: String,
+    request_id: String,
+    ids: [String; 2],
+    texts: [String; 2],
+    bodies: [String; 2],
+    fingerprint: Vec<u8>,
+    now: i64,
+}
+
+const TENANT: &str = "default";
+const PROMPT_TOKENS: i64 = 350;
+const COMPLETION_TOKENS: i64 = 260;
+const COST: i64 = 4_950;
+
+impl RawExchange {
+    fn new(seed: u64) -> RawExchange {
+        let texts = [
+            workload::text(seed, workload::MESSAGE_BYTES),
+            workload::text(seed ^ 0xA55A, workload::MESSAGE_BYTES),
+        ];
+        let bodies = [
+            json!({"role": "user", "content": texts[0]}).to_string(),
+            json!({"role": "assistant", "content": texts[1]}).to_string(),
+        ];
+        RawExchange {
+            call_id: format!("call_{}", uuid::Uuid::now_v7().simple()),
+            request_id: uuid::Uuid::now_v7().to_string(),
+            ids: [
+                format!("msg_{}", uuid::Uuid::now_v7().simple()),
+                format!("msg_{}", uuid::Uuid::now_v7().simple()),
+            ],
+            texts,
+            bodies,
+            fingerprint: seed.to_le_bytes().repeat(4),
+            now: now_micros(),
+        }
+    }
+
+    /// The event body: the stored exchange, as the service records it.
+    fn event(&self, session_id: &str, first_sequence: i64) -> String {
+        let message = |i: usize| {
+            json!({
+                "id": self.ids[i],
+                "session_id": session_id,
+                "sequence": first_sequence + i as i64,
+                "produced_by_call_id": if i == 1 { self.call_id.as_str() } else { "" },
+                "message": serde_json::from_str::<serde_json::Value>(&self.bodies[i]).unwrap_or_default(),
+                "create_time": self.now,
+            })
+        };
+        json!({"exchange_appended": {
+            "messages": [message(0), message(1)],
+            "provider_call": {
+                "id": self.call_id, "session_id": session_id, "request_id": "gw",
+                "provider": "anthropic", "model": "claude-sonnet-4-5",
+                "prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
+                "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS, "cost_micros_usd": COST,
+                "create_time": self.now,
+            },
+            "next_sequence": first_sequence + 2,
+        }})
+        .to_string()
+    }
+}
+
+const INSERT_CALL: &str = "INSERT INTO provider_calls (id, session_key, request_id, provider, \
+     model, requested_provider, requested_model, prompt_tokens, completion_tokens, total_tokens, \
+     cost_micros_usd, create_time) VALUES ($1, $2, 'gw', 'anthropic', 'claude-sonnet-4-5', '', '', \
+     $3, $4, $5, $6, $7)";
+const INSERT_MESSAGES: &str = "INSERT INTO messages (session_key, sequence, id, \
+     produced_by_call_id, body, create_time, redacted) VALUES \
+     ($1, $2, $3, NULL, $4, $5, 0), ($1, $6, $7, $8, $9, $5, 0)";
+const UPDATE_SESSION: &str = "UPDATE sessions SET revision = $1, next_sequence = $2, \
+     message_count = message_count + 2, update_time = $3, \
+     provider_call_count = provider_call_count + 1, last_model = 'claude-sonnet-4-5', \
+     last_provider = 'anthropic', last_cost_micros_usd = $4, last_request_id = 'gw', \
+     total_tokens = total_tokens + $5, total_cost_micros_usd = total_cost_micros_usd + $4 \
+     WHERE key = $6";
+const INSERT_EVENT: &str =
+    "INSERT INTO events (session_key, revision, time, body) VALUES ($1, $2, $3, $4)";
+const INSERT_KEY: &str = "INSERT INTO idempotency_keys (tenant, request_id, session_key, \
+     fingerprint, revision) VALUES ($1, $2, $3, $4, $5)";
+
+/// SQLite's full-text row id of a message (as the service numbers them).
+fn search_rowid(session_key: i64, sequence: i64) -> i64 {
+    (session_key << 32) + sequence
+}
+
+/// The raw transaction through sqlx on SQLite.
+async fn sqlx_sqlite_append(pool: &SqlitePool, session: &str, seed: u64) -> anyhow::Result<()> {
+    let x = RawExchange::new(seed);
+    let mut conn = pool.acquire().await?;
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+    let row = sqlx::query(
+        "SELECT key, revision, next_sequence FROM sessions \
+         WHERE tenant = $1 AND id = $2 AND deleted = 0",
+    )
+    .bind(TENANT)
+    .bind(session)
+    .fetch_one(&mut *conn)
+    .await?;
+    let (key, revision, next): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    sqlx::query(INSERT_CALL)
+        .bind(&x.call_id)
+        .bind(key)
+        .bind(PROMPT_TOKENS)
+        .bind(COMPLETION_TOKENS)
+        .bind(PROMPT_TOKENS + COMPLETION_TOKENS)
+        .bind(COST)
+        .bind(x.now)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(INSERT_MESSAGES)
+        .bind(key)
+        .bind(next)
+        .bind(&x.ids[0])
+        .bind(&x.bodies[0])
+        .bind(x.now)
+        .bind(next + 1)
+        .bind(&x.ids[1])
+        .bind(&x.call_id)
+        .bind(&x.bodies[1])
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("INSERT INTO message_search (rowid, text) VALUES ($1, $2), ($3, $4)")
+        .bind(search_rowid(key, next))
+        .bind(&x.texts[0])
+        .bind(search_rowid(key, next + 1))
+        .bind(&x.texts[1])
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(UPDATE_SESSION)
+        .bind(revision + 1)
+        .bind(next + 2)
+        .bind(x.now)
+        .bind(COST)
+        .bind(PROMPT_TOKENS + COMPLETION_TOKENS)
+        .bind(key)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(INSERT_EVENT)
+        .bind(key)
+        .bind(revision + 1)
+        .bind(x.now)
+        .bind(x.event(session, next))
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(INSERT_KEY)
+        .bind(TENANT)
+        .bind(&x.request_id)
+        .bind(key)
+        .bind(&x.fingerprint)
+        .bind(revision + 1)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("COMMIT").execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// The raw transaction through sqlx on PostgreSQL.
+async fn sqlx_postgres_append(pool: &PgPool, session: &str, seed: u64) -> anyhow::Result<()> {
+    let x = RawExchange::new(seed);
+    let mut tx = pool.begin().await?;
+    let row = sqlx::query(
+        "SELECT key, revision, next_sequence FROM sessions \
+         WHERE tenant = $1 AND id = $2 AND deleted = 0 FOR UPDATE",
+    )
+    .bind(TENANT)
+    .bind(session)
+    .fetch_one(&mut *tx)
+    .await?;
+    let (key, revision, next): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    sqlx::query(INSERT_CALL)
+        .bind(&x.call_id)
+        .bind(key)
+        .bind(PROMPT_TOKENS)
+        .bind(COMPLETION_TOKENS)
+        .bind(PROMPT_TOKENS + COMPLETION_TOKENS)
+        .bind(COST)
+        .bind(x.now)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(INSERT_MESSAGES)
+        .bind(key)
+        .bind(next)
+        .bind(&x.ids[0])
+        .bind(&x.bodies[0])
+        .bind(x.now)
+        .bind(next + 1)
+        .bind(&x.ids[1])
+        .bind(&x.call_id)
+        .bind(&x.bodies[1])
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO message_search (session_key, sequence, text) VALUES ($1, $2, $3), ($1, $4, $5)",
+    )
+    .bind(key)
+    .bind(next)
+    .bind(&x.texts[0])
+    .bind(next + 1)
+    .bind(&x.texts[1])
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(UPDATE_SESSION)
+        .bind(revision + 1)
+        .bind(next + 2)
+        .bind(x.now)
+        .bind(COST)
+        .bind(PROMPT_TOKENS + COMPLETION_TOKENS)
+        .bind(key)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(INSERT_EVENT)
+        .bind(key)
+        .bind(revision + 1)
+        .bind(x.now)
+        .bind(x.event(session, next))
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(INSERT_KEY)
+        .bind(TENANT)
+        .bind(&x.request_id)
+        .bind(key)
+        .bind(&x.fingerprint)
+        .bind(revision + 1)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("SELECT pg_notify('sessionstore_commits', $1)")
+        .bind(format!("{key}:{}", revision + 1))
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The raw transaction through the SQLite engine itself (rusqlite).
+fn rusqlite_append(
+    conn: &mut rusqlite::Connection,
+    session: &str,
+    seed: u64,
+) -> anyhow::Result<()> {
+    let x = RawExchange::new(seed);
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let (key, revision, next): (i64, i64, i64) = tx
+        .prepare_cached(
+            "SELECT key, revision, next_sequence FROM sessions \
+             WHERE tenant = ?1 AND id = ?2 AND deleted = 0",
+        )?
+        .query_row((TENANT, session), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    tx.prepare_cached(INSERT_CALL)?.execute((
+        &x.call_id,
+        key,
+        PROMPT_TOKENS,
+        COMPLETION_TOKENS,
+        PROMPT_TOKENS + COMPLETION_TOKENS,
+        COST,
+        x.now,
+    ))?;
+    tx.prepare_cached(INSERT_MESSAGES)?.execute((
+        key,
+        next,
+        &x.ids[0],
+        &x.bodies[0],
+        x.now,
+        next + 1,
+        &x.ids[1],
+        &x.call_id,
+        &x.bodies[1],
+    ))?;
+    tx.prepare_cached("INSERT INTO message_search (rowid, text) VALUES (?1, ?2), (?3, ?4)")?
+        .execute((
+            search_rowid(key, next),
+            &x.texts[0],
+            search_rowid(key, next + 1),
+            &x.texts[1],
+        ))?;
+    tx.prepare_cached(UPDATE_SESSION)?.execute((
+        revision + 1,
+        next + 2,
+        x.now,
+        COST,
+        PROMPT_TOKENS + COMPLETION_TOKENS,
+        key,
+    ))?;
+    tx.prepare_cached(INSERT_EVENT)?
+        .execute((key, revision + 1, x.now, x.event(session, next)))?;
+    tx.prepare_cached(INSERT_KEY)?.execute((
+        TENANT,
+        &x.request_id,
+        key,
+        &x.fingerprint,
+        revision + 1,
+    ))?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// sqlx's SQLite pool, configured as the service configures SQLite (WAL,
+/// `synchronous = FULL`, foreign keys), with one connection: SQLite has one
+/// writer at a time, so the raw ceiling is a single writer that
+/// concurrent callers queue for.
+async fn sqlite_pool(db: &Database) -> anyhow::Result<SqlitePool> {
+    let options = db
+        .url()
+        .parse::<SqliteConnectOptions>()?
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .foreign_keys(true)
+        .busy_timeout(Duration::from_secs(10));
+    Ok(SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await?)
+}
+
+fn rusqlite_connection(db: &Database) -> anyhow::Result<rusqlite::Connection> {
+    let path = db.url().trim_start_matches("sqlite://").to_owned();
+    let conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
+
+struct SqlxSqliteWriter {
+    pool: SqlitePool,
+    session: String,
+    seed: u64,
+}
+
+impl Worker for SqlxSqliteWriter {
+    async fn op(&mut self) -> anyhow::Result<()> {
+        self.seed += 1;
+        sqlx_sqlite_append(&self.pool, &self.session, self.seed).await
+    }
+}
+
+struct SqlxPostgresWriter {
+    pool: PgPool,
+    session: String,
+    seed: u64,
+}
+
+impl Worker for SqlxPostgresWriter {
+    async fn op(&mut self) -> anyhow::Result<()> {
+        self.seed += 1;
+        sqlx_postgres_append(&self.pool, &self.session, self.seed).await
+    }
+}
+
+/// The raw transaction through sqlx at `clients` concurrent callers.
+pub async fn raw_sqlx(
+    db: &Database,
+    clients: usize,
+    spread: Spread,
+    timing: Timing,
+) -> anyhow::Result<Run> {
+    if db.is_postgres() {
+        let pool = PgPoolOptions::new()
+            .max_connections(u32::try_from(clients)?)
+            .min_connections(u32::try_from(clients)?)
+            .connect(&db.url())
+            .await?;
+        let workers = (0..clients)
+            .map(|worker| SqlxPostgresWriter {
+                pool: pool.clone(),
+                session: spread.session(worker),
+                seed: seed_base(worker),
+            })
+            .collect();
+        let run = run_load(workers, timing).await;
+        pool.close().await;
+        run
+    } else {
+        let pool = sqlite_pool(db).await?;
+        let workers = (0..clients)
+            .map(|worker| SqlxSqliteWriter {
+                pool: pool.clone(),
+                session: spread.session(worker),
+                seed: seed_base(worker),
+            })
+            .collect();
+        let run = run_load(workers, timing).await;
+        pool.close().await;
+        run
+    }
+}
+
+/// The raw transaction through the SQLite engine: one writer connection
+/// that `clients` threads take turns on.
+pub async fn raw_engine(
+    db: &Database,
+    clients: usize,
+    spread: Spread,
+    timing: Timing,
+) -> anyhow::Result<Run> {
+    let conn = Arc::new(Mutex::new(rusqlite_connection(db)?));
+    let workers = (0..clients)
+        .map(|worker| {
+            let conn = Arc::clone(&conn);
+            let session = spread.session(worker);
+            let mut seed = seed_base(worker);
+            move || {
+                seed += 1;
+                let mut conn = conn
+                    .lock()
+                    .map_err(|_| anyhow::anyhow!("a writer thread panicked"))?;
+                rusqlite_append(&mut conn, &session, seed)
+            }
+        })
+        .collect();
+    run_blocking(workers, timing).await
+}

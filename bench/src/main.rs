@@ -1,0 +1,662 @@
+//! `sessionstore-bench`: drives the real `sessionstore` binary over real
+//! gRPC from this separate process, measures the same work issued straight
+//! to the database (the ceiling) and through the libraries users would pick
+//! instead (the peers), and prints one table (and, with `--json`, the
+//! figures as JSON). See BENCHMARKS.md.
+//!
+//! ```text
+//! cargo run --release -p sessionstore-bench -- --postgres-url postgres://postgres@127.0.0.1:5432/postgres
+//! cargo run -p sessionstore-bench -- --quick      # the seconds-long smoke run CI does
+//! ```
+
+// A benchmark's output is its table: printing is the point.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod append;
+mod peers;
+mod reads;
+mod report;
+mod server;
+mod stats;
+mod watch;
+mod workload;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use sqlx::Connection as _;
+
+use crate::append::Spread as Writers;
+use crate::report::{Figure, Machine, Report};
+use crate::server::{Database, Server};
+use crate::stats::{Latency, Spread, Throughput, Timing};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sessionstore-bench",
+    about = "Benchmarks sessionstore over gRPC against the database's ceiling and peer libraries"
+)]
+struct Args {
+    /// A smoke run of a few seconds: tiny sizes, one repetition, no peers.
+    #[arg(long)]
+    quick: bool,
+
+    /// PostgreSQL URL to an existing database (`postgres` will do): each
+    /// benchmark creates its own database beside it and drops it after.
+    /// Without it, only SQLite is measured.
+    #[arg(long, env = "SESSIONSTORE_BENCH_POSTGRES_URL")]
+    postgres_url: Option<String>,
+
+    /// Only these benchmarks.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Bench>,
+
+    /// Repetitions of each throughput run (default 3; 1 with --quick).
+    #[arg(long)]
+    repeat: Option<usize>,
+
+    /// Seconds each throughput run measures, after a third as long warming
+    /// up (default 3; 0.3 with --quick).
+    #[arg(long)]
+    seconds: Option<f64>,
+
+    /// Concurrent clients for the append runs (default 1,16,64; 1,4 with --quick).
+    #[arg(long, value_delimiter = ',')]
+    clients: Vec<usize>,
+
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+
+    /// The `sessionstore` binary (default: the one beside this bench,
+    /// rebuilt first when run through cargo).
+    #[arg(long)]
+    server_bin: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Bench {
+    Append,
+    Export,
+    List,
+    Watch,
+    Memory,
+    Peers,
+}
+
+/// Sizes and durations of one run.
+struct Plan {
+    timing: Timing,
+    repeat: usize,
+    clients: Vec<usize>,
+    /// Messages already in each append session before measuring.
+    prefill: usize,
+    export_sizes: Vec<usize>,
+    export_samples: usize,
+    list: reads::ListShape,
+    list_samples: usize,
+    /// Pages skipped before the deep page.
+    deep_pages: usize,
+    watchers: Vec<usize>,
+    watch_appends: usize,
+    watch_interval: Duration,
+    idle_streams: usize,
+    idle_sessions: usize,
+    benches: Vec<Bench>,
+}
+
+impl Plan {
+    fn from(args: &Args) -> Plan {
+        let quick = args.quick;
+        let seconds = args.seconds.unwrap_or(if quick { 0.3 } else { 3.0 });
+        let benches = if args.only.is_empty() {
+            let mut all = vec![
+                Bench::Append,
+                Bench::Export,
+                Bench::List,
+                Bench::Watch,
+                Bench::Memory,
+            ];
+            if !quick {
+                all.push(Bench::Peers);
+            }
+            all
+        } else {
+            args.only.clone()
+        };
+        Plan {
+            timing: Timing {
+                warmup: Duration::from_secs_f64(seconds / 3.0),
+                measure: Duration::from_secs_f64(seconds),
+            },
+            repeat: args.repeat.unwrap_or(if quick { 1 } else { 3 }),
+            clients: if !args.clients.is_empty() {
+                args.clients.clone()
+            } else if quick {
+                vec![1, 4]
+            } else {
+                vec![1, 16, 64]
+            },
+            prefill: if quick { 10 } else { 200 },
+            export_sizes: if quick {
+                vec![100, 1_000]
+            } else {
+                vec![1_000, 10_000]
+            },
+            export_samples: if quick { 3 } else { 15 },
+            list: if quick {
+                reads::ListShape {
+                    sessions: 500,
+                    messages_each: 2,
+                }
+            } else {
+                reads::ListShape {
+                    sessions: 100_000,
+                    messages_each: 10,
+                }
+            },
+            list_samples: if quick { 20 } else { 500 },
+            deep_pages: if quick { 5 } else { 1_000 },
+            watchers: if quick {
+                vec![1, 10]
+            } else {
+                vec![1, 100, 1_000]
+            },
+            watch_appends: if quick { 10 } else { 200 },
+            watch_interval: Duration::from_millis(if quick { 2 } else { 10 }),
+            idle_streams: if quick { 200 } else { 10_000 },
+            idle_sessions: if quick { 2 } else { 100 },
+            benches,
+        }
+    }
+
+    fn runs(&self, bench: Bench) -> bool {
+        self.benches.contains(&bench)
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("sessionstore-bench: cannot start the runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("sessionstore-bench: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args) -> anyhow::Result<()> {
+    let plan = Plan::from(args);
+    let started = Instant::now();
+    let binary = server::binary(args.server_bin.as_deref())?;
+    let mut report = Report {
+        machine: Machine::read(),
+        settings: serde_json::json!({
+            "quick": args.quick,
+            "seconds": plan.timing.measure.as_secs_f64(),
+            "warmup_seconds": plan.timing.warmup.as_secs_f64(),
+            "repeat": plan.repeat,
+            "clients": plan.clients,
+            "server_binary": binary.display().to_string(),
+        }),
+        ..Report::default()
+    };
+    let postgres = args.postgres_url.as_deref();
+    match postgres {
+        Some(url) => {
+            let mut conn = sqlx::PgConnection::connect(url).await?;
+            let version: String = sqlx::query_scalar("SHOW server_version")
+                .fetch_one(&mut conn)
+                .await?;
+            report.machine.postgres = Some(format!("PostgreSQL {version}"));
+        }
+        None => {
+            eprintln!("!! no --postgres-url: PostgreSQL is NOT measured");
+            report
+                .skipped
+                .push("PostgreSQL: no --postgres-url (or SESSIONSTORE_BENCH_POSTGRES_URL)".into());
+        }
+    }
+
+    // sessionstore's best append rate per backend, for the peer ratios.
+    let mut best_append = HashMap::new();
+    let mut export_ms = HashMap::new();
+    for backend in ["sqlite", "postgres"] {
+        let db = match (backend, postgres) {
+            ("sqlite", _) => Database::sqlite("main")?,
+            (_, Some(url)) => Database::postgres(url, "main").await?,
+            (_, None) => continue,
+        };
+        let outcome = core_benchmarks(
+            &plan,
+            &binary,
+            &db,
+            &mut report,
+            &mut best_append,
+            &mut export_ms,
+        )
+        .await;
+        db.remove().await?;
+        outcome?;
+        if plan.runs(Bench::Watch) {
+            let db = match postgres.filter(|_| backend == "postgres") {
+                Some(url) => Database::postgres(url, "watch").await?,
+                None => Database::sqlite("watch")?,
+            };
+            let outcome = watch_benchmarks(&plan, &binary, &db, &mut report).await;
+            db.remove().await?;
+            outcome?;
+        }
+    }
+    if plan.runs(Bench::Memory) {
+        let db = Database::sqlite("memory")?;
+        let outcome = memory_benchmark(&plan, &binary, &db, &mut report).await;
+        db.remove().await?;
+        outcome?;
+    }
+    if plan.runs(Bench::Peers) {
+        peer_benchmarks(&plan, postgres, &best_append, &export_ms, &mut report).await?;
+    }
+
+    report.settings["wall_seconds"] = serde_json::json!(started.elapsed().as_secs());
+    println!("{}", report.table());
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)?;
+        eprintln!("figures written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Appends, exports and listings on one database, one server.
+async fn core_benchmarks(
+    plan: &Plan,
+    binary: &Path,
+    db: &Database,
+    report: &mut Report,
+    best_append: &mut HashMap<&'static str, f64>,
+    export_ms: &mut HashMap<(&'static str, usize), f64>,
+) -> anyhow::Result<()> {
+    if !(plan.runs(Bench::Append) || plan.runs(Bench::Export) || plan.runs(Bench::List)) {
+        return Ok(());
+    }
+    let backend = db.backend();
+    let server = Server::start(binary, &db.url(), &[]).await?;
+    if plan.runs(Bench::Append) {
+        eprintln!("== append on {backend}");
+        let max_clients = plan.clients.iter().copied().max().unwrap_or(1);
+        append::prepare(&server, max_clients, plan.prefill).await?;
+        db.analyze().await?;
+        for &clients in &plan.clients {
+            for writers in [Writers::Many, Writers::One] {
+                append_case(plan, &server, db, clients, writers, report, best_append).await?;
+            }
+        }
+    }
+    if plan.runs(Bench::Export) {
+        eprintln!("== export on {backend}");
+        for &size in &plan.export_sizes {
+            reads::prepare_export(&server, size).await?;
+        }
+        db.analyze().await?;
+        for &size in &plan.export_sizes {
+            export_case(plan, &server, db, size, report, export_ms).await?;
+        }
+    }
+    if plan.runs(Bench::List) {
+        eprintln!(
+            "== list on {backend}: filling {} sessions of {} messages",
+            plan.list.sessions, plan.list.messages_each
+        );
+        let filling = Instant::now();
+        reads::prepare_list(&server, &plan.list, 16).await?;
+        db.analyze().await?;
+        eprintln!("   filled in {:.1} s", filling.elapsed().as_secs_f64());
+        let case = format!(
+            "{} sessions, {} messages",
+            plan.list.sessions,
+            plan.list.sessions * plan.list.messages_each
+        );
+        for (page, token) in [
+            ("first page".to_owned(), String::new()),
+            (
+                format!("page {} (deep)", plan.deep_pages + 1),
+                reads::token_after(&server, plan.deep_pages).await?,
+            ),
+        ] {
+            let mut took = reads::list_pages(&server, &token, plan.list_samples).await?;
+            let ms: Vec<f64> = took.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+            let latency = Latency::of(&mut took);
+            report.push(
+                Figure::new(
+                    "list",
+                    backend,
+                    "sessionstore",
+                    &format!("{case}, {page} of {}", reads::PAGE_SIZE),
+                    "ms",
+                    Spread::of(&ms),
+                )
+                .latency(latency)
+                .target("p99 < 5 ms", latency.p99_ms < 5.0),
+            );
+        }
+    }
+    server.stop().await;
+    Ok(())
+}
+
+async fn append_case(
+    plan: &Plan,
+    server: &Server,
+    db: &Database,
+    clients: usize,
+    writers: Writers,
+    report: &mut Report,
+    best_append: &mut HashMap<&'static str, f64>,
+) -> anyhow::Result<()> {
+    let backend = db.backend();
+    let (mut service, mut raw, mut engine) = (Vec::new(), Vec::new(), Vec::new());
+    // Interleaved, so drift (a growing database, a busy neighbour) falls on
+    // all three alike.
+    for _ in 0..plan.repeat {
+        service.push(append::service(server, clients, writers, plan.timing).await?);
+        raw.push(append::raw_sqlx(db, clients, writers, plan.timing).await?);
+        if !db.is_postgres() {
+            engine.push(append::raw_engine(db, clients, writers, plan.timing).await?);
+        }
+    }
+    let case = format!("{clients} clients, {}", writers.label());
+    let unit = "exchanges/s";
+    let raw = Throughput::of(raw);
+    report.push(
+        Figure::new("append", backend, "raw sqlx", &case, unit, raw.per_second)
+            .latency(raw.latency),
+    );
+    let mut ceiling = ("raw sqlx", raw.per_second.median);
+    if !engine.is_empty() {
+        let engine = Throughput::of(engine);
+        report.push(
+            Figure::new(
+                "append",
+                backend,
+                "raw rusqlite",
+                &case,
+                unit,
+                engine.per_second,
+            )
+            .latency(engine.latency),
+        );
+        if engine.per_second.median > ceiling.1 {
+            ceiling = ("raw rusqlite", engine.per_second.median);
+        }
+    }
+    let service = Throughput::of(service);
+    let ratio = service.per_second.median / ceiling.1;
+    let mut figure = Figure::new(
+        "append",
+        backend,
+        "sessionstore",
+        &case,
+        unit,
+        service.per_second,
+    )
+    .latency(service.latency)
+    .ratio(ratio, ceiling.0);
+    if clients == 16 && writers == Writers::Many {
+        figure = match backend {
+            "sqlite" => figure.target("≥ 2.0× raw", ratio >= 2.0),
+            _ => figure.target("≥ 1.0× raw", ratio >= 1.0),
+        };
+    }
+    report.push(figure);
+    if writers == Writers::Many {
+        let best = best_append.entry(backend).or_insert(0.0);
+        *best = best.max(service.per_second.median);
+    }
+    Ok(())
+}
+
+async fn export_case(
+    plan: &Plan,
+    server: &Server,
+    db: &Database,
+    size: usize,
+    report: &mut Report,
+    export_ms: &mut HashMap<(&'static str, usize), f64>,
+) -> anyhow::Result<()> {
+    let backend = db.backend();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (mut service, mut raw, mut engine) = (Vec::new(), Vec::new(), Vec::new());
+    // One unmeasured round warms the caches.
+    reads::export_once(server, size).await?;
+    for _ in 0..plan.export_samples {
+        service.push(ms(reads::export_once(server, size).await?));
+        raw.push(ms(reads::select_sqlx(db, size).await?));
+        if !db.is_postgres() {
+            engine.push(ms(reads::select_engine(db, size)?));
+        }
+    }
+    let case = format!("{size} messages");
+    let raw = Spread::of(&raw);
+    report.push(Figure::new(
+        "export",
+        backend,
+        "SELECT sqlx",
+        &case,
+        "ms",
+        raw,
+    ));
+    let mut baseline = ("SELECT sqlx", raw.median);
+    if !engine.is_empty() {
+        let engine = Spread::of(&engine);
+        report.push(Figure::new(
+            "export",
+            backend,
+            "SELECT rusqlite",
+            &case,
+            "ms",
+            engine,
+        ));
+        if engine.median < baseline.1 {
+            baseline = ("SELECT rusqlite", engine.median);
+        }
+    }
+    let service = Spread::of(&service);
+    let ratio = service.median / baseline.1;
+    let mut figure = Figure::new(
+        "export",
+        backend,
+        "sessionstore ExportHistory",
+        &case,
+        "ms",
+        service,
+    )
+    .ratio(ratio, &format!("{} time", baseline.0));
+    if size == 10_000 {
+        figure = figure.target("≤ 2.0× SELECT", ratio <= 2.0);
+    }
+    report.push(figure);
+    export_ms.insert((backend, size), service.median);
+    Ok(())
+}
+
+/// Watch delivery on one replica, and on PostgreSQL also across two.
+async fn watch_benchmarks(
+    plan: &Plan,
+    binary: &Path,
+    db: &Database,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let backend = db.backend();
+    eprintln!("== watch on {backend}");
+    let one = Server::start(binary, &db.url(), &[]).await?;
+    let other = if db.is_postgres() {
+        Some(Server::start(binary, &db.url(), &[]).await?)
+    } else {
+        None
+    };
+    let mut client = one.connect().await?;
+    for &watchers in &plan.watchers {
+        let mut replicas = vec![("one replica", &one)];
+        if let Some(other) = &other {
+            replicas.push(("across two replicas", other));
+        }
+        for (where_, reader) in replicas {
+            let session = format!("bench-watch-{watchers}-{}", where_.len());
+            workload::create_session(&mut client, &session, "bench", 0, 0).await?;
+            let mut latencies = watch::delivery(
+                &one,
+                reader,
+                &session,
+                watchers,
+                plan.watch_appends,
+                plan.watch_interval,
+            )
+            .await?;
+            let ms: Vec<f64> = latencies.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+            let latency = Latency::of(&mut latencies);
+            let mut figure = Figure::new(
+                "watch",
+                backend,
+                "sessionstore",
+                &format!("{watchers} watchers, {where_}"),
+                "ms",
+                Spread::of(&ms),
+            )
+            .latency(latency);
+            if watchers == 1_000 {
+                figure = if reader.port == one.port {
+                    figure.target("p99 < 10 ms", latency.p99_ms < 10.0)
+                } else {
+                    figure.target("p99 < 50 ms", latency.p99_ms < 50.0)
+                };
+            }
+            report.push(figure);
+        }
+    }
+    one.stop().await;
+    if let Some(other) = other {
+        other.stop().await;
+    }
+    Ok(())
+}
+
+async fn memory_benchmark(
+    plan: &Plan,
+    binary: &Path,
+    db: &Database,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    eprintln!("== memory: {} idle watch streams", plan.idle_streams);
+    let limit = (plan.idle_streams * 2).to_string();
+    let server = Server::start(
+        binary,
+        &db.url(),
+        &["--max-watch-streams-per-tenant", &limit],
+    )
+    .await?;
+    let (per_stream, before, after) =
+        watch::idle_stream_memory(&server, plan.idle_streams, plan.idle_sessions).await?;
+    server.stop().await;
+    let mut figure = Figure::new(
+        "memory",
+        db.backend(),
+        "sessionstore",
+        &format!(
+            "{} idle watch streams, {} per connection (RSS {:.1} → {:.1} MiB)",
+            plan.idle_streams,
+            watch::STREAMS_PER_CONNECTION,
+            before as f64 / 1048576.0,
+            after as f64 / 1048576.0
+        ),
+        "bytes/stream",
+        Spread::of(&[per_stream]),
+    );
+    figure = figure.target("≤ 10 KB", per_stream <= 10_240.0);
+    report.push(figure);
+    Ok(())
+}
+
+async fn peer_benchmarks(
+    plan: &Plan,
+    postgres: Option<&str>,
+    best_append: &HashMap<&'static str, f64>,
+    export_ms: &HashMap<(&'static str, usize), f64>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    eprintln!("== peers (Python, in-process; first run installs a venv)");
+    let workspace = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let run = peers::run(
+        workspace,
+        postgres,
+        plan.timing.measure.as_secs_f64(),
+        plan.repeat,
+        &plan.export_sizes,
+    )
+    .await?;
+    report
+        .skipped
+        .extend(run.skipped.iter().map(|s| format!("peers: {s}")));
+    for peer in &run.peers {
+        let backend = if peer.database.contains("postgres") {
+            "postgres"
+        } else {
+            "sqlite"
+        };
+        let subject = format!("{} {}", peer.name, peer.version);
+        let Some(best) = peer.append.iter().max_by(|a, b| {
+            a.exchanges_per_sec
+                .median
+                .total_cmp(&b.exchanges_per_sec.median)
+        }) else {
+            continue;
+        };
+        let mut figure = Figure::new(
+            "peer append",
+            backend,
+            &subject,
+            &format!("{} clients, many sessions (its best)", best.concurrency),
+            "exchanges/s",
+            best.exchanges_per_sec.spread(plan.repeat),
+        )
+        .latency(Latency {
+            p50_ms: best.p50_ms,
+            p99_ms: best.p99_ms,
+            ..Latency::default()
+        });
+        if let Some(ours) = best_append.get(backend) {
+            let ratio = ours / best.exchanges_per_sec.median;
+            figure = figure
+                .ratio(ratio, "sessionstore's best ÷ this")
+                .target("≥ 3.0×", ratio >= 3.0);
+        }
+        report.push(figure);
+        for read in &peer.read {
+            let mut figure = Figure::new(
+                "peer read",
+                backend,
+                &subject,
+                &format!("{} messages", read.messages),
+                "ms",
+                read.ms.spread(plan.repeat),
+            );
+            if let Some(ours) = export_ms.get(&(backend, read.messages)) {
+                figure = figure.ratio(read.ms.median / ours, "this ÷ sessionstore ExportHistory");
+            }
+            report.push(figure);
+        }
+    }
+    Ok(())
+}

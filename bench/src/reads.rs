@@ -1,0 +1,208 @@
+//! Reads: ExportHistory against a plain ordered SELECT of the same rows,
+//! and ListSessions pages at the front and deep into a large tenant.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures_util::StreamExt as _;
+use sessionstore_client::v1 as pb;
+use sqlx::Connection as _;
+
+use crate::server::{Database, Server};
+use crate::workload;
+
+/// The session an export benchmark reads.
+pub fn export_session(messages: usize) -> String {
+    format!("bench-export-{messages}")
+}
+
+/// Creates a session holding `messages` messages of ~1 KB.
+pub async fn prepare_export(server: &Server, messages: usize) -> anyhow::Result<()> {
+    let mut client = server.connect().await?;
+    let id = export_session(messages);
+    workload::create_session(&mut client, &id, "bench", 0, 0).await?;
+    workload::fill(&mut client, &id, messages, 200).await
+}
+
+/// Reads the whole session through ExportHistory: how long until the last
+/// message arrived.
+pub async fn export_once(server: &Server, messages: usize) -> anyhow::Result<Duration> {
+    let mut client = server.connect().await?;
+    let started = Instant::now();
+    let mut stream = client
+        .export_history(pb::ExportHistoryRequest {
+            session_id: export_session(messages),
+            ..Default::default()
+        })
+        .await
+        .context("ExportHistory")?
+        .into_inner();
+    let mut received = 0;
+    while let Some(chunk) = stream.next().await {
+        received += chunk.context("ExportHistory stream")?.messages.len();
+    }
+    let took = started.elapsed();
+    anyhow::ensure!(
+        received == messages,
+        "exported {received} messages, expected {messages}"
+    );
+    Ok(took)
+}
+
+const SELECT_MESSAGES: &str = "SELECT sequence, id, produced_by_call_id, body, create_time, redacted \
+     FROM messages WHERE session_key = (SELECT key FROM sessions \
+     WHERE tenant = 'default' AND id = $1 AND deleted = 0) ORDER BY sequence";
+
+/// The same rows through sqlx, fetched into memory (no decoding).
+pub async fn select_sqlx(db: &Database, messages: usize) -> anyhow::Result<Duration> {
+    let id = export_session(messages);
+    let (took, rows) = if db.is_postgres() {
+        let mut conn = sqlx::PgConnection::connect(&db.url()).await?;
+        // Prepare once, as a pool would have: time only the read.
+        sqlx::query(SELECT_MESSAGES)
+            .bind(&id)
+            .fetch_all(&mut conn)
+            .await?;
+        let started = Instant::now();
+        let rows =
+            sqlx::query_as::<_, (i64, String, Option<String>, String, i64, i64)>(SELECT_MESSAGES)
+                .bind(&id)
+                .fetch_all(&mut conn)
+                .await?;
+        (started.elapsed(), rows.len())
+    } else {
+        let mut conn = sqlx::SqliteConnection::connect(&db.url()).await?;
+        sqlx::query(SELECT_MESSAGES)
+            .bind(&id)
+            .fetch_all(&mut conn)
+            .await?;
+        let started = Instant::now();
+        let rows =
+            sqlx::query_as::<_, (i64, String, Option<String>, String, i64, i64)>(SELECT_MESSAGES)
+                .bind(&id)
+                .fetch_all(&mut conn)
+                .await?;
+        (started.elapsed(), rows.len())
+    };
+    anyhow::ensure!(
+        rows == messages,
+        "selected {rows} rows, expected {messages}"
+    );
+    Ok(took)
+}
+
+/// The same rows through the SQLite engine (rusqlite).
+pub fn select_engine(db: &Database, messages: usize) -> anyhow::Result<Duration> {
+    let id = export_session(messages);
+    let conn = rusqlite::Connection::open(db.url().trim_start_matches("sqlite://"))?;
+    let sql = SELECT_MESSAGES.replace("$1", "?1");
+    let mut statement = conn.prepare(&sql)?;
+    let started = Instant::now();
+    let rows = statement
+        .query_map([&id], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, i64>(5)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let took = started.elapsed();
+    anyhow::ensure!(
+        rows.len() == messages,
+        "selected {} rows, expected {messages}",
+        rows.len()
+    );
+    Ok(took)
+}
+
+/// How many sessions the list benchmark writes with `messages_each`.
+pub struct ListShape {
+    pub sessions: usize,
+    pub messages_each: usize,
+}
+
+/// Fills a tenant with `shape.sessions` sessions of small messages, from
+/// `writers` concurrent clients (not measured).
+pub async fn prepare_list(
+    server: &Server,
+    shape: &ListShape,
+    writers: usize,
+) -> anyhow::Result<()> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for writer in 0..writers {
+        let mut client = server.connect().await?;
+        let (sessions, messages) = (shape.sessions, shape.messages_each);
+        tasks.spawn(async move {
+            for n in (writer..sessions).step_by(writers) {
+                let id = format!("bench-list-{n:07}");
+                let user = format!("user-{}", n % 100);
+                workload::create_session(&mut client, &id, &user, messages, 100).await?;
+            }
+            Ok::<_, anyhow::Error>(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
+pub const PAGE_SIZE: i32 = 50;
+
+/// The page token of the page after `pages` pages (0: the first page).
+pub async fn token_after(server: &Server, pages: usize) -> anyhow::Result<String> {
+    let mut client = server.connect().await?;
+    let mut token = String::new();
+    for _ in 0..pages {
+        let page = client
+            .list_sessions(pb::ListSessionsRequest {
+                page_size: PAGE_SIZE,
+                page_token: token,
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        anyhow::ensure!(
+            !page.next_page_token.is_empty(),
+            "ran out of sessions while paging"
+        );
+        token = page.next_page_token;
+    }
+    Ok(token)
+}
+
+/// `samples` sequential ListSessions calls for the page at `token`.
+pub async fn list_pages(
+    server: &Server,
+    token: &str,
+    samples: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut client = server.connect().await?;
+    let mut took = Vec::with_capacity(samples);
+    for i in 0..samples + samples / 10 {
+        let started = Instant::now();
+        let page = client
+            .list_sessions(pb::ListSessionsRequest {
+                page_size: PAGE_SIZE,
+                page_token: token.to_owned(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        let elapsed = started.elapsed();
+        anyhow::ensure!(
+            page.sessions.len() == PAGE_SIZE as usize,
+            "a page held {} sessions",
+            page.sessions.len()
+        );
+        // The first tenth warms up.
+        if i >= samples / 10 {
+            took.push(elapsed);
+        }
+    }
+    Ok(took)
+}

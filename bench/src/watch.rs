@@ -1,0 +1,172 @@
+//! WatchSession: how long after an AppendExchange is acknowledged its event
+//! reaches every watcher, and what an idle watch stream costs the server.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures_util::StreamExt as _;
+use sessionstore_client::SessionStoreClient;
+use sessionstore_client::v1 as pb;
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+
+use crate::server::Server;
+use crate::workload;
+
+/// Watch streams opened per HTTP/2 connection, as a gateway multiplexing
+/// its users' streams would (under the server's stream limit per
+/// connection).
+pub const STREAMS_PER_CONNECTION: usize = 100;
+
+/// Opens `count` watch streams on `session` across connections of
+/// [`STREAMS_PER_CONNECTION`] and returns them once every one has caught up.
+async fn open_streams(
+    server: &Server,
+    session: &str,
+    count: usize,
+) -> anyhow::Result<Vec<tonic::Streaming<pb::SessionEvent>>> {
+    let mut streams = Vec::with_capacity(count);
+    let mut client: Option<SessionStoreClient<Channel>> = None;
+    for i in 0..count {
+        if i % STREAMS_PER_CONNECTION == 0 {
+            client = Some(server.connect().await?);
+        }
+        let client = client.as_mut().context("a connection")?;
+        let mut stream = client
+            .watch_session(pb::WatchSessionRequest {
+                session_id: session.to_owned(),
+                ..Default::default()
+            })
+            .await
+            .context("WatchSession")?
+            .into_inner();
+        // Replay, then caught_up: the stream is live.
+        loop {
+            let event = stream
+                .next()
+                .await
+                .context("the watch ended before catching up")??;
+            if matches!(event.event, Some(pb::session_event::Event::CaughtUp(_))) {
+                break;
+            }
+        }
+        streams.push(stream);
+    }
+    Ok(streams)
+}
+
+/// Delivery latencies from acknowledgement to receipt of `appends`
+/// exchanges, appended through `writer` one at a time every `interval` to a
+/// session that `watchers` streams watch through `reader` (the same server,
+/// or another replica).
+pub async fn delivery(
+    writer: &Server,
+    reader: &Server,
+    session: &str,
+    watchers: usize,
+    appends: usize,
+    interval: Duration,
+) -> anyhow::Result<Vec<Duration>> {
+    let streams = open_streams(reader, session, watchers).await?;
+    let (received, mut receipts) = mpsc::unbounded_channel::<(i64, Instant)>();
+    let mut tasks = tokio::task::JoinSet::new();
+    for mut stream in streams {
+        let received = received.clone();
+        tasks.spawn(async move {
+            let mut seen = 0;
+            while seen < appends {
+                let event = stream.next().await.context("the watch ended early")??;
+                let now = Instant::now();
+                // Progress heartbeats and other changes are not deliveries.
+                if matches!(
+                    event.event,
+                    Some(pb::session_event::Event::ExchangeAppended(_))
+                ) {
+                    seen += 1;
+                    let _ = received.send((event.revision, now));
+                }
+            }
+            Ok::<_, anyhow::Error>(())
+        });
+    }
+    drop(received);
+
+    let mut client = writer.connect().await?;
+    let mut acknowledged = HashMap::with_capacity(appends);
+    let mut ticks = tokio::time::interval(interval);
+    for seed in 0..appends as u64 {
+        ticks.tick().await;
+        let reply = client
+            .append_exchange(workload::exchange(session, seed))
+            .await
+            .context("AppendExchange")?
+            .into_inner();
+        acknowledged.insert(reply.revision, Instant::now());
+    }
+    let mut latencies = Vec::with_capacity(appends * watchers);
+    let wait = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some((revision, at)) = receipts.recv().await {
+            if let Some(ack) = acknowledged.get(&revision) {
+                // A watcher may hear of a commit before its writer does.
+                latencies.push(at.saturating_duration_since(*ack));
+            }
+        }
+    })
+    .await;
+    wait.context("watchers did not receive every event within 60 s")?;
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    anyhow::ensure!(
+        latencies.len() == appends * watchers,
+        "{} of {} deliveries arrived",
+        latencies.len(),
+        appends * watchers
+    );
+    Ok(latencies)
+}
+
+/// Server memory per idle watch stream: resident memory with `connections`
+/// connections open, then again once `streams` watch streams are open on
+/// them (spread over `sessions` sessions). Returns bytes per stream.
+pub async fn idle_stream_memory(
+    server: &Server,
+    streams: usize,
+    sessions: usize,
+) -> anyhow::Result<(f64, u64, u64)> {
+    let mut client = server.connect().await?;
+    for n in 0..sessions {
+        workload::create_session(&mut client, &format!("bench-idle-{n}"), "bench", 0, 0).await?;
+    }
+    // Warm the server (allocator arenas, caches) with a short-lived stream.
+    drop(open_streams(server, "bench-idle-0", 10).await?);
+    let before = settled_rss(server).await?;
+    let mut open = Vec::with_capacity(streams);
+    for n in 0..sessions {
+        let per_session = streams / sessions + usize::from(n < streams % sessions);
+        open.extend(open_streams(server, &format!("bench-idle-{n}"), per_session).await?);
+    }
+    let after = settled_rss(server).await?;
+    drop(open);
+    Ok((
+        after.saturating_sub(before) as f64 / streams as f64,
+        before,
+        after,
+    ))
+}
+
+/// Resident memory once it stops moving (two readings 100 ms apart within
+/// 64 KiB), or after 3 s.
+async fn settled_rss(server: &Server) -> anyhow::Result<u64> {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut last = server.rss_bytes()?;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = server.rss_bytes()?;
+        if now.abs_diff(last) < 64 * 1024 || Instant::now() > deadline {
+            return Ok(now);
+        }
+        last = now;
+    }
+}

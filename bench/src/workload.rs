@@ -1,0 +1,164 @@
+//! What every benchmark writes: an exchange of one user and one assistant
+//! message of about 1 KB each, produced by one provider call.
+
+use anyhow::Context as _;
+use sessionstore_client::SessionStoreClient;
+use sessionstore_client::v1 as pb;
+use tonic::transport::Channel;
+
+/// The size of each message's text.
+pub const MESSAGE_BYTES: usize = 1000;
+
+/// Deterministic prose of about `len` bytes from a vocabulary of 2,048
+/// made-up words, different for every `seed`, so the full-text indexes see
+/// realistic variety.
+pub fn text(seed: u64, len: usize) -> String {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = String::with_capacity(len + 16);
+    while out.len() < len {
+        // xorshift64
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let word = state % 2048;
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&word_of(word));
+    }
+    out.truncate(len);
+    out
+}
+
+fn word_of(n: u64) -> String {
+    const SYLLABLES: [&str; 16] = [
+        "ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "zen", "dar", "pel", "qua", "ris", "tum",
+        "bex", "gol",
+    ];
+    let mut word = String::new();
+    let mut n = n;
+    for _ in 0..3 {
+        word.push_str(SYLLABLES[(n % 16) as usize]);
+        n /= 16;
+    }
+    word
+}
+
+pub fn user(seed: u64) -> pb::Message {
+    pb::Message {
+        role: pb::Role::User.into(),
+        content: text(seed, MESSAGE_BYTES),
+        ..Default::default()
+    }
+}
+
+pub fn assistant(seed: u64) -> pb::Message {
+    pb::Message {
+        role: pb::Role::Assistant.into(),
+        content: text(seed ^ 0xA55A, MESSAGE_BYTES),
+        ..Default::default()
+    }
+}
+
+pub fn provider_call(seed: u64) -> pb::ProviderCall {
+    pb::ProviderCall {
+        request_id: format!("gw-{seed}"),
+        provider: "anthropic".into(),
+        model: "claude-sonnet-4-5".into(),
+        prompt_tokens: 350,
+        completion_tokens: 260,
+        cost_micros_usd: 4_950,
+        ..Default::default()
+    }
+}
+
+/// The AppendExchange every append benchmark sends, with a fresh
+/// idempotency key as `sessionstore_client::Client` sends.
+pub fn exchange(session_id: &str, seed: u64) -> pb::AppendExchangeRequest {
+    pb::AppendExchangeRequest {
+        session_id: session_id.to_owned(),
+        messages: vec![user(seed)],
+        provider_call: Some(provider_call(seed)),
+        response_messages: vec![assistant(seed)],
+        request_id: uuid::Uuid::now_v7().to_string(),
+        ..Default::default()
+    }
+}
+
+/// Creates a session with `initial` messages of `bytes` each.
+pub async fn create_session(
+    client: &mut SessionStoreClient<Channel>,
+    id: &str,
+    user_name: &str,
+    initial: usize,
+    bytes: usize,
+) -> anyhow::Result<()> {
+    let initial_history = (0..initial)
+        .map(|i| pb::Message {
+            role: if i % 2 == 0 {
+                pb::Role::User
+            } else {
+                pb::Role::Assistant
+            }
+            .into(),
+            content: text(i as u64, bytes),
+            ..Default::default()
+        })
+        .collect();
+    client
+        .create_session(pb::CreateSessionRequest {
+            session_id: id.to_owned(),
+            title: format!("bench {id}"),
+            user: user_name.to_owned(),
+            initial_history,
+            ..Default::default()
+        })
+        .await
+        .with_context(|| format!("CreateSession {id}"))?;
+    Ok(())
+}
+
+/// Appends `messages` messages of ~1 KB to a session, `per_call` at a time
+/// (not measured: this builds the sessions the read benchmarks read).
+pub async fn fill(
+    client: &mut SessionStoreClient<Channel>,
+    id: &str,
+    messages: usize,
+    per_call: usize,
+) -> anyhow::Result<()> {
+    let mut written = 0;
+    while written < messages {
+        let n = per_call.min(messages - written);
+        let batch = (written..written + n)
+            .map(|i| {
+                if i % 2 == 0 {
+                    user(i as u64)
+                } else {
+                    assistant(i as u64)
+                }
+            })
+            .collect();
+        client
+            .append_exchange(pb::AppendExchangeRequest {
+                session_id: id.to_owned(),
+                messages: batch,
+                ..Default::default()
+            })
+            .await
+            .with_context(|| format!("fill {id}"))?;
+        written += n;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::text;
+
+    #[test]
+    fn text_is_deterministic_sized_and_varied() {
+        assert_eq!(text(7, 1000), text(7, 1000));
+        assert_eq!(text(7, 1000).len(), 1000);
+        assert_ne!(text(7, 1000), text(8, 1000));
+    }
+}
