@@ -58,7 +58,7 @@ struct Args {
     repeat: Option<usize>,
 
     /// Seconds each throughput run measures, after a third as long warming
-    /// up (default 3; 0.3 with --quick).
+    /// up (default 2; 0.3 with --quick).
     #[arg(long)]
     seconds: Option<f64>,
 
@@ -110,7 +110,7 @@ struct Plan {
 impl Plan {
     fn from(args: &Args) -> Plan {
         let quick = args.quick;
-        let seconds = args.seconds.unwrap_or(if quick { 0.3 } else { 3.0 });
+        let seconds = args.seconds.unwrap_or(if quick { 0.3 } else { 2.0 });
         let benches = if args.only.is_empty() {
             let mut all = vec![
                 Bench::Append,

@@ -76,7 +76,7 @@ pub struct PoolStatus {
     pub idle: usize,
     /// The most the pool opens.
     pub max: u32,
-    /// Writes waiting for the SQLite writer (none on PostgreSQL).
+    /// Writes waiting for a writer task (SQLite: every write; PostgreSQL: appends).
     pub queued_writes: Option<usize>,
 }
 
@@ -274,7 +274,7 @@ impl Metrics {
                 gauge(
                     &mut out,
                     "sessionstore_db_queued_writes",
-                    "Writes waiting for the SQLite writer.",
+                    "Writes waiting for a writer task (SQLite: every write; PostgreSQL: appends).",
                     queued as u64,
                 );
             }

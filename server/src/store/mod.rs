@@ -14,6 +14,7 @@ use crate::domain::{
     StateEntry, StoredMessage, Timestamp,
 };
 
+mod batch;
 mod export;
 mod ops;
 mod postgres;

@@ -151,7 +151,7 @@ pub fn session_from_row(row: &AnyRow) -> Result<Session> {
 
 /// The full-text row id of a message in SQLite: one session's messages form
 /// one contiguous range, so a rollback or delete removes a range.
-fn search_rowid(session_key: i64, sequence: i64) -> i64 {
+pub(super) fn search_rowid(session_key: i64, sequence: i64) -> i64 {
     session_key.saturating_mul(1 << 32).saturating_add(sequence)
 }
 

@@ -28,12 +28,13 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::PgListener;
 use sqlx::{AnyPool, Executor, Row};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 
+use super::batch;
 use super::ops::{self, Dialect, NOTIFY_CHANNEL, WriteOp, Written};
 use super::sql::{Inner, SqlStore, WritePath, publish};
 use super::{CommitSink, OpenError, StoreOptions};
-use crate::domain::{Ephemeral, Error, Result, Timestamp};
+use crate::domain::{Ephemeral, Error, NewExchange, Result, Timestamp};
 
 /// The channel carrying ephemeral changes between replicas.
 const EPHEMERAL_CHANNEL: &str = "sessionstore_ephemeral";
@@ -87,14 +88,180 @@ pub(super) async fn open(
         },
         closing.subscribe(),
     ));
+    let writers = append_writers(options.max_connections);
+    let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
+    let jobs = Arc::new(tokio::sync::Mutex::new(jobs));
+    let mut tasks = vec![listener];
+    for _ in 0..writers {
+        tasks.push(tokio::spawn(run_append_writer(
+            pool.clone(),
+            Arc::clone(&jobs),
+            Arc::clone(&sink),
+        )));
+    }
     Ok(SqlStore::from_inner(Inner {
         pool,
-        writes: WritePath::Direct,
+        writes: WritePath::Direct(Appends { queue, writers }),
         sink,
-        tasks: Mutex::new(vec![listener]),
+        tasks: Mutex::new(tasks),
         closing,
         replica,
     }))
+}
+
+/// Appends waiting for a batch, and how many batch writers take them.
+pub(super) struct Appends {
+    queue: mpsc::Sender<Option<AppendJob>>,
+    writers: usize,
+}
+
+impl Appends {
+    /// Lets the writers finish what is queued, then stop.
+    pub(super) async fn stop(&self) {
+        for _ in 0..self.writers {
+            let _ = self.queue.send(None).await;
+        }
+    }
+
+    /// Appends queued and not yet taken by a writer.
+    pub(super) fn queued(&self) -> usize {
+        self.queue.max_capacity() - self.queue.capacity()
+    }
+}
+
+/// A queued append and where to send its answer.
+pub(super) struct AppendJob {
+    tenant: String,
+    exchange: Box<NewExchange>,
+    reply: oneshot::Sender<Result<Written>>,
+}
+
+/// Appends that may wait for a writer before callers are held back.
+const QUEUE_DEPTH: usize = 4096;
+/// The most appends one transaction takes.
+const MAX_BATCH: usize = 256;
+
+/// Batch writers per replica: a few, so batches overlap (one commits while
+/// the next fills), leaving most of the pool to reads and other writes.
+fn append_writers(max_connections: u32) -> usize {
+    usize::try_from(max_connections / 4)
+        .unwrap_or(1)
+        .clamp(1, 4)
+}
+
+/// Queues an append for the batch writers and waits for its commit.
+pub(super) async fn submit_append(
+    appends: &Appends,
+    tenant: &str,
+    exchange: Box<NewExchange>,
+) -> Result<Written> {
+    let (reply, answer) = oneshot::channel();
+    let job = AppendJob {
+        tenant: tenant.to_owned(),
+        exchange,
+        reply,
+    };
+    appends
+        .queue
+        .send(Some(job))
+        .await
+        .map_err(|_| Error::ShuttingDown)?;
+    answer.await.map_err(|_| Error::ShuttingDown)?
+}
+
+/// One batch writer: takes every append queued (up to [`MAX_BATCH`]) and
+/// commits them in one transaction through the bulk path. Several run side
+/// by side; `None` stops one.
+async fn run_append_writer(
+    pool: AnyPool,
+    jobs: Arc<tokio::sync::Mutex<mpsc::Receiver<Option<AppendJob>>>>,
+    sink: Arc<dyn CommitSink>,
+) {
+    loop {
+        let mut batch = Vec::new();
+        let mut stop = false;
+        {
+            let mut jobs = jobs.lock().await;
+            match jobs.recv().await {
+                Some(Some(job)) => batch.push(job),
+                Some(None) | None => return,
+            }
+            while batch.len() < MAX_BATCH {
+                match jobs.try_recv() {
+                    Ok(Some(job)) => batch.push(job),
+                    Ok(None) => {
+                        stop = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        commit_appends(&pool, sink.as_ref(), batch).await;
+        if stop {
+            return;
+        }
+    }
+}
+
+/// Commits a batch of appends in one transaction (sessions locked in key
+/// order, so batches on other writers and replicas never deadlock). If a
+/// caller gives up before the commit, the batch is rolled back and redone
+/// without it, so an abandoned append never commits. If a statement fails
+/// (a race with another replica), every append goes through [`write`] on
+/// its own, which retries lost races.
+async fn commit_appends(pool: &AnyPool, sink: &dyn CommitSink, mut jobs: Vec<AppendJob>) {
+    let outcomes = loop {
+        jobs.retain(|job| !job.reply.is_closed());
+        if jobs.is_empty() {
+            return;
+        }
+        let requests: Vec<(&str, &NewExchange)> = jobs
+            .iter()
+            .map(|job| (job.tenant.as_str(), job.exchange.as_ref()))
+            .collect();
+        let attempt = async {
+            let mut tx = pool.begin().await?;
+            let outcomes = batch::append_all(&mut tx, Dialect::Postgres, &requests).await?;
+            if jobs.iter().any(|job| job.reply.is_closed()) {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(Some(outcomes))
+        }
+        .await;
+        match attempt {
+            Ok(Some(outcomes)) => break Some(outcomes),
+            Ok(None) => continue,
+            Err(error) => {
+                tracing::debug!(%error, "bulk append failed; writing the appends one by one");
+                break None;
+            }
+        }
+    };
+    let mut deferred = Vec::new();
+    match outcomes {
+        Some(outcomes) => {
+            for (job, outcome) in jobs.into_iter().zip(outcomes) {
+                match outcome {
+                    batch::Outcome::Done(result) => {
+                        let _ = job.reply.send(result.map(|applied| publish(sink, applied)));
+                    }
+                    batch::Outcome::Deferred => deferred.push(job),
+                }
+            }
+        }
+        None => deferred = jobs,
+    }
+    // In arrival order: a session's later appends were deferred with it.
+    for job in deferred {
+        if job.reply.is_closed() {
+            continue;
+        }
+        let result = write(pool, sink, &job.tenant, WriteOp::Append(job.exchange)).await;
+        let _ = job.reply.send(result);
+    }
 }
 
 /// Runs one write in its own transaction, retrying lost races.

@@ -44,8 +44,9 @@ pub(super) struct Inner {
 pub(super) enum WritePath {
     /// Queued to the one SQLite writer task; `None` asks it to stop.
     Queue(mpsc::Sender<Option<sqlite::Job>>),
-    /// A transaction per request on the pool (PostgreSQL).
-    Direct,
+    /// PostgreSQL: appends queued to a few batch writers, every other
+    /// write a transaction of its own on the pool.
+    Direct(postgres::Appends),
 }
 
 impl SqlStore {
@@ -58,9 +59,12 @@ impl SqlStore {
     async fn write(&self, tenant: &str, op: WriteOp) -> Result<Written> {
         match &self.inner.writes {
             WritePath::Queue(queue) => sqlite::submit(queue, tenant, op).await,
-            WritePath::Direct => {
-                postgres::write(&self.inner.pool, self.inner.sink.as_ref(), tenant, op).await
-            }
+            WritePath::Direct(appends) => match op {
+                WriteOp::Append(exchange) => {
+                    postgres::submit_append(appends, tenant, exchange).await
+                }
+                op => postgres::write(&self.inner.pool, self.inner.sink.as_ref(), tenant, op).await,
+            },
         }
     }
 }
@@ -377,7 +381,7 @@ impl Store for SqlStore {
 
     async fn publish_ephemeral(&self, session: &SessionHandle, ephemeral: Ephemeral) -> Result<()> {
         let ephemeral = Arc::new(ephemeral);
-        if let WritePath::Direct = self.inner.writes {
+        if let WritePath::Direct(_) = self.inner.writes {
             postgres::send_ephemeral(
                 &self.inner.pool,
                 &self.inner.replica,
@@ -447,7 +451,7 @@ impl Store for SqlStore {
                     .collect::<Vec<_>>()
                     .join(" "),
             ),
-            WritePath::Direct => (
+            WritePath::Direct(_) => (
                 format!(
                     "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, \
                      ts_headline('simple', f.text, q, 'StartSel=**, StopSel=**, MaxWords=24, MinWords=8') AS snippet \
@@ -538,16 +542,19 @@ impl Store for SqlStore {
             max: pool.options().get_max_connections(),
             queued_writes: match &self.inner.writes {
                 WritePath::Queue(queue) => Some(queue.max_capacity() - queue.capacity()),
-                WritePath::Direct => None,
+                WritePath::Direct(appends) => Some(appends.queued()),
             },
         }
     }
 
     async fn close(&self) {
         self.inner.closing.send_replace(true);
-        if let WritePath::Queue(queue) = &self.inner.writes {
-            // Ask the writer to finish what is queued.
-            let _ = queue.send(None).await;
+        match &self.inner.writes {
+            // Ask the writers to finish what is queued.
+            WritePath::Queue(queue) => {
+                let _ = queue.send(None).await;
+            }
+            WritePath::Direct(appends) => appends.stop().await,
         }
         let tasks = self
             .inner

@@ -18,10 +18,11 @@ use sqlx::migrate::Migrator;
 use sqlx::{AnyConnection, AnyPool, Connection, Executor};
 use tokio::sync::{mpsc, oneshot};
 
+use super::batch;
 use super::ops::{self, Dialect, WriteOp, Written};
 use super::sql::{Inner, SqlStore, WritePath, publish};
 use super::{CommitSink, OpenError};
-use crate::domain::{Error, Result};
+use crate::domain::{Error, NewExchange, Result};
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
 
@@ -68,6 +69,9 @@ pub(super) async fn connect(url: &str) -> Result<AnyPool, sqlx::Error> {
             .acquire_timeout(Duration::from_secs(30))
     };
     options
+        // A local file needs no liveness ping (a round trip to sqlx's
+        // worker thread) before every batch.
+        .test_before_acquire(false)
         .after_connect(move |conn, _| {
             Box::pin(async move {
                 if !in_memory {
@@ -159,24 +163,34 @@ async fn commit_batch(pool: &AnyPool, sink: &dyn CommitSink, jobs: Vec<Job>) {
         Err(error) => return fail_all(jobs, &error),
     };
     let mut results = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        if job.reply.is_closed() {
-            // The caller is gone (its deadline passed, or it cancelled)
-            // before its write began: nobody will hear of it, so skip it.
-            continue;
-        }
-        match apply_in_savepoint(&mut tx, &job.tenant, job.op).await {
-            Ok(result) => results.push((job.reply, result)),
-            Err(broken) => {
-                // The savepoint itself failed: the transaction is unusable.
-                tracing::error!(error = %broken, "write transaction broken; rolling back the batch");
-                drop(tx);
-                for (reply, _) in results {
-                    let _ = reply.send(Err(batch_failed("batch rolled back")));
-                }
-                let _ = job.reply.send(Err(Error::storage(broken)));
-                return;
+    // A caller already gone (its deadline passed, or it cancelled) before
+    // its write began will hear of nothing: skip it.
+    let mut jobs = jobs
+        .into_iter()
+        .filter(|job| !job.reply.is_closed())
+        .peekable();
+    while let Some(job) = jobs.next() {
+        let applied = if matches!(job.op, WriteOp::Append(_)) {
+            // A run of appends goes through the bulk path together.
+            let mut run = vec![job];
+            while let Some(next) = jobs.next_if(|job| matches!(job.op, WriteOp::Append(_))) {
+                run.push(next);
             }
+            apply_appends(&mut tx, run, &mut results).await
+        } else {
+            apply_one(&mut tx, job, &mut results).await
+        };
+        if let Err((broken, unanswered)) = applied {
+            // The savepoint machinery itself failed: the transaction is unusable.
+            tracing::error!(error = %broken, "write transaction broken; rolling back the batch");
+            drop(tx);
+            for (reply, _) in results {
+                let _ = reply.send(Err(batch_failed("batch rolled back")));
+            }
+            for reply in unanswered.into_iter().chain(jobs.map(|job| job.reply)) {
+                let _ = reply.send(Err(batch_failed("batch rolled back")));
+            }
+            return;
         }
     }
     if let Err(error) = tx.commit().await {
@@ -188,6 +202,92 @@ async fn commit_batch(pool: &AnyPool, sink: &dyn CommitSink, jobs: Vec<Job>) {
     }
     for (reply, result) in results {
         let _ = reply.send(result.map(|applied| publish(sink, applied)));
+    }
+}
+
+type Reply = oneshot::Sender<Result<Written>>;
+/// A broken transaction, and the callers not yet answered.
+type Broken = (sqlx::Error, Vec<Reply>);
+
+/// Applies one request in its own savepoint.
+async fn apply_one(
+    conn: &mut AnyConnection,
+    job: Job,
+    results: &mut Vec<(Reply, Result<ops::Applied>)>,
+) -> std::result::Result<(), Broken> {
+    match apply_in_savepoint(conn, &job.tenant, job.op).await {
+        Ok(result) => {
+            results.push((job.reply, result));
+            Ok(())
+        }
+        Err(broken) => Err((broken, vec![job.reply])),
+    }
+}
+
+/// Applies a run of appends through the bulk path, in a savepoint; the
+/// requests it defers (and, if it fails, all of them) then go one by one
+/// through the general path.
+async fn apply_appends(
+    conn: &mut AnyConnection,
+    run: Vec<Job>,
+    results: &mut Vec<(Reply, Result<ops::Applied>)>,
+) -> std::result::Result<(), Broken> {
+    let requests: Vec<(&str, &NewExchange)> = run
+        .iter()
+        .filter_map(|job| match &job.op {
+            WriteOp::Append(exchange) => Some((job.tenant.as_str(), exchange.as_ref())),
+            _ => None,
+        })
+        .collect();
+    let outcomes = match bulk_in_savepoint(conn, &requests).await {
+        Ok(outcomes) => outcomes,
+        Err(broken) => return Err((broken, run.into_iter().map(|job| job.reply).collect())),
+    };
+    let mut run = run.into_iter();
+    match outcomes {
+        Some(outcomes) => {
+            for outcome in outcomes {
+                let Some(job) = run.next() else { break };
+                match outcome {
+                    batch::Outcome::Done(result) => results.push((job.reply, result)),
+                    batch::Outcome::Deferred => {
+                        if let Err((broken, mut unanswered)) = apply_one(conn, job, results).await {
+                            unanswered.extend(run.map(|job| job.reply));
+                            return Err((broken, unanswered));
+                        }
+                    }
+                }
+            }
+        }
+        None => {
+            while let Some(job) = run.next() {
+                if let Err((broken, mut unanswered)) = apply_one(conn, job, results).await {
+                    unanswered.extend(run.map(|job| job.reply));
+                    return Err((broken, unanswered));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The bulk path in a savepoint: `None` if a statement failed (rolled
+/// back; nothing written). The outer `Err` means the savepoint itself failed.
+async fn bulk_in_savepoint(
+    conn: &mut AnyConnection,
+    requests: &[(&str, &NewExchange)],
+) -> Result<Option<Vec<batch::Outcome>>, sqlx::Error> {
+    let mut savepoint = conn.begin().await?;
+    match batch::append_all(&mut savepoint, Dialect::Sqlite, requests).await {
+        Ok(outcomes) => {
+            savepoint.commit().await?;
+            Ok(Some(outcomes))
+        }
+        Err(error) => {
+            tracing::warn!(%error, "bulk append failed; applying the requests one by one");
+            savepoint.rollback().await?;
+            Ok(None)
+        }
     }
 }
 
