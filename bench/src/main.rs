@@ -274,6 +274,9 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     report.settings["wall_seconds"] = serde_json::json!(started.elapsed().as_secs());
     println!("{}", report.table());
     if let Some(path) = &args.json {
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)?;
         eprintln!("figures written to {}", path.display());
     }
