@@ -16,7 +16,7 @@ use serde_json::json;
 use sessionstore_client::SessionStoreClient;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{PgPool, Row as _, SqlitePool};
+use sqlx::{PgPool, SqlitePool};
 use tonic::transport::Channel;
 
 use crate::server::{Database, Server};
@@ -204,73 +204,180 @@ fn search_rowid(session_key: i64, sequence: i64) -> i64 {
     (session_key << 32) + sequence
 }
 
+/// Which database a raw transaction writes to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+/// Reads the session row; PostgreSQL also locks it, as the service does.
+fn select_session(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Sqlite => {
+            "SELECT key, revision, next_sequence FROM sessions \
+             WHERE tenant = $1 AND id = $2 AND deleted = 0"
+        }
+        Engine::Postgres => {
+            "SELECT key, revision, next_sequence FROM sessions \
+             WHERE tenant = $1 AND id = $2 AND deleted = 0 FOR UPDATE"
+        }
+    }
+}
+
+/// A value bound into a raw statement.
+enum Arg {
+    Int(i64),
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl rusqlite::ToSql for Arg {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::ToSqlOutput;
+        Ok(match self {
+            Arg::Int(v) => ToSqlOutput::from(*v),
+            Arg::Text(v) => ToSqlOutput::from(v.as_str()),
+            Arg::Bytes(v) => ToSqlOutput::from(v.as_slice()),
+        })
+    }
+}
+
+/// Binds one [`Arg`] to a sqlx query, whichever the database.
+fn bind<'q, DB>(
+    query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>,
+    arg: Arg,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
+where
+    DB: sqlx::Database,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Vec<u8>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    match arg {
+        Arg::Int(v) => query.bind(v),
+        Arg::Text(v) => query.bind(v),
+        Arg::Bytes(v) => query.bind(v),
+    }
+}
+
+impl RawExchange {
+    /// Every statement the transaction runs after reading the session row
+    /// (`key`, `revision`, `next` sequence), with its arguments, in order.
+    /// The one list all three raw clients execute.
+    fn writes(
+        &self,
+        engine: Engine,
+        session: &str,
+        (key, revision, next): (i64, i64, i64),
+    ) -> Vec<(&'static str, Vec<Arg>)> {
+        use Arg::{Bytes, Int, Text};
+        let search = match engine {
+            Engine::Sqlite => (
+                "INSERT INTO message_search (rowid, text) VALUES ($1, $2), ($3, $4)",
+                vec![
+                    Int(search_rowid(key, next)),
+                    Text(self.texts[0].clone()),
+                    Int(search_rowid(key, next + 1)),
+                    Text(self.texts[1].clone()),
+                ],
+            ),
+            Engine::Postgres => (
+                "INSERT INTO message_search (session_key, sequence, text) \
+                 VALUES ($1, $2, $3), ($1, $4, $5)",
+                vec![
+                    Int(key),
+                    Int(next),
+                    Text(self.texts[0].clone()),
+                    Int(next + 1),
+                    Text(self.texts[1].clone()),
+                ],
+            ),
+        };
+        let mut writes = vec![
+            (
+                INSERT_CALL,
+                vec![
+                    Text(self.call_id.clone()),
+                    Int(key),
+                    Int(PROMPT_TOKENS),
+                    Int(COMPLETION_TOKENS),
+                    Int(PROMPT_TOKENS + COMPLETION_TOKENS),
+                    Int(COST),
+                    Int(self.now),
+                ],
+            ),
+            (
+                INSERT_MESSAGES,
+                vec![
+                    Int(key),
+                    Int(next),
+                    Text(self.ids[0].clone()),
+                    Text(self.bodies[0].clone()),
+                    Int(self.now),
+                    Int(next + 1),
+                    Text(self.ids[1].clone()),
+                    Text(self.call_id.clone()),
+                    Text(self.bodies[1].clone()),
+                ],
+            ),
+            search,
+            (
+                UPDATE_SESSION,
+                vec![
+                    Int(revision + 1),
+                    Int(next + 2),
+                    Int(self.now),
+                    Int(COST),
+                    Int(PROMPT_TOKENS + COMPLETION_TOKENS),
+                    Int(key),
+                ],
+            ),
+            (
+                INSERT_EVENT,
+                vec![
+                    Int(key),
+                    Int(revision + 1),
+                    Int(self.now),
+                    Text(self.event(session, next)),
+                ],
+            ),
+            (
+                INSERT_KEY,
+                vec![
+                    Text(TENANT.to_owned()),
+                    Text(self.request_id.clone()),
+                    Int(key),
+                    Bytes(self.fingerprint.clone()),
+                    Int(revision + 1),
+                ],
+            ),
+        ];
+        if engine == Engine::Postgres {
+            // The commit hint every replica listens for.
+            writes.push((
+                "SELECT pg_notify('sessionstore_commits', $1)",
+                vec![Text(format!("{key}:{}", revision + 1))],
+            ));
+        }
+        writes
+    }
+}
+
 /// The raw transaction through sqlx on SQLite.
 async fn sqlx_sqlite_append(pool: &SqlitePool, session: &str, seed: u64) -> anyhow::Result<()> {
     let x = RawExchange::new(seed);
     let mut conn = pool.acquire().await?;
     sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-    let row = sqlx::query(
-        "SELECT key, revision, next_sequence FROM sessions \
-         WHERE tenant = $1 AND id = $2 AND deleted = 0",
-    )
-    .bind(TENANT)
-    .bind(session)
-    .fetch_one(&mut *conn)
-    .await?;
-    let (key, revision, next): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
-    sqlx::query(INSERT_CALL)
-        .bind(&x.call_id)
-        .bind(key)
-        .bind(PROMPT_TOKENS)
-        .bind(COMPLETION_TOKENS)
-        .bind(PROMPT_TOKENS + COMPLETION_TOKENS)
-        .bind(COST)
-        .bind(x.now)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query(INSERT_MESSAGES)
-        .bind(key)
-        .bind(next)
-        .bind(&x.ids[0])
-        .bind(&x.bodies[0])
-        .bind(x.now)
-        .bind(next + 1)
-        .bind(&x.ids[1])
-        .bind(&x.call_id)
-        .bind(&x.bodies[1])
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query("INSERT INTO message_search (rowid, text) VALUES ($1, $2), ($3, $4)")
-        .bind(search_rowid(key, next))
-        .bind(&x.texts[0])
-        .bind(search_rowid(key, next + 1))
-        .bind(&x.texts[1])
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query(UPDATE_SESSION)
-        .bind(revision + 1)
-        .bind(next + 2)
-        .bind(x.now)
-        .bind(COST)
-        .bind(PROMPT_TOKENS + COMPLETION_TOKENS)
-        .bind(key)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query(INSERT_EVENT)
-        .bind(key)
-        .bind(revision + 1)
-        .bind(x.now)
-        .bind(x.event(session, next))
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query(INSERT_KEY)
+    let row = sqlx::query_as(select_session(Engine::Sqlite))
         .bind(TENANT)
-        .bind(&x.request_id)
-        .bind(key)
-        .bind(&x.fingerprint)
-        .bind(revision + 1)
-        .execute(&mut *conn)
+        .bind(session)
+        .fetch_one(&mut *conn)
         .await?;
+    for (sql, args) in x.writes(Engine::Sqlite, session, row) {
+        let query = args.into_iter().fold(sqlx::query(sql), bind);
+        query.execute(&mut *conn).await?;
+    }
     sqlx::query("COMMIT").execute(&mut *conn).await?;
     Ok(())
 }
@@ -279,80 +386,21 @@ async fn sqlx_sqlite_append(pool: &SqlitePool, session: &str, seed: u64) -> anyh
 async fn sqlx_postgres_append(pool: &PgPool, session: &str, seed: u64) -> anyhow::Result<()> {
     let x = RawExchange::new(seed);
     let mut tx = pool.begin().await?;
-    let row = sqlx::query(
-        "SELECT key, revision, next_sequence FROM sessions \
-         WHERE tenant = $1 AND id = $2 AND deleted = 0 FOR UPDATE",
-    )
-    .bind(TENANT)
-    .bind(session)
-    .fetch_one(&mut *tx)
-    .await?;
-    let (key, revision, next): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
-    sqlx::query(INSERT_CALL)
-        .bind(&x.call_id)
-        .bind(key)
-        .bind(PROMPT_TOKENS)
-        .bind(COMPLETION_TOKENS)
-        .bind(PROMPT_TOKENS + COMPLETION_TOKENS)
-        .bind(COST)
-        .bind(x.now)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query(INSERT_MESSAGES)
-        .bind(key)
-        .bind(next)
-        .bind(&x.ids[0])
-        .bind(&x.bodies[0])
-        .bind(x.now)
-        .bind(next + 1)
-        .bind(&x.ids[1])
-        .bind(&x.call_id)
-        .bind(&x.bodies[1])
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query(
-        "INSERT INTO message_search (session_key, sequence, text) VALUES ($1, $2, $3), ($1, $4, $5)",
-    )
-    .bind(key)
-    .bind(next)
-    .bind(&x.texts[0])
-    .bind(next + 1)
-    .bind(&x.texts[1])
-    .execute(&mut *tx)
-    .await?;
-    sqlx::query(UPDATE_SESSION)
-        .bind(revision + 1)
-        .bind(next + 2)
-        .bind(x.now)
-        .bind(COST)
-        .bind(PROMPT_TOKENS + COMPLETION_TOKENS)
-        .bind(key)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query(INSERT_EVENT)
-        .bind(key)
-        .bind(revision + 1)
-        .bind(x.now)
-        .bind(x.event(session, next))
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query(INSERT_KEY)
+    let row = sqlx::query_as(select_session(Engine::Postgres))
         .bind(TENANT)
-        .bind(&x.request_id)
-        .bind(key)
-        .bind(&x.fingerprint)
-        .bind(revision + 1)
-        .execute(&mut *tx)
+        .bind(session)
+        .fetch_one(&mut *tx)
         .await?;
-    sqlx::query("SELECT pg_notify('sessionstore_commits', $1)")
-        .bind(format!("{key}:{}", revision + 1))
-        .execute(&mut *tx)
-        .await?;
+    for (sql, args) in x.writes(Engine::Postgres, session, row) {
+        let query = args.into_iter().fold(sqlx::query(sql), bind);
+        query.execute(&mut *tx).await?;
+    }
     tx.commit().await?;
     Ok(())
 }
 
-/// The raw transaction through the SQLite engine itself (rusqlite).
+/// The raw transaction through the SQLite engine itself (rusqlite), with
+/// cached prepared statements. (SQLite reads `$N` as numbered parameters.)
 fn rusqlite_append(
     conn: &mut rusqlite::Connection,
     session: &str,
@@ -360,56 +408,13 @@ fn rusqlite_append(
 ) -> anyhow::Result<()> {
     let x = RawExchange::new(seed);
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let (key, revision, next): (i64, i64, i64) = tx
-        .prepare_cached(
-            "SELECT key, revision, next_sequence FROM sessions \
-             WHERE tenant = ?1 AND id = ?2 AND deleted = 0",
-        )?
+    let row = tx
+        .prepare_cached(select_session(Engine::Sqlite))?
         .query_row((TENANT, session), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    tx.prepare_cached(INSERT_CALL)?.execute((
-        &x.call_id,
-        key,
-        PROMPT_TOKENS,
-        COMPLETION_TOKENS,
-        PROMPT_TOKENS + COMPLETION_TOKENS,
-        COST,
-        x.now,
-    ))?;
-    tx.prepare_cached(INSERT_MESSAGES)?.execute((
-        key,
-        next,
-        &x.ids[0],
-        &x.bodies[0],
-        x.now,
-        next + 1,
-        &x.ids[1],
-        &x.call_id,
-        &x.bodies[1],
-    ))?;
-    tx.prepare_cached("INSERT INTO message_search (rowid, text) VALUES (?1, ?2), (?3, ?4)")?
-        .execute((
-            search_rowid(key, next),
-            &x.texts[0],
-            search_rowid(key, next + 1),
-            &x.texts[1],
-        ))?;
-    tx.prepare_cached(UPDATE_SESSION)?.execute((
-        revision + 1,
-        next + 2,
-        x.now,
-        COST,
-        PROMPT_TOKENS + COMPLETION_TOKENS,
-        key,
-    ))?;
-    tx.prepare_cached(INSERT_EVENT)?
-        .execute((key, revision + 1, x.now, x.event(session, next)))?;
-    tx.prepare_cached(INSERT_KEY)?.execute((
-        TENANT,
-        &x.request_id,
-        key,
-        &x.fingerprint,
-        revision + 1,
-    ))?;
+    for (sql, args) in x.writes(Engine::Sqlite, session, row) {
+        tx.prepare_cached(sql)?
+            .execute(rusqlite::params_from_iter(args))?;
+    }
     tx.commit()?;
     Ok(())
 }
