@@ -188,6 +188,9 @@ async fn serve_store<S: Store>(
         sweeper_closing,
     ));
 
+    // Reads a session's missed events once for all its watchers; stops with the hub.
+    let fetcher = hub.start_fetcher(store.clone());
+
     let stopping_hub = Arc::clone(&hub);
     let signal = async move {
         shutdown.await;
@@ -219,6 +222,7 @@ async fn serve_store<S: Store>(
     // Usually stopped by the signal already; this covers a failed server.
     sweeper.abort();
     let _ = sweeper.await;
+    fetcher.abort();
     if let Some(reloader) = reloader {
         reloader.abort();
     }

@@ -6,13 +6,19 @@
 //! replays from the event log, and whenever it lags or sees a revision gap
 //! it reads the log again from its last revision. So a slow watcher costs
 //! the server a bounded buffer, never an event.
+//!
+//! The hub keeps each channel gap-free itself. A commit hint from another
+//! replica, or a local commit that arrives ahead of an earlier one, makes
+//! the hub's fetcher read the missing events from the log once and put
+//! them on the channel in order: one query per session, however many
+//! watchers it has.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures_core::Stream;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 
 use crate::domain::{Change, DeltaContent, Ephemeral, EphemeralKind, Error, Result, SessionEvent};
 use crate::store::{CommitSink, SessionHandle, Store};
@@ -27,6 +33,8 @@ const MAX_RUN_DELTAS: usize = 4096;
 const MAX_RUN_BYTES: usize = 4 * 1024 * 1024;
 /// The most runs buffered at once, over all sessions.
 const MAX_BUFFERED_RUNS: usize = 10_000;
+/// Sessions whose missing events the fetcher reads at once.
+const FETCH_CONCURRENCY: usize = 8;
 
 /// What travels to a session's watchers.
 #[derive(Clone, Debug)]
@@ -51,11 +59,26 @@ struct RunBuffer {
 /// Open runs per session key, then per run id.
 type Runs = HashMap<i64, HashMap<String, RunBuffer>>;
 
+/// One watched session's channel.
+struct Channel {
+    sender: broadcast::Sender<Live>,
+    /// Every watcher has each event up to this revision, from the log or
+    /// from this channel; the next event the channel carries is the one after.
+    published: i64,
+    /// The log holds events up to at least this revision (a commit hint, or
+    /// a commit that arrived ahead of an earlier one).
+    wanted: i64,
+    /// The fetcher has been asked to read `published..wanted`.
+    fetching: bool,
+}
+
 /// Routes committed events to the watchers of each session.
 pub struct Hub {
-    sessions: Mutex<HashMap<i64, broadcast::Sender<Live>>>,
+    sessions: Mutex<HashMap<i64, Channel>>,
     runs: Mutex<Runs>,
     closing: watch::Sender<bool>,
+    /// Sessions whose channel is behind the log; see [`Hub::start_fetcher`].
+    fetcher: std::sync::OnceLock<mpsc::UnboundedSender<i64>>,
 }
 
 impl Default for Hub {
@@ -64,6 +87,7 @@ impl Default for Hub {
             sessions: Mutex::new(HashMap::new()),
             runs: Mutex::new(HashMap::new()),
             closing: watch::Sender::new(false),
+            fetcher: std::sync::OnceLock::new(),
         }
     }
 }
@@ -153,11 +177,19 @@ impl Hub {
         self.sessions.lock().map(|s| s.len()).unwrap_or(0)
     }
 
-    fn subscribe(self: &Arc<Self>, session_key: i64) -> Subscription {
+    /// Subscribes to a session whose head was `head` before this call (each
+    /// watcher reads the log after subscribing, so a new channel starts there).
+    fn subscribe(self: &Arc<Self>, session_key: i64, head: i64) -> Subscription {
         let mut sessions = lock(&self.sessions);
         let receiver = sessions
             .entry(session_key)
-            .or_insert_with(|| broadcast::channel(LIVE_BUFFER).0)
+            .or_insert_with(|| Channel {
+                sender: broadcast::channel(LIVE_BUFFER).0,
+                published: head,
+                wanted: head,
+                fetching: false,
+            })
+            .sender
             .subscribe();
         Subscription {
             hub: Arc::clone(self),
@@ -168,15 +200,123 @@ impl Hub {
 }
 
 impl Hub {
-    fn send(&self, session_key: i64, items: impl IntoIterator<Item = Live>) {
+    fn send(&self, session_key: i64, item: Live) {
         let mut sessions = lock(&self.sessions);
-        if let Some(sender) = sessions.get(&session_key) {
-            for item in items {
-                if sender.send(item).is_err() {
-                    sessions.remove(&session_key);
+        if let Some(channel) = sessions.get(&session_key)
+            && channel.sender.send(item).is_err()
+        {
+            sessions.remove(&session_key);
+        }
+    }
+
+    /// Puts `events` (in revision order) on the session's channel, skipping
+    /// what it already carried. At a gap the rest waits for the fetcher,
+    /// which reads the log from the last revision carried.
+    fn deliver(&self, session_key: i64, events: &[Arc<SessionEvent>]) {
+        let mut sessions = lock(&self.sessions);
+        let Some(channel) = sessions.get_mut(&session_key) else {
+            return;
+        };
+        for event in events {
+            if event.revision <= channel.published {
+                continue;
+            }
+            if event.revision > channel.published + 1 && self.fetcher.get().is_some() {
+                let last = events.last().map_or(event.revision, |e| e.revision);
+                self.want(channel, session_key, last);
+                return;
+            }
+            channel.published = event.revision;
+            if channel.sender.send(Live::Event(Arc::clone(event))).is_err() {
+                sessions.remove(&session_key);
+                return;
+            }
+        }
+    }
+
+    /// Records that the log holds events up to `revision` that the channel
+    /// has not carried, and asks the fetcher for them (once per session).
+    fn want(&self, channel: &mut Channel, session_key: i64, revision: i64) {
+        channel.wanted = channel.wanted.max(revision);
+        if channel.fetching {
+            return;
+        }
+        let asked = self
+            .fetcher
+            .get()
+            .is_some_and(|fetcher| fetcher.send(session_key).is_ok());
+        if asked {
+            channel.fetching = true;
+        } else {
+            // No fetcher: every watcher reads the log itself.
+            let _ = channel.sender.send(Live::Head(channel.wanted));
+        }
+    }
+
+    /// Starts the task that reads, once per session, the events a channel
+    /// is missing (see the module notes). Without it every watcher reads
+    /// the log itself.
+    pub fn start_fetcher<S: Store>(self: &Arc<Self>, store: S) -> tokio::task::JoinHandle<()> {
+        let (sender, mut keys) = mpsc::unbounded_channel();
+        let started = self.fetcher.set(sender).is_ok();
+        let hub = Arc::clone(self);
+        tokio::spawn(async move {
+            if !started {
+                return;
+            }
+            let mut closing = hub.closing.subscribe();
+            let limit = Arc::new(Semaphore::new(FETCH_CONCURRENCY));
+            loop {
+                let key = tokio::select! {
+                    _ = closing.changed() => return,
+                    key = keys.recv() => key,
+                };
+                let (Some(key), Ok(permit)) = (key, Arc::clone(&limit).acquire_owned().await)
+                else {
+                    return;
+                };
+                let (hub, store) = (Arc::clone(&hub), store.clone());
+                tokio::spawn(async move {
+                    hub.fetch(&store, key).await;
+                    drop(permit);
+                });
+            }
+        })
+    }
+
+    /// Reads a session's events after the channel's last one until it has
+    /// carried every revision asked for.
+    async fn fetch<S: Store>(&self, store: &S, session_key: i64) {
+        loop {
+            let after = {
+                let mut sessions = lock(&self.sessions);
+                let Some(channel) = sessions.get_mut(&session_key) else {
+                    return;
+                };
+                if channel.wanted <= channel.published {
+                    channel.fetching = false;
                     return;
                 }
+                channel.published
+            };
+            let page = store.read_events(session_key, after, REPLAY_PAGE).await;
+            let events: Vec<Arc<SessionEvent>> = match page {
+                Ok(page) => page.into_iter().map(Arc::new).collect(),
+                Err(error) => {
+                    tracing::warn!(%error, session_key, "cannot read events for watchers");
+                    Vec::new()
+                }
+            };
+            if events.is_empty() {
+                // Let each watcher try the log itself.
+                let mut sessions = lock(&self.sessions);
+                if let Some(channel) = sessions.get_mut(&session_key) {
+                    channel.fetching = false;
+                    let _ = channel.sender.send(Live::Head(channel.wanted));
+                }
+                return;
             }
+            self.deliver(session_key, &events);
         }
     }
 }
@@ -195,11 +335,16 @@ impl CommitSink for Hub {
                 _ => {}
             }
         }
-        self.send(session_key, events.iter().cloned().map(Live::Event));
+        self.deliver(session_key, events);
     }
 
     fn head_moved(&self, session_key: i64, revision: i64) {
-        self.send(session_key, [Live::Head(revision)]);
+        let mut sessions = lock(&self.sessions);
+        if let Some(channel) = sessions.get_mut(&session_key)
+            && revision > channel.published
+        {
+            self.want(channel, session_key, revision);
+        }
     }
 
     fn watched_sessions(&self) -> Vec<i64> {
@@ -211,7 +356,7 @@ impl CommitSink for Hub {
 
     fn ephemeral(&self, session_key: i64, ephemeral: Arc<Ephemeral>) {
         self.buffer(session_key, &ephemeral);
-        self.send(session_key, [Live::Ephemeral(ephemeral)]);
+        self.send(session_key, Live::Ephemeral(ephemeral));
     }
 
     fn run_closed(&self, session_key: i64, run_id: &str) {
@@ -232,7 +377,7 @@ impl Drop for Subscription {
         // Our own receiver is still counted while we are being dropped.
         if sessions
             .get(&self.session_key)
-            .is_some_and(|s| s.receiver_count() <= 1)
+            .is_some_and(|c| c.sender.receiver_count() <= 1)
         {
             sessions.remove(&self.session_key);
         }
@@ -374,7 +519,7 @@ pub fn watch<S: Store>(
         });
     }
     // Subscribe before the first read, so nothing committed in between is missed.
-    let mut subscription = hub.subscribe(session.key);
+    let mut subscription = hub.subscribe(session.key, session.revision);
     let mut closing = hub.closing.subscribe();
     Ok(async_stream::try_stream! {
         let mut last = after_revision;
