@@ -420,7 +420,7 @@ fn rusqlite_append(
 }
 
 /// sqlx's SQLite pool, configured as the service configures SQLite (WAL,
-/// `synchronous = FULL`, foreign keys), with one connection: SQLite has one
+/// `synchronous = FULL`, foreign keys, a 32 MiB page cache), with one connection: SQLite has one
 /// writer at a time, so the raw ceiling is a single writer that
 /// concurrent callers queue for.
 async fn sqlite_pool(db: &Database) -> anyhow::Result<SqlitePool> {
@@ -430,6 +430,7 @@ async fn sqlite_pool(db: &Database) -> anyhow::Result<SqlitePool> {
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Full)
         .foreign_keys(true)
+        .pragma("cache_size", "-32768")
         .busy_timeout(Duration::from_secs(10));
     Ok(SqlitePoolOptions::new()
         .max_connections(1)
@@ -444,6 +445,7 @@ fn rusqlite_connection(db: &Database) -> anyhow::Result<rusqlite::Connection> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "cache_size", -32768)?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
 }

@@ -417,8 +417,8 @@ impl Rows {
         ]);
     }
 
-    /// Writes everything: a statement per table (per [`ROWS_PER_STATEMENT`]
-    /// rows) and one UPDATE per changed session.
+    /// Writes everything: a statement per table, the sessions' UPDATE
+    /// included (per [`ROWS_PER_STATEMENT`] rows).
     async fn write(
         self,
         conn: &mut AnyConnection,
@@ -465,9 +465,7 @@ impl Rows {
         }
         let mut changed: Vec<&State> = sessions.values().filter(|s| s.changed).collect();
         changed.sort_unstable_by_key(|s| s.key);
-        for state in changed {
-            update_session(conn, state).await?;
-        }
+        update_sessions(conn, &changed).await?;
         insert(
             conn,
             "INSERT INTO events (session_key, revision, time, body) VALUES ",
@@ -499,55 +497,61 @@ impl Rows {
     }
 }
 
-/// The session row after this run: its revision and sequence, and the
-/// counters grown by what it added (totals saturate, as in the general path).
-async fn update_session(
+/// The changed session rows after this run, in one statement per
+/// [`ROWS_PER_STATEMENT`] sessions: each one's revision and sequence, its
+/// counters grown by what the run added (totals saturate, as in the general
+/// path) and, if the run recorded a call on it, the last call's fields.
+/// `VALUES` columns are `column1…` on both engines.
+async fn update_sessions(
     conn: &mut AnyConnection,
-    state: &State,
+    changed: &[&State],
 ) -> std::result::Result<(), sqlx::Error> {
-    let base = sqlx::query(
-        "UPDATE sessions SET revision = $1, next_sequence = $2, \
-         message_count = message_count + $3, update_time = $4, \
-         provider_call_count = provider_call_count + $5, \
-         total_tokens = CASE WHEN total_tokens > 9223372036854775807 - $6 \
-             THEN 9223372036854775807 ELSE total_tokens + $6 END, \
-         total_cost_micros_usd = CASE WHEN total_cost_micros_usd > 9223372036854775807 - $7 \
-             THEN 9223372036854775807 ELSE total_cost_micros_usd + $7 END \
-         WHERE key = $8",
-    );
-    let with_call = sqlx::query(
-        "UPDATE sessions SET revision = $1, next_sequence = $2, \
-         message_count = message_count + $3, update_time = $4, \
-         provider_call_count = provider_call_count + $5, \
-         total_tokens = CASE WHEN total_tokens > 9223372036854775807 - $6 \
-             THEN 9223372036854775807 ELSE total_tokens + $6 END, \
-         total_cost_micros_usd = CASE WHEN total_cost_micros_usd > 9223372036854775807 - $7 \
-             THEN 9223372036854775807 ELSE total_cost_micros_usd + $7 END, \
-         last_model = $9, last_provider = $10, last_cost_micros_usd = $11, last_request_id = $12 \
-         WHERE key = $8",
-    );
-    let query = if state.last_call.is_some() {
-        with_call
-    } else {
-        base
+    const COLUMNS: usize = 13;
+    for chunk in changed.chunks(ROWS_PER_STATEMENT) {
+        let sql = format!(
+            "UPDATE sessions SET revision = v.column2, next_sequence = v.column3, \
+             message_count = message_count + v.column4, update_time = v.column5, \
+             provider_call_count = provider_call_count + v.column6, \
+             total_tokens = CASE WHEN total_tokens > 9223372036854775807 - v.column7 \
+                 THEN 9223372036854775807 ELSE total_tokens + v.column7 END, \
+             total_cost_micros_usd = CASE WHEN total_cost_micros_usd > 9223372036854775807 - v.column8 \
+                 THEN 9223372036854775807 ELSE total_cost_micros_usd + v.column8 END, \
+             last_model = CASE WHEN v.column9 = 1 THEN v.column10 ELSE last_model END, \
+             last_provider = CASE WHEN v.column9 = 1 THEN v.column11 ELSE last_provider END, \
+             last_cost_micros_usd = CASE WHEN v.column9 = 1 THEN v.column12 ELSE last_cost_micros_usd END, \
+             last_request_id = CASE WHEN v.column9 = 1 THEN v.column13 ELSE last_request_id END \
+             FROM (VALUES {}) AS v WHERE sessions.key = v.column1",
+            placeholders(chunk.len(), COLUMNS)
+        );
+        let mut query = sqlx::query(&sql);
+        for state in chunk {
+            let (has_call, model, provider, cost, request_id) = match &state.last_call {
+                Some(call) => (
+                    1_i64,
+                    escape(&call.model),
+                    escape(&call.provider),
+                    call.cost_micros_usd,
+                    escape(&call.request_id),
+                ),
+                None => (0, String::new(), String::new(), 0, String::new()),
+            };
+            query = query
+                .bind(state.key)
+                .bind(state.session.revision)
+                .bind(state.next_sequence)
+                .bind(state.added_messages)
+                .bind(state.session.update_time.0)
+                .bind(state.added_calls)
+                .bind(state.added_tokens)
+                .bind(state.added_cost)
+                .bind(has_call)
+                .bind(model)
+                .bind(provider)
+                .bind(cost)
+                .bind(request_id);
+        }
+        query.execute(&mut *conn).await?;
     }
-    .bind(state.session.revision)
-    .bind(state.next_sequence)
-    .bind(state.added_messages)
-    .bind(state.session.update_time.0)
-    .bind(state.added_calls)
-    .bind(state.added_tokens)
-    .bind(state.added_cost)
-    .bind(state.key);
-    let query = match &state.last_call {
-        Some(call) => query
-            .bind(escape(&call.model))
-            .bind(escape(&call.provider))
-            .bind(call.cost_micros_usd)
-            .bind(escape(&call.request_id)),
-        None => query,
-    };
-    query.execute(conn).await?;
     Ok(())
 }
 
