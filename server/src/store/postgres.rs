@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::batch;
 use super::ops::{self, Dialect, NOTIFY_CHANNEL, WriteOp, Written};
-use super::sql::{Inner, SqlStore, WritePath, publish};
+use super::sql::{Inner, SqlStore, WritePath, next_batch, publish, queue_and_wait};
 use super::{CommitSink, OpenError, StoreOptions};
 use crate::domain::{Ephemeral, Error, NewExchange, Result, Timestamp};
 
@@ -182,11 +182,7 @@ pub(super) async fn submit_append(
         exchange,
         reply,
     };
-    queue
-        .send(Some(job))
-        .await
-        .map_err(|_| Error::ShuttingDown)?;
-    answer.await.map_err(|_| Error::ShuttingDown)?
+    queue_and_wait(queue, job, answer).await
 }
 
 /// One batch writer: takes every append queued for it (up to
@@ -197,24 +193,10 @@ async fn run_append_writer(
     mut jobs: mpsc::Receiver<Option<AppendJob>>,
     sink: Arc<dyn CommitSink>,
 ) {
-    loop {
-        let mut batch = Vec::new();
-        let mut stop = false;
-        match jobs.recv().await {
-            Some(Some(job)) => batch.push(job),
-            Some(None) | None => return,
+    while let Some((batch, stop)) = next_batch(&mut jobs, MAX_BATCH).await {
+        if !batch.is_empty() {
+            commit_appends(&pool, sink.as_ref(), batch).await;
         }
-        while batch.len() < MAX_BATCH {
-            match jobs.try_recv() {
-                Ok(Some(job)) => batch.push(job),
-                Ok(None) => {
-                    stop = true;
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-        commit_appends(&pool, sink.as_ref(), batch).await;
         if stop {
             return;
         }

@@ -601,6 +601,40 @@ fn state_from_row(row: &AnyRow) -> Result<StateEntry> {
     })
 }
 
+/// Sends `job` to a writer's queue and waits for the writer's answer.
+pub(super) async fn queue_and_wait<J>(
+    queue: &mpsc::Sender<Option<J>>,
+    job: J,
+    answer: tokio::sync::oneshot::Receiver<Result<Written>>,
+) -> Result<Written> {
+    queue
+        .send(Some(job))
+        .await
+        .map_err(|_| Error::ShuttingDown)?;
+    answer.await.map_err(|_| Error::ShuttingDown)?
+}
+
+/// A writer's next batch: waits for one queued job, then takes whatever
+/// else is queued, up to `max`. The flag says the stop signal (a queued
+/// `None`) was taken: the writer commits this batch and stops. `None` once
+/// the queue is closed and empty.
+pub(super) async fn next_batch<J>(
+    queue: &mut mpsc::Receiver<Option<J>>,
+    max: usize,
+) -> Option<(Vec<J>, bool)> {
+    let first = queue.recv().await?;
+    let mut stop = first.is_none();
+    let mut batch: Vec<J> = first.into_iter().collect();
+    while batch.len() < max && !stop {
+        match queue.try_recv() {
+            Ok(Some(job)) => batch.push(job),
+            Ok(None) => stop = true,
+            Err(_) => break,
+        }
+    }
+    Some((batch, stop))
+}
+
 /// Answers a write from its [`ops::Applied`], publishing its events first.
 pub(super) fn publish(sink: &dyn CommitSink, applied: ops::Applied) -> Written {
     for (session_key, event) in applied.events {

@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::batch;
 use super::ops::{self, Dialect, WriteOp, Written};
-use super::sql::{Inner, SqlStore, WritePath, publish};
+use super::sql::{Inner, SqlStore, WritePath, next_batch, publish, queue_and_wait};
 use super::{CommitSink, OpenError};
 use crate::domain::{Error, NewExchange, Result};
 
@@ -165,11 +165,7 @@ pub(super) async fn submit(
         op,
         reply,
     };
-    queue
-        .send(Some(job))
-        .await
-        .map_err(|_| Error::ShuttingDown)?;
-    answer.await.map_err(|_| Error::ShuttingDown)?
+    queue_and_wait(queue, job, answer).await
 }
 
 /// The writer: batches of queued requests, one transaction each. With
@@ -185,21 +181,9 @@ async fn run_writer(
     keep_connection: bool,
 ) {
     let mut kept: Option<PoolConnection<Any>> = None;
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = queue.recv().await {
-        let mut stopping = false;
-        match first {
-            Some(job) => batch.push(job),
-            None => stopping = true,
-        }
-        while batch.len() < MAX_BATCH && !stopping {
-            match queue.try_recv() {
-                Ok(Some(job)) => batch.push(job),
-                Ok(None) => stopping = true,
-                Err(_) => break,
-            }
-        }
+    while let Some((batch, stopping)) = next_batch(&mut queue, MAX_BATCH).await {
         if stopping {
+            // Finish what is queued, then stop.
             queue.close();
         }
         if batch.is_empty() {
@@ -210,12 +194,12 @@ async fn run_writer(
             None => match pool.acquire().await {
                 Ok(conn) => conn,
                 Err(error) => {
-                    fail_all(std::mem::take(&mut batch), &error);
+                    fail_all(batch, &error);
                     continue;
                 }
             },
         };
-        let healthy = commit_batch(&mut conn, sink.as_ref(), std::mem::take(&mut batch)).await;
+        let healthy = commit_batch(&mut conn, sink.as_ref(), batch).await;
         if keep_connection && healthy {
             kept = Some(conn);
         }
