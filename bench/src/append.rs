@@ -364,38 +364,52 @@ impl RawExchange {
     }
 }
 
-/// The raw transaction through sqlx on SQLite.
+/// The raw transaction through sqlx on SQLite. (`BEGIN IMMEDIATE` by hand:
+/// sqlx's `begin()` is a deferred `BEGIN`, which would let two callers read
+/// the same session row before either writes.)
 async fn sqlx_sqlite_append(pool: &SqlitePool, session: &str, seed: u64) -> anyhow::Result<()> {
-    let x = RawExchange::new(seed);
     let mut conn = pool.acquire().await?;
     sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-    let row = sqlx::query_as(select_session(Engine::Sqlite))
-        .bind(TENANT)
-        .bind(session)
-        .fetch_one(&mut *conn)
-        .await?;
-    for (sql, args) in x.writes(Engine::Sqlite, session, row) {
-        let query = args.into_iter().fold(sqlx::query(sql), bind);
-        query.execute(&mut *conn).await?;
-    }
+    sqlx_statements::<sqlx::Sqlite>(&mut conn, Engine::Sqlite, session, seed).await?;
     sqlx::query("COMMIT").execute(&mut *conn).await?;
     Ok(())
 }
 
 /// The raw transaction through sqlx on PostgreSQL.
 async fn sqlx_postgres_append(pool: &PgPool, session: &str, seed: u64) -> anyhow::Result<()> {
-    let x = RawExchange::new(seed);
     let mut tx = pool.begin().await?;
-    let row = sqlx::query_as(select_session(Engine::Postgres))
+    sqlx_statements::<sqlx::Postgres>(&mut tx, Engine::Postgres, session, seed).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The raw transaction's statements, inside the caller's transaction: the
+/// session read, then [`RawExchange::writes`].
+async fn sqlx_statements<DB: sqlx::Database>(
+    conn: &mut DB::Connection,
+    engine: Engine,
+    session: &str,
+    seed: u64,
+) -> anyhow::Result<()>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Vec<u8>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    (i64, i64, i64): for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    let x = RawExchange::new(seed);
+    let row = sqlx::query_as(select_session(engine))
         .bind(TENANT)
         .bind(session)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut *conn)
         .await?;
-    for (sql, args) in x.writes(Engine::Postgres, session, row) {
+    for (sql, args) in x.writes(engine, session, row) {
         let query = args.into_iter().fold(sqlx::query(sql), bind);
-        query.execute(&mut *tx).await?;
+        query.execute(&mut *conn).await?;
     }
-    tx.commit().await?;
     Ok(())
 }
 
@@ -450,26 +464,21 @@ fn rusqlite_connection(db: &Database) -> anyhow::Result<rusqlite::Connection> {
     Ok(conn)
 }
 
-struct SqlxSqliteWriter {
-    pool: SqlitePool,
+/// One caller of the raw transaction through sqlx, on either engine.
+struct SqlxWriter<DB: sqlx::Database> {
+    pool: sqlx::Pool<DB>,
     session: String,
     seed: u64,
 }
 
-impl Worker for SqlxSqliteWriter {
+impl Worker for SqlxWriter<sqlx::Sqlite> {
     async fn op(&mut self) -> anyhow::Result<()> {
         self.seed += 1;
         sqlx_sqlite_append(&self.pool, &self.session, self.seed).await
     }
 }
 
-struct SqlxPostgresWriter {
-    pool: PgPool,
-    session: String,
-    seed: u64,
-}
-
-impl Worker for SqlxPostgresWriter {
+impl Worker for SqlxWriter<sqlx::Postgres> {
     async fn op(&mut self) -> anyhow::Result<()> {
         self.seed += 1;
         sqlx_postgres_append(&self.pool, &self.session, self.seed).await
@@ -489,29 +498,32 @@ pub async fn raw_sqlx(
             .min_connections(u32::try_from(clients)?)
             .connect(&db.url())
             .await?;
-        let workers = (0..clients)
-            .map(|worker| SqlxPostgresWriter {
-                pool: pool.clone(),
-                session: spread.session(worker),
-                seed: seed_base(worker),
-            })
-            .collect();
-        let run = run_load(workers, timing).await;
-        pool.close().await;
-        run
+        run_sqlx(pool, clients, spread, timing).await
     } else {
-        let pool = sqlite_pool(db).await?;
-        let workers = (0..clients)
-            .map(|worker| SqlxSqliteWriter {
-                pool: pool.clone(),
-                session: spread.session(worker),
-                seed: seed_base(worker),
-            })
-            .collect();
-        let run = run_load(workers, timing).await;
-        pool.close().await;
-        run
+        run_sqlx(sqlite_pool(db).await?, clients, spread, timing).await
     }
+}
+
+/// Runs `clients` sqlx writers on `pool`, then closes it.
+async fn run_sqlx<DB: sqlx::Database>(
+    pool: sqlx::Pool<DB>,
+    clients: usize,
+    spread: Spread,
+    timing: Timing,
+) -> anyhow::Result<Run>
+where
+    SqlxWriter<DB>: Worker,
+{
+    let workers = (0..clients)
+        .map(|worker| SqlxWriter {
+            pool: pool.clone(),
+            session: spread.session(worker),
+            seed: seed_base(worker),
+        })
+        .collect();
+    let run = run_load(workers, timing).await;
+    pool.close().await;
+    run
 }
 
 /// The raw transaction through the SQLite engine: one writer connection

@@ -53,42 +53,48 @@ const SELECT_MESSAGES: &str = "SELECT sequence, id, produced_by_call_id, body, c
      FROM messages WHERE session_key = (SELECT key FROM sessions \
      WHERE tenant = 'default' AND id = $1 AND deleted = 0) ORDER BY sequence";
 
+/// A message row as the SELECTs fetch it (the body left as JSON text).
+type MessageRow = (i64, String, Option<String>, String, i64, i64);
+
 /// The same rows through sqlx, fetched into memory (no decoding).
 pub async fn select_sqlx(db: &Database, messages: usize) -> anyhow::Result<Duration> {
     let id = export_session(messages);
     let (took, rows) = if db.is_postgres() {
         let mut conn = sqlx::PgConnection::connect(&db.url()).await?;
-        // Prepare once, as a pool would have: time only the read.
-        sqlx::query(SELECT_MESSAGES)
-            .bind(&id)
-            .fetch_all(&mut conn)
-            .await?;
-        let started = Instant::now();
-        let rows =
-            sqlx::query_as::<_, (i64, String, Option<String>, String, i64, i64)>(SELECT_MESSAGES)
-                .bind(&id)
-                .fetch_all(&mut conn)
-                .await?;
-        (started.elapsed(), rows.len())
+        timed_select::<sqlx::Postgres>(&mut conn, &id).await?
     } else {
         let mut conn = sqlx::SqliteConnection::connect(&db.url()).await?;
-        sqlx::query(SELECT_MESSAGES)
-            .bind(&id)
-            .fetch_all(&mut conn)
-            .await?;
-        let started = Instant::now();
-        let rows =
-            sqlx::query_as::<_, (i64, String, Option<String>, String, i64, i64)>(SELECT_MESSAGES)
-                .bind(&id)
-                .fetch_all(&mut conn)
-                .await?;
-        (started.elapsed(), rows.len())
+        timed_select::<sqlx::Sqlite>(&mut conn, &id).await?
     };
     anyhow::ensure!(
         rows == messages,
         "selected {rows} rows, expected {messages}"
     );
     Ok(took)
+}
+
+/// Runs the SELECT of session `id`'s messages once to prepare it, as a
+/// pool would have, then times it: (time, rows).
+async fn timed_select<DB: sqlx::Database>(
+    conn: &mut DB::Connection,
+    id: &str,
+) -> anyhow::Result<(Duration, usize)>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    MessageRow: for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    sqlx::query(SELECT_MESSAGES)
+        .bind(id)
+        .fetch_all(&mut *conn)
+        .await?;
+    let started = Instant::now();
+    let rows = sqlx::query_as::<_, MessageRow>(SELECT_MESSAGES)
+        .bind(id)
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok((started.elapsed(), rows.len()))
 }
 
 /// The same rows through the SQLite engine (rusqlite).

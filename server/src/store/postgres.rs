@@ -173,16 +173,16 @@ pub(super) async fn submit_append(
     tenant: &str,
     exchange: Box<NewExchange>,
 ) -> Result<Written> {
-    let (reply, answer) = oneshot::channel();
     let queue = appends
         .queue_for(tenant, &exchange.session_id)
         .ok_or(Error::ShuttingDown)?;
-    let job = AppendJob {
-        tenant: tenant.to_owned(),
+    let tenant = tenant.to_owned();
+    queue_and_wait(queue, |reply| AppendJob {
+        tenant,
         exchange,
         reply,
-    };
-    queue_and_wait(queue, job, answer).await
+    })
+    .await
 }
 
 /// One batch writer: takes every append queued for it (up to

@@ -601,14 +601,15 @@ fn state_from_row(row: &AnyRow) -> Result<StateEntry> {
     })
 }
 
-/// Sends `job` to a writer's queue and waits for the writer's answer.
+/// Sends the job `job` builds around its reply channel to a writer's
+/// queue, and waits for the writer's answer.
 pub(super) async fn queue_and_wait<J>(
     queue: &mpsc::Sender<Option<J>>,
-    job: J,
-    answer: tokio::sync::oneshot::Receiver<Result<Written>>,
+    job: impl FnOnce(tokio::sync::oneshot::Sender<Result<Written>>) -> J,
 ) -> Result<Written> {
+    let (reply, answer) = tokio::sync::oneshot::channel();
     queue
-        .send(Some(job))
+        .send(Some(job(reply)))
         .await
         .map_err(|_| Error::ShuttingDown)?;
     answer.await.map_err(|_| Error::ShuttingDown)?

@@ -159,13 +159,8 @@ pub(super) async fn submit(
     tenant: &str,
     op: WriteOp,
 ) -> Result<Written> {
-    let (reply, answer) = oneshot::channel();
-    let job = Job {
-        tenant: tenant.to_owned(),
-        op,
-        reply,
-    };
-    queue_and_wait(queue, job, answer).await
+    let tenant = tenant.to_owned();
+    queue_and_wait(queue, |reply| Job { tenant, op, reply }).await
 }
 
 /// The writer: batches of queued requests, one transaction each. With
