@@ -21,6 +21,7 @@ crate::backend_tests!(
     append_rejects_bad_requests_and_writes_nothing,
     full_history_appends_only_what_is_new,
     export_options,
+    export_spans_several_reads,
     max_messages_never_orphans_a_tool_result,
     list_messages_and_calls_page,
     health_and_reflection_answer,
@@ -792,6 +793,45 @@ async fn full_history_appends_only_what_is_new(backend: Backend) {
         .unwrap()
         .into_inner();
     assert_eq!(session.revision, 3, "rejected diffs write nothing");
+    server.stop().await.unwrap();
+}
+
+/// Exports read the history a page (256 messages) at a time, the next
+/// page while the last is sent: every length around a page boundary and
+/// every start comes out whole and in order.
+async fn export_spans_several_reads(backend: Backend) {
+    let server = TestServer::start(backend).await;
+    let mut client = server.client().await;
+    for (id, len) in [("p255", 255), ("p256", 256), ("p257", 257), ("p700", 700)] {
+        let texts: Vec<String> = (0..len).map(|i| format!("m{i}")).collect();
+        let history: Vec<pb::Message> = texts.iter().map(|t| user(t)).collect();
+        client
+            .create_session(pb::CreateSessionRequest {
+                session_id: id.into(),
+                initial_history: history.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let request = |after: Option<i64>, max: i64| pb::ExportHistoryRequest {
+            session_id: id.into(),
+            after_sequence: after,
+            max_messages: max,
+            ..Default::default()
+        };
+        let contents = |messages: Vec<pb::Message>| -> Vec<String> {
+            messages.into_iter().map(|m| m.content).collect()
+        };
+        let all = contents(export(&mut client, request(None, 0)).await);
+        assert_eq!(all, texts, "{id}");
+        for after in [0, 254, 255, 256, 511] {
+            let start = usize::try_from(after + 1).unwrap().min(len);
+            let got = contents(export(&mut client, request(Some(after), 0)).await);
+            assert_eq!(got, texts[start..], "{id} after {after}");
+        }
+        let recent = contents(export(&mut client, request(None, 300)).await);
+        assert_eq!(recent, texts[len.saturating_sub(300)..], "{id} last 300");
+    }
     server.stop().await.unwrap();
 }
 

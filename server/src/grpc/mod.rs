@@ -954,15 +954,23 @@ fn export_stream<S: Store>(
             chunk_bytes += message.encoded_len() + 8;
             chunk.messages.push(message);
         }
-        let mut after = start.after;
-        'pages: loop {
-            let page = store.read_messages(&session, after, EXPORT_PAGE).await?;
-            let full = page.len() == EXPORT_PAGE;
+        // Each page is read while the one before it is converted and sent.
+        // A stream dropped midway leaves at most one page read to finish.
+        let read = |after: i64| {
+            let (store, session) = (store.clone(), session.clone());
+            tokio::spawn(async move { store.read_messages(&session, after, EXPORT_PAGE).await })
+        };
+        let mut next = Some(read(start.after));
+        while let Some(pending) = next.take() {
+            let page = pending.await.map_err(Error::storage)??;
+            let last = page.last().map(|stored| stored.sequence);
+            if page.len() == EXPORT_PAGE && last.is_some_and(|last| last + 1 < end) {
+                next = last.map(read);
+            }
             for stored in page {
                 if stored.sequence >= end {
-                    break 'pages;
+                    break;
                 }
-                after = stored.sequence;
                 let message = convert::message_to_pb(stored.message);
                 let size = message.encoded_len() + 8;
                 if !chunk.messages.is_empty() && chunk_bytes + size > EXPORT_CHUNK_BYTES {
@@ -971,9 +979,6 @@ fn export_stream<S: Store>(
                 }
                 chunk_bytes += size;
                 chunk.messages.push(message);
-            }
-            if !full {
-                break;
             }
         }
         if !chunk.messages.is_empty() {

@@ -20,6 +20,7 @@ mod ops;
 mod postgres;
 mod sql;
 mod sqlite;
+mod sqlite_reads;
 mod text;
 
 pub use export::ExportStart;

@@ -392,10 +392,9 @@ impl Tx<'_> {
     }
 
     async fn find_message(&mut self, row: &SessionRow, message_id: &str) -> Result<StoredMessage> {
-        let found = sqlx::query(
-            "SELECT id, sequence, produced_by_call_id, body, create_time, redacted FROM messages \
-             WHERE session_key = $1 AND id = $2",
-        )
+        let found = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = $1 AND id = $2"
+        ))
         .bind(row.key)
         .bind(escape(message_id))
         .fetch_optional(&mut *self.conn)
@@ -525,10 +524,10 @@ impl Tx<'_> {
                 ),
             ));
         }
-        let rows = sqlx::query(
-            "SELECT id, sequence, produced_by_call_id, body, create_time, redacted FROM messages \
-             WHERE session_key = $1 AND sequence <= $2 ORDER BY sequence",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages \
+             WHERE session_key = $1 AND sequence <= $2 ORDER BY sequence"
+        ))
         .bind(source.key)
         .bind(fork.at_sequence)
         .fetch_all(&mut *self.conn)
@@ -1190,20 +1189,46 @@ fn check_version(key: &str, expected: Option<i64>, current: Option<i64>) -> Resu
     }
 }
 
-/// Reads a message row (`id, sequence, produced_by_call_id, body, create_time, redacted`).
+/// The message columns [`MessageRow`] holds, in its order.
+pub const MESSAGE_COLUMNS: &str = "id, sequence, produced_by_call_id, body, create_time, redacted";
+
+/// A message row as stored, before its body is decoded; read by sqlx here
+/// and by the SQLite engine directly in `sqlite_reads.rs`.
+pub struct MessageRow {
+    pub id: String,
+    pub sequence: i64,
+    pub produced_by_call_id: Option<String>,
+    pub body: String,
+    pub create_time: i64,
+    pub redacted: i64,
+}
+
+impl MessageRow {
+    /// The stored message this row holds.
+    pub fn into_stored(self, session_id: &str) -> Result<StoredMessage> {
+        Ok(StoredMessage {
+            id: self.id,
+            session_id: session_id.to_owned(),
+            sequence: self.sequence,
+            produced_by_call_id: self.produced_by_call_id.unwrap_or_default(),
+            message: decode(&self.body)?,
+            create_time: Timestamp(self.create_time),
+            redacted: self.redacted != 0,
+        })
+    }
+}
+
+/// Reads a message row ([`MESSAGE_COLUMNS`]).
 pub fn stored_message_from_row(row: &AnyRow, session_id: &str) -> Result<StoredMessage> {
-    let body: String = row.try_get("body")?;
-    let call_id: Option<String> = row.try_get("produced_by_call_id")?;
-    let redacted: i64 = row.try_get("redacted")?;
-    Ok(StoredMessage {
+    MessageRow {
         id: row.try_get("id")?,
-        session_id: session_id.to_owned(),
         sequence: row.try_get("sequence")?,
-        produced_by_call_id: call_id.unwrap_or_default(),
-        message: decode(&body)?,
-        create_time: Timestamp(row.try_get("create_time")?),
-        redacted: redacted != 0,
-    })
+        produced_by_call_id: row.try_get("produced_by_call_id")?,
+        body: row.try_get("body")?,
+        create_time: row.try_get("create_time")?,
+        redacted: row.try_get("redacted")?,
+    }
+    .into_stored(session_id)
 }
 
 /// Maps a unique violation on a session insert to "already exists" (two

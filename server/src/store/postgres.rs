@@ -106,6 +106,7 @@ pub(super) async fn open(
         tasks: Mutex::new(tasks),
         closing,
         replica,
+        engine_reads: None,
     }))
 }
 

@@ -10,9 +10,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::ops::{
-    self, SESSION_COLUMNS, WriteOp, Written, decode, session_from_row, stored_message_from_row,
-    text_col,
+    self, MESSAGE_COLUMNS, SESSION_COLUMNS, WriteOp, Written, decode, session_from_row,
+    stored_message_from_row, text_col,
 };
+use super::sqlite_reads::EngineReads;
 use super::text::{escape, escape_ordered, unescape_ordered};
 use super::{
     CommitSink, ListedCall, SearchQuery, SessionHandle, Store, SweepCandidate, postgres, sqlite,
@@ -38,6 +39,8 @@ pub(super) struct Inner {
     pub(super) closing: tokio::sync::watch::Sender<bool>,
     /// This process's name among the replicas (PostgreSQL's ephemeral hints).
     pub(super) replica: String,
+    /// Message reads through the SQLite engine itself (file databases only).
+    pub(super) engine_reads: Option<Arc<EngineReads>>,
 }
 
 /// How writes reach the database.
@@ -80,9 +83,13 @@ impl SqlStore {
         limit: usize,
     ) -> Result<Vec<StoredMessage>> {
         let sql = format!(
-            "SELECT id, sequence, produced_by_call_id, body, create_time, redacted FROM messages \
-             WHERE session_key = $1 AND {range} LIMIT $3"
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = $1 AND {range} LIMIT $3"
         );
+        if let Some(engine) = &self.inner.engine_reads {
+            let sql = sql.replace('$', "?");
+            let params = [session.key, bound, limit_param(limit)];
+            return engine.messages(sql, params, session.id.clone()).await;
+        }
         let rows = sqlx::query(&sql)
             .bind(session.key)
             .bind(bound)

@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::batch;
 use super::ops::{self, Dialect, WriteOp, Written};
 use super::sql::{Inner, SqlStore, WritePath, next_batch, publish, queue_and_wait};
+use super::sqlite_reads::EngineReads;
 use super::{CommitSink, OpenError};
 use crate::domain::{Error, NewExchange, Result};
 
@@ -128,6 +129,11 @@ pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStor
         tasks: Mutex::new(tasks),
         closing,
         replica: String::new(),
+        engine_reads: if is_in_memory(url) {
+            None
+        } else {
+            Some(EngineReads::new(&with_create_mode(url))?)
+        },
     }))
 }
 

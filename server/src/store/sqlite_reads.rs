@@ -1,0 +1,119 @@
+//! Message reads straight through the SQLite engine (rusqlite), on
+//! tokio's blocking threads.
+//!
+//! sqlx's SQLite driver hands every row from its worker thread to the async
+//! caller one at a time; for a long history that hop, not the engine, is
+//! most of the read (BENCHMARKS.md: a 10,000-message export spent 60 ms in
+//! sqlx against 16 ms in the engine). Here a page of messages is read and
+//! decoded on one blocking thread and handed over whole. Only file
+//! databases take this path: `sqlite::memory:` lives inside sqlx's one
+//! connection, and reads there go through sqlx like every other read.
+//!
+//! The connections are read-only (`query_only`) and WAL lets them read
+//! beside the writer, as sqlx's read pool does.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use sqlx::sqlite::SqliteConnectOptions;
+
+use super::ops::MessageRow;
+use crate::domain::{Error, Result, StoredMessage};
+
+/// Idle connections kept for the next read.
+const MAX_IDLE: usize = 8;
+/// How long a read waits on a lock before failing (as the sqlx pool's
+/// `busy_timeout`).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A small pool of read-only engine connections to one database file.
+pub(super) struct EngineReads {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl EngineReads {
+    /// Reads for the database at sqlx `url`.
+    pub(super) fn new(url: &str) -> Result<Arc<Self>, sqlx::Error> {
+        let path = SqliteConnectOptions::from_str(url)?
+            .get_filename()
+            .to_path_buf();
+        Ok(Arc::new(EngineReads {
+            path,
+            idle: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// Runs `sql` (its parameters numbered `?1`, `?2`, `?3`: the session's
+    /// key, a bound, a limit) and decodes the message rows it selects, in
+    /// its order.
+    pub(super) async fn messages(
+        self: &Arc<Self>,
+        sql: String,
+        params: [i64; 3],
+        session_id: String,
+    ) -> Result<Vec<StoredMessage>> {
+        let this = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            this.with_connection(|conn| {
+                let mut statement = conn.prepare_cached(&sql)?;
+                let rows = statement.query_map(params, |row| {
+                    Ok(MessageRow {
+                        id: row.get(0)?,
+                        sequence: row.get(1)?,
+                        produced_by_call_id: row.get(2)?,
+                        body: row.get(3)?,
+                        create_time: row.get(4)?,
+                        redacted: row.get(5)?,
+                    })
+                })?;
+                let mut messages = Vec::new();
+                for row in rows {
+                    messages.push(row.map_err(Error::storage)?.into_stored(&session_id)?);
+                }
+                Ok(messages)
+            })
+        })
+        .await
+        .map_err(Error::storage)?
+    }
+
+    /// Runs `read` on an idle connection (or a new one), then keeps the
+    /// connection for the next read unless enough are idle.
+    fn with_connection<T>(&self, read: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => self.open().map_err(Error::storage)?,
+        };
+        let result = read(&conn);
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < MAX_IDLE {
+            idle.push(conn);
+        }
+        result
+    }
+
+    fn open(&self) -> rusqlite::Result<Connection> {
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.execute_batch("PRAGMA query_only = ON")?;
+        Ok(conn)
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(error: rusqlite::Error) -> Self {
+        Error::storage(error)
+    }
+}
