@@ -49,17 +49,34 @@ impl Spread {
     }
 }
 
-/// Creates the sessions the append benchmarks write to and pre-fills them.
+/// Creates the sessions the append benchmarks write to and pre-fills each
+/// with `prefill` messages, written as the measured exchanges are (a
+/// provider call and an idempotency key each), so every table the runs
+/// write already holds rows when the caller `ANALYZE`s: statistics taken
+/// on an empty table plan its lookups, and the foreign-key checks against
+/// it, as scans that grow slower with every row the run adds.
 pub async fn prepare(server: &Server, writers: usize, prefill: usize) -> anyhow::Result<()> {
-    let mut client = server.connect().await?;
-    for worker in 0..writers {
-        let id = Spread::Many.session(worker);
-        workload::create_session(&mut client, &id, "bench", 0, 0).await?;
-        workload::fill(&mut client, &id, prefill, 50).await?;
+    let client = server.connect().await?;
+    let mut ids: Vec<String> = (0..writers).map(|w| Spread::Many.session(w)).collect();
+    ids.push(Spread::One.session(0));
+    let mut fills = tokio::task::JoinSet::new();
+    for (n, id) in ids.into_iter().enumerate() {
+        let mut client = client.clone();
+        fills.spawn(async move {
+            workload::create_session(&mut client, &id, "bench", 0, 0).await?;
+            for i in 0..prefill.div_ceil(2) {
+                let seed = seed_base(n) ^ i as u64;
+                client
+                    .append_exchange(workload::exchange(&id, seed))
+                    .await
+                    .with_context(|| format!("pre-fill {id}"))?;
+            }
+            anyhow::Ok(())
+        });
     }
-    let shared = Spread::One.session(0);
-    workload::create_session(&mut client, &shared, "bench", 0, 0).await?;
-    workload::fill(&mut client, &shared, prefill, 50).await?;
+    while let Some(filled) = fills.join_next().await {
+        filled??;
+    }
     Ok(())
 }
 
