@@ -572,6 +572,9 @@ impl Store for SqlStore {
         for task in tasks {
             let _ = task.await;
         }
+        if let Some(engine) = &self.inner.engine_reads {
+            engine.close();
+        }
         self.inner.pool.close().await;
     }
 }

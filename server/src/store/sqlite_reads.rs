@@ -14,6 +14,7 @@
 
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -33,6 +34,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) struct EngineReads {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
+    /// Closed with the store: connections are no longer kept.
+    closed: AtomicBool,
 }
 
 impl EngineReads {
@@ -44,6 +47,7 @@ impl EngineReads {
         Ok(Arc::new(EngineReads {
             path,
             idle: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
         }))
     }
 
@@ -95,10 +99,21 @@ impl EngineReads {
         };
         let result = read(&conn);
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.len() < MAX_IDLE {
+        if idle.len() < MAX_IDLE && !self.closed.load(Ordering::Acquire) {
             idle.push(conn);
         }
         result
+    }
+
+    /// Closes the idle connections and keeps none from now on, so the
+    /// store's own pool, closing after this, holds the database's last
+    /// connection (the one that checkpoints the WAL on its way out).
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     fn open(&self) -> rusqlite::Result<Connection> {
