@@ -10,8 +10,8 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use crate::support::{
-    Backend, TestServer, all_messages, call, content, create, error_details, exchange,
-    exchange_request, watch,
+    Backend, TestServer, all_messages, assert_appended, call, content, create, error_details,
+    event_kind, exchange, exchange_request, watch,
 };
 
 async fn revision(client: &mut SessionStoreClient<Channel>, id: &str) -> i64 {
@@ -361,7 +361,126 @@ async fn idempotent_concurrent_retries(backend: Backend) {
     assert_eq!(revision(&mut client, &created.id).await, 2);
 }
 
+/// Appends, retries and other writes interleaved on a few sessions at
+/// once, so the writer's batches mix appends it writes in bulk with ones it
+/// defers (retries) and other writes: every acknowledged write is in the
+/// log once, in a gap-free revision order, and every retry gets its first
+/// answer.
+async fn mixed_writes_interleave(backend: Backend) {
+    const SESSIONS: usize = 4;
+    const WRITERS: usize = 8;
+    const ROUNDS: usize = 15;
+    let server = TestServer::start(backend).await;
+    let mut client = server.client().await;
+    for s in 0..SESSIONS {
+        create(&mut client, &format!("ses_mixed_{s}")).await;
+    }
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let mut client = server.client().await;
+        tasks.push(tokio::spawn(async move {
+            let id = format!("ses_mixed_{}", w % SESSIONS);
+            let (mut appends, mut updates) = (0_i64, 0_i64);
+            let mut first_answers: Vec<(String, pb::AppendExchangeResponse)> = Vec::new();
+            for i in 0..ROUNDS {
+                match i % 5 {
+                    // A retry of this writer's latest append.
+                    2 => {
+                        let (request_id, first) = first_answers.last().cloned().unwrap();
+                        let again = client
+                            .append_exchange(pb::AppendExchangeRequest {
+                                request_id,
+                                ..exchange_request(
+                                    &id,
+                                    &format!("w{w} q{}", i - 1),
+                                    &format!("w{w} a{}", i - 1),
+                                )
+                            })
+                            .await
+                            .expect("retry")
+                            .into_inner();
+                        assert_eq!(again, first, "a retry answers with the first result");
+                    }
+                    4 => {
+                        client
+                            .update_session(pb::UpdateSessionRequest {
+                                session: Some(pb::Session {
+                                    id: id.clone(),
+                                    title: format!("w{w} r{i}"),
+                                    ..Default::default()
+                                }),
+                                update_mask: Some(prost_types::FieldMask {
+                                    paths: vec!["title".into()],
+                                }),
+                            })
+                            .await
+                            .expect("update");
+                        updates += 1;
+                    }
+                    _ => {
+                        let request_id = format!("req-{w}-{i}");
+                        let answer = client
+                            .append_exchange(pb::AppendExchangeRequest {
+                                request_id: request_id.clone(),
+                                ..exchange_request(
+                                    &id,
+                                    &format!("w{w} q{i}"),
+                                    &format!("w{w} a{i}"),
+                                )
+                            })
+                            .await
+                            .expect("append")
+                            .into_inner();
+                        first_answers.push((request_id, answer));
+                        appends += 1;
+                    }
+                }
+            }
+            (appends, updates, first_answers)
+        }));
+    }
+    let mut writes = [0_i64; SESSIONS];
+    let mut acknowledged: Vec<Vec<pb::AppendExchangeResponse>> = vec![Vec::new(); SESSIONS];
+    for (w, task) in tasks.into_iter().enumerate() {
+        let (appends, updates, answers) = tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("writer in time")
+            .unwrap();
+        writes[w % SESSIONS] += appends + updates;
+        acknowledged[w % SESSIONS].extend(answers.into_iter().map(|(_, answer)| answer));
+    }
+    for s in 0..SESSIONS {
+        let id = format!("ses_mixed_{s}");
+        let head = revision(&mut client, &id).await;
+        assert_eq!(head, 1 + writes[s], "{id}: one revision per write");
+        // The log replays every revision once, in order, and each
+        // acknowledged append at the revision it was answered with.
+        let mut events = watch(&mut client, &id, 0).await;
+        let mut replayed = Vec::new();
+        while let Some(event) = events.message().await.expect("replay") {
+            if event_kind(&event) == "caught_up" {
+                break;
+            }
+            replayed.push(event);
+        }
+        let revisions: Vec<i64> = replayed.iter().map(|e| e.revision).collect();
+        assert_eq!(revisions, (1..=head).collect::<Vec<_>>(), "{id}");
+        for answer in &acknowledged[s] {
+            let event = &replayed[usize::try_from(answer.revision - 1).unwrap()];
+            assert_appended(event, answer);
+        }
+        let sequences: Vec<i64> = all_messages(&mut client, &id)
+            .await
+            .iter()
+            .map(|m| m.sequence)
+            .collect();
+        let appended = i64::try_from(acknowledged[s].len()).unwrap();
+        assert_eq!(sequences, (0..2 * appended).collect::<Vec<_>>(), "{id}");
+    }
+}
+
 crate::backend_tests!(
+    mixed_writes_interleave,
     concurrent_writers_one_session,
     expected_next_sequence_conflict,
     expected_next_sequence_race,

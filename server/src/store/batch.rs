@@ -27,10 +27,10 @@ use std::sync::Arc;
 
 use sqlx::any::AnyArguments;
 use sqlx::query::Query;
-use sqlx::{Any, AnyConnection, Row as _};
+use sqlx::{Any, AnyConnection};
 
 use super::ops::{
-    Applied, Dialect, NOTIFY_CHANNEL, SESSION_COLUMNS, Written, encode, search_rowid,
+    Applied, Columns, Dialect, NOTIFY_CHANNEL, SESSION_COLUMNS, Written, encode, search_rowid,
     session_from_row,
 };
 use super::text::escape;
@@ -52,55 +52,219 @@ pub enum Outcome {
 /// PostgreSQL's 65,535 parameters at 12 columns.
 const ROWS_PER_STATEMENT: usize = 500;
 
-/// Appends `requests` (tenant, exchange) in the caller's transaction.
-/// `Err` means a statement failed and the transaction must be rolled back.
+/// Appends `requests` (tenant, exchange) in the caller's transaction,
+/// through sqlx. `Err` means a statement failed and the transaction must be
+/// rolled back. (`sqlite_appends.rs` runs the same [`Run`] through the
+/// SQLite engine.)
 pub async fn append_all(
     conn: &mut AnyConnection,
     dialect: Dialect,
     requests: &[(&str, &NewExchange)],
 ) -> std::result::Result<Vec<Outcome>, sqlx::Error> {
-    let now = Timestamp::now();
-    let mut sessions = load_sessions(conn, dialect, requests).await?;
-    let stored_keys = load_request_ids(conn, requests).await?;
-
-    let mut rows = Rows::default();
-    let mut outcomes = Vec::with_capacity(requests.len());
-    let mut seen_keys: Vec<(&str, &str)> = Vec::new();
-    for &(tenant, exchange) in requests {
-        let key_taken = !exchange.request_id.is_empty()
-            && (stored_keys.contains(&(tenant.to_owned(), exchange.request_id.clone()))
-                || seen_keys.contains(&(tenant, exchange.request_id.as_str())));
-        if !exchange.request_id.is_empty() {
-            seen_keys.push((tenant, &exchange.request_id));
+    let mut run = Run::new(dialect, requests);
+    for statement in run.session_reads() {
+        for row in bind(&statement).fetch_all(&mut *conn).await? {
+            run.add_session(&row).map_err(decode_error)?;
         }
-        let plain = exchange.full_history.is_empty()
-            && (!exchange.messages.is_empty()
-                || !exchange.response_messages.is_empty()
-                || exchange.provider_call.is_some());
-        let state = sessions.get_mut(&(tenant.to_owned(), exchange.session_id.clone()));
-        let outcome = match state {
-            Some(state) if !plain || key_taken => {
-                // Keep the session's arrival order: what follows waits too.
-                state.deferred = true;
-                Outcome::Deferred
+    }
+    for statement in run.request_id_reads() {
+        for row in bind(&statement).fetch_all(&mut *conn).await? {
+            run.add_stored_request_id(&row).map_err(decode_error)?;
+        }
+    }
+    let (outcomes, writes) = run.decide(Timestamp::now());
+    for statement in &writes {
+        bind(statement).execute(&mut *conn).await?;
+    }
+    Ok(outcomes)
+}
+
+fn bind(statement: &Statement) -> Query<'_, Any, AnyArguments<'_>> {
+    let mut query = sqlx::query(&statement.sql);
+    for value in &statement.params {
+        query = match value {
+            Value::Int(v) => query.bind(*v),
+            Value::Text(v) => query.bind(v.as_str()),
+            Value::NullableText(v) => query.bind(v.as_deref()),
+            Value::Bytes(v) => query.bind(v.as_slice()),
+        };
+    }
+    query
+}
+
+fn decode_error(error: Error) -> sqlx::Error {
+    sqlx::Error::Decode(Box::new(error))
+}
+
+/// A statement with its parameters, numbered `$1…` in order of appearance.
+pub struct Statement {
+    pub sql: String,
+    pub params: Vec<Value>,
+}
+
+/// A value bound into a statement.
+pub enum Value {
+    Int(i64),
+    Text(String),
+    NullableText(Option<String>),
+    Bytes(Vec<u8>),
+}
+
+/// One run of appends, independent of how its statements are executed:
+/// read the sessions and stored request ids ([`Run::session_reads`],
+/// [`Run::request_id_reads`]), hand over the rows, then [`Run::decide`]
+/// gives each request's outcome and the statements that write them.
+pub struct Run<'a> {
+    dialect: Dialect,
+    requests: &'a [(&'a str, &'a NewExchange)],
+    sessions: HashMap<SessionKey, State>,
+    stored_keys: Vec<(String, String)>,
+}
+
+impl<'a> Run<'a> {
+    pub fn new(dialect: Dialect, requests: &'a [(&'a str, &'a NewExchange)]) -> Self {
+        Run {
+            dialect,
+            requests,
+            sessions: HashMap::with_capacity(requests.len()),
+            stored_keys: Vec::new(),
+        }
+    }
+
+    /// Reads the live sessions the requests name, rows of `tenant` and
+    /// [`SESSION_COLUMNS`]; on PostgreSQL also locks them, in key order, so
+    /// concurrent runs never deadlock.
+    pub fn session_reads(&self) -> Vec<Statement> {
+        let mut wanted: Vec<(&str, &str)> = self
+            .requests
+            .iter()
+            .map(|(tenant, exchange)| (*tenant, exchange.session_id.as_str()))
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let lock = match self.dialect {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => " ORDER BY key FOR UPDATE OF sessions",
+        };
+        wanted
+            .chunks(ROWS_PER_STATEMENT)
+            .map(|chunk| Statement {
+                sql: format!(
+                    "SELECT tenant, {SESSION_COLUMNS} FROM sessions WHERE deleted = 0 \
+                     AND (tenant, id) IN (VALUES {}){lock}",
+                    placeholders(chunk.len(), 2)
+                ),
+                params: chunk
+                    .iter()
+                    .flat_map(|(tenant, id)| [Value::Text(escape(tenant)), Value::Text(escape(id))])
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Reads which of the requests' ids are stored already: rows of
+    /// `tenant` and `request_id`.
+    pub fn request_id_reads(&self) -> Vec<Statement> {
+        let keyed: Vec<(&str, &str)> = self
+            .requests
+            .iter()
+            .filter(|(_, exchange)| !exchange.request_id.is_empty())
+            .map(|(tenant, exchange)| (*tenant, exchange.request_id.as_str()))
+            .collect();
+        keyed
+            .chunks(ROWS_PER_STATEMENT)
+            .map(|chunk| Statement {
+                sql: format!(
+                    "SELECT tenant, request_id FROM idempotency_keys \
+                     WHERE (tenant, request_id) IN (VALUES {})",
+                    placeholders(chunk.len(), 2)
+                ),
+                params: chunk
+                    .iter()
+                    .flat_map(|(tenant, request_id)| {
+                        [Value::Text(escape(tenant)), Value::Text(escape(request_id))]
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// A row read by [`Run::session_reads`].
+    pub fn add_session(&mut self, row: &impl Columns) -> Result<()> {
+        let session = session_from_row(row)?;
+        self.sessions.insert(
+            (row.text("tenant")?, session.id.clone()),
+            State {
+                key: row.int("key")?,
+                next_sequence: row.int("next_sequence")?,
+                session,
+                deferred: false,
+                changed: false,
+                added_messages: 0,
+                added_calls: 0,
+                added_tokens: 0,
+                added_cost: 0,
+                last_call: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// A row read by [`Run::request_id_reads`].
+    pub fn add_stored_request_id(&mut self, row: &impl Columns) -> Result<()> {
+        self.stored_keys
+            .push((row.text("tenant")?, row.text("request_id")?));
+        Ok(())
+    }
+
+    /// Decides every request, in order, against the rows read: one outcome
+    /// per request, and the statements writing what was accepted.
+    pub fn decide(mut self, now: Timestamp) -> (Vec<Outcome>, Vec<Statement>) {
+        let dialect = self.dialect;
+        let mut rows = Rows::default();
+        let mut outcomes = Vec::with_capacity(self.requests.len());
+        let mut seen_keys: Vec<(&str, &str)> = Vec::new();
+        for &(tenant, exchange) in self.requests {
+            let key_taken = !exchange.request_id.is_empty()
+                && (self
+                    .stored_keys
+                    .iter()
+                    .any(|(t, id)| t == tenant && *id == exchange.request_id)
+                    || seen_keys.contains(&(tenant, exchange.request_id.as_str())));
+            if !exchange.request_id.is_empty() {
+                seen_keys.push((tenant, &exchange.request_id));
             }
-            _ if !plain || key_taken => Outcome::Deferred,
-            None => Outcome::Done(Err(Error::SessionNotFound(exchange.session_id.clone()))),
-            Some(state) if state.deferred => Outcome::Deferred,
-            Some(state) => {
-                let lease = &state.session.active_run_id;
-                if !lease.is_empty() && state.session.run_expire_time <= now {
+            let plain = exchange.full_history.is_empty()
+                && (!exchange.messages.is_empty()
+                    || !exchange.response_messages.is_empty()
+                    || exchange.provider_call.is_some());
+            let state = self
+                .sessions
+                .get_mut(&(tenant.to_owned(), exchange.session_id.clone()));
+            let outcome = match state {
+                Some(state) if !plain || key_taken => {
+                    // Keep the session's arrival order: what follows waits too.
                     state.deferred = true;
                     Outcome::Deferred
-                } else {
-                    Outcome::Done(append_one(state, tenant, exchange, now, dialect, &mut rows))
                 }
-            }
-        };
-        outcomes.push(outcome);
+                _ if !plain || key_taken => Outcome::Deferred,
+                None => Outcome::Done(Err(Error::SessionNotFound(exchange.session_id.clone()))),
+                Some(state) if state.deferred => Outcome::Deferred,
+                Some(state) => {
+                    let lease = &state.session.active_run_id;
+                    if !lease.is_empty() && state.session.run_expire_time <= now {
+                        state.deferred = true;
+                        Outcome::Deferred
+                    } else {
+                        Outcome::Done(append_one(state, tenant, exchange, now, dialect, &mut rows))
+                    }
+                }
+            };
+            outcomes.push(outcome);
+        }
+        let writes = rows.statements(dialect, &self.sessions);
+        (outcomes, writes)
     }
-    rows.write(conn, dialect, &sessions).await?;
-    Ok(outcomes)
 }
 
 /// A session as this run has left it so far.
@@ -120,92 +284,6 @@ struct State {
 }
 
 type SessionKey = (String, String);
-
-/// Reads the live sessions the requests name; on PostgreSQL locks them, in
-/// key order, so concurrent runs never deadlock.
-async fn load_sessions(
-    conn: &mut AnyConnection,
-    dialect: Dialect,
-    requests: &[(&str, &NewExchange)],
-) -> std::result::Result<HashMap<SessionKey, State>, sqlx::Error> {
-    let mut wanted: Vec<(&str, &str)> = requests
-        .iter()
-        .map(|(tenant, exchange)| (*tenant, exchange.session_id.as_str()))
-        .collect();
-    wanted.sort_unstable();
-    wanted.dedup();
-    let mut sessions = HashMap::with_capacity(wanted.len());
-    for chunk in wanted.chunks(ROWS_PER_STATEMENT) {
-        let lock = match dialect {
-            Dialect::Sqlite => "",
-            Dialect::Postgres => " ORDER BY key FOR UPDATE OF sessions",
-        };
-        let sql = format!(
-            "SELECT tenant, {SESSION_COLUMNS} FROM sessions WHERE deleted = 0 \
-             AND (tenant, id) IN (VALUES {}){lock}",
-            placeholders(chunk.len(), 2)
-        );
-        let mut query = sqlx::query(&sql);
-        for (tenant, id) in chunk {
-            query = query.bind(escape(tenant)).bind(escape(id));
-        }
-        for row in query.fetch_all(&mut *conn).await? {
-            let session = session_from_row(&row).map_err(decode_error)?;
-            let tenant = super::ops::text_col(&row, "tenant").map_err(decode_error)?;
-            sessions.insert(
-                (tenant, session.id.clone()),
-                State {
-                    key: row.try_get("key")?,
-                    next_sequence: row.try_get("next_sequence")?,
-                    session,
-                    deferred: false,
-                    changed: false,
-                    added_messages: 0,
-                    added_calls: 0,
-                    added_tokens: 0,
-                    added_cost: 0,
-                    last_call: None,
-                },
-            );
-        }
-    }
-    Ok(sessions)
-}
-
-/// The request ids among `requests` already stored.
-async fn load_request_ids(
-    conn: &mut AnyConnection,
-    requests: &[(&str, &NewExchange)],
-) -> std::result::Result<Vec<(String, String)>, sqlx::Error> {
-    let keyed: Vec<(&str, &str)> = requests
-        .iter()
-        .filter(|(_, exchange)| !exchange.request_id.is_empty())
-        .map(|(tenant, exchange)| (*tenant, exchange.request_id.as_str()))
-        .collect();
-    let mut stored = Vec::new();
-    for chunk in keyed.chunks(ROWS_PER_STATEMENT) {
-        let sql = format!(
-            "SELECT tenant, request_id FROM idempotency_keys \
-             WHERE (tenant, request_id) IN (VALUES {})",
-            placeholders(chunk.len(), 2)
-        );
-        let mut query = sqlx::query(&sql);
-        for (tenant, request_id) in chunk {
-            query = query.bind(escape(tenant)).bind(escape(request_id));
-        }
-        for row in query.fetch_all(&mut *conn).await? {
-            stored.push((
-                super::ops::text_col(&row, "tenant").map_err(decode_error)?,
-                super::ops::text_col(&row, "request_id").map_err(decode_error)?,
-            ));
-        }
-    }
-    Ok(stored)
-}
-
-fn decode_error(error: Error) -> sqlx::Error {
-    sqlx::Error::Decode(Box::new(error))
-}
 
 /// Decides one request against its session's state and, if it is
 /// accepted, adds its rows.
@@ -320,14 +398,6 @@ fn append_one(
     })
 }
 
-/// A value bound into a multi-row statement.
-enum Value {
-    Int(i64),
-    Text(String),
-    NullableText(Option<String>),
-    Bytes(Vec<u8>),
-}
-
 /// The rows one run inserts, table by table.
 #[derive(Default)]
 struct Rows {
@@ -417,83 +487,67 @@ impl Rows {
         ]);
     }
 
-    /// Writes everything: a statement per table, the sessions' UPDATE
-    /// included (per [`ROWS_PER_STATEMENT`] rows).
-    async fn write(
-        self,
-        conn: &mut AnyConnection,
-        dialect: Dialect,
-        sessions: &HashMap<SessionKey, State>,
-    ) -> std::result::Result<(), sqlx::Error> {
+    /// The statements writing everything: one per table (per
+    /// [`ROWS_PER_STATEMENT`] rows), the sessions' UPDATE included.
+    fn statements(self, dialect: Dialect, sessions: &HashMap<SessionKey, State>) -> Vec<Statement> {
+        let mut statements = Vec::new();
         // Calls before the messages that reference them.
         insert(
-            conn,
+            &mut statements,
             "INSERT INTO provider_calls (id, session_key, request_id, provider, model, \
              requested_provider, requested_model, prompt_tokens, completion_tokens, \
              total_tokens, cost_micros_usd, create_time) VALUES ",
             12,
             self.calls,
-        )
-        .await?;
+        );
         insert(
-            conn,
+            &mut statements,
             "INSERT INTO messages (session_key, sequence, id, produced_by_call_id, body, \
              create_time, redacted) VALUES ",
             7,
             self.messages,
-        )
-        .await?;
+        );
         match dialect {
-            Dialect::Sqlite => {
-                insert(
-                    conn,
-                    "INSERT INTO message_search (rowid, text) VALUES ",
-                    2,
-                    self.search,
-                )
-                .await?;
-            }
-            Dialect::Postgres => {
-                insert(
-                    conn,
-                    "INSERT INTO message_search (session_key, sequence, text) VALUES ",
-                    3,
-                    self.search,
-                )
-                .await?;
-            }
+            Dialect::Sqlite => insert(
+                &mut statements,
+                "INSERT INTO message_search (rowid, text) VALUES ",
+                2,
+                self.search,
+            ),
+            Dialect::Postgres => insert(
+                &mut statements,
+                "INSERT INTO message_search (session_key, sequence, text) VALUES ",
+                3,
+                self.search,
+            ),
         }
         let mut changed: Vec<&State> = sessions.values().filter(|s| s.changed).collect();
         changed.sort_unstable_by_key(|s| s.key);
-        update_sessions(conn, &changed).await?;
+        update_sessions(&mut statements, &changed);
         insert(
-            conn,
+            &mut statements,
             "INSERT INTO events (session_key, revision, time, body) VALUES ",
             4,
             self.events,
-        )
-        .await?;
+        );
         insert(
-            conn,
+            &mut statements,
             "INSERT INTO idempotency_keys (tenant, request_id, session_key, fingerprint, \
              revision) VALUES ",
             5,
             self.keys,
-        )
-        .await?;
+        );
         for chunk in self.hints.chunks(ROWS_PER_STATEMENT) {
             // Delivered at commit, to every replica's listener.
-            let sql = format!(
-                "SELECT pg_notify('{NOTIFY_CHANNEL}', hint) FROM (VALUES {}) AS hints (hint)",
-                placeholders(chunk.len(), 1)
-            );
-            let mut query = sqlx::query(&sql);
-            for hint in chunk {
-                query = query.bind(hint.as_str());
-            }
-            query.execute(&mut *conn).await?;
+            statements.push(Statement {
+                sql: format!(
+                    "SELECT pg_notify('{NOTIFY_CHANNEL}', hint) FROM (VALUES {}) AS hints (hint)",
+                    placeholders(chunk.len(), 1)
+                ),
+                params: chunk.iter().map(|hint| Value::Text(hint.clone())).collect(),
+            });
         }
-        Ok(())
+        statements
     }
 }
 
@@ -502,10 +556,7 @@ impl Rows {
 /// counters grown by what the run added (totals saturate, as in the general
 /// path) and, if the run recorded a call on it, the last call's fields.
 /// `VALUES` columns are `column1…` on both engines.
-async fn update_sessions(
-    conn: &mut AnyConnection,
-    changed: &[&State],
-) -> std::result::Result<(), sqlx::Error> {
+fn update_sessions(statements: &mut Vec<Statement>, changed: &[&State]) {
     const COLUMNS: usize = 13;
     for chunk in changed.chunks(ROWS_PER_STATEMENT) {
         let sql = format!(
@@ -523,7 +574,7 @@ async fn update_sessions(
              FROM (VALUES {}) AS v WHERE sessions.key = v.column1",
             placeholders(chunk.len(), COLUMNS)
         );
-        let mut query = sqlx::query(&sql);
+        let mut params = Vec::with_capacity(chunk.len() * COLUMNS);
         for state in chunk {
             let (has_call, model, provider, cost, request_id) = match &state.last_call {
                 Some(call) => (
@@ -535,24 +586,24 @@ async fn update_sessions(
                 ),
                 None => (0, String::new(), String::new(), 0, String::new()),
             };
-            query = query
-                .bind(state.key)
-                .bind(state.session.revision)
-                .bind(state.next_sequence)
-                .bind(state.added_messages)
-                .bind(state.session.update_time.0)
-                .bind(state.added_calls)
-                .bind(state.added_tokens)
-                .bind(state.added_cost)
-                .bind(has_call)
-                .bind(model)
-                .bind(provider)
-                .bind(cost)
-                .bind(request_id);
+            params.extend([
+                Value::Int(state.key),
+                Value::Int(state.session.revision),
+                Value::Int(state.next_sequence),
+                Value::Int(state.added_messages),
+                Value::Int(state.session.update_time.0),
+                Value::Int(state.added_calls),
+                Value::Int(state.added_tokens),
+                Value::Int(state.added_cost),
+                Value::Int(has_call),
+                Value::Text(model),
+                Value::Text(provider),
+                Value::Int(cost),
+                Value::Text(request_id),
+            ]);
         }
-        query.execute(&mut *conn).await?;
+        statements.push(Statement { sql, params });
     }
-    Ok(())
 }
 
 /// `($1, $2), ($3, $4)`: `rows` groups of `columns` numbered placeholders.
@@ -576,30 +627,17 @@ fn placeholders(rows: usize, columns: usize) -> String {
 }
 
 /// Inserts `values` (`columns` per row) with `head` (`INSERT … VALUES `).
-async fn insert(
-    conn: &mut AnyConnection,
-    head: &str,
-    columns: usize,
-    values: Vec<Value>,
-) -> std::result::Result<(), sqlx::Error> {
+fn insert(statements: &mut Vec<Statement>, head: &str, columns: usize, values: Vec<Value>) {
     let mut values = values.into_iter();
     let mut left = values.len() / columns;
     while left > 0 {
         let rows = left.min(ROWS_PER_STATEMENT);
         left -= rows;
-        let sql = format!("{head}{}", placeholders(rows, columns));
-        let mut query: Query<'_, Any, AnyArguments<'_>> = sqlx::query(&sql);
-        for value in values.by_ref().take(rows * columns) {
-            query = match value {
-                Value::Int(v) => query.bind(v),
-                Value::Text(v) => query.bind(v),
-                Value::NullableText(v) => query.bind(v),
-                Value::Bytes(v) => query.bind(v),
-            };
-        }
-        query.execute(&mut *conn).await?;
+        statements.push(Statement {
+            sql: format!("{head}{}", placeholders(rows, columns)),
+            params: values.by_ref().take(rows * columns).collect(),
+        });
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ mod ops;
 mod postgres;
 mod sql;
 mod sqlite;
+mod sqlite_appends;
 mod sqlite_reads;
 mod text;
 
@@ -35,6 +36,8 @@ pub enum OpenError {
     Database(#[from] sqlx::Error),
     #[error("cannot apply the database migrations: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("cannot start the SQLite append writer: {0}")]
+    Engine(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Backend tuning that is not part of the URL.

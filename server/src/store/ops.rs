@@ -128,24 +128,45 @@ pub const SESSION_COLUMNS: &str = "key, id, title, system_prompt, user_name, met
      summary_message_id, revision, create_time, update_time, next_sequence, \
      parent_session_id, parent_sequence, run_id, run_expire_time";
 
+/// Columns by name, over sqlx's rows and the SQLite engine's (the bulk
+/// append path reads session rows through both).
+pub trait Columns {
+    fn int(&self, column: &str) -> Result<i64>;
+    /// A text column as stored (escaped).
+    fn raw_text(&self, column: &str) -> Result<String>;
+    /// An escaped text column, unescaped.
+    fn text(&self, column: &str) -> Result<String> {
+        Ok(unescape(self.raw_text(column)?))
+    }
+}
+
+impl Columns for AnyRow {
+    fn int(&self, column: &str) -> Result<i64> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn raw_text(&self, column: &str) -> Result<String> {
+        Ok(self.try_get(column)?)
+    }
+}
+
 /// A session as stored. The lease fields are raw: a lease past its expiry
 /// still shows until it is settled (see [`Session::hide_expired_lease`]).
-pub fn session_from_row(row: &AnyRow) -> Result<Session> {
-    let metadata: String = row.try_get("metadata")?;
+pub fn session_from_row(row: &impl Columns) -> Result<Session> {
     Ok(Session {
-        id: text_col(row, "id")?,
-        title: text_col(row, "title")?,
-        system_prompt: text_col(row, "system_prompt")?,
-        user: text_col(row, "user_name")?,
-        metadata: decode(&metadata)?,
-        summary_message_id: text_col(row, "summary_message_id")?,
-        revision: row.try_get("revision")?,
-        create_time: Timestamp(row.try_get("create_time")?),
-        update_time: Timestamp(row.try_get("update_time")?),
-        parent_session_id: text_col(row, "parent_session_id")?,
-        parent_sequence: row.try_get("parent_sequence")?,
-        active_run_id: text_col(row, "run_id")?,
-        run_expire_time: Timestamp(row.try_get("run_expire_time")?),
+        id: row.text("id")?,
+        title: row.text("title")?,
+        system_prompt: row.text("system_prompt")?,
+        user: row.text("user_name")?,
+        metadata: decode(&row.raw_text("metadata")?)?,
+        summary_message_id: row.text("summary_message_id")?,
+        revision: row.int("revision")?,
+        create_time: Timestamp(row.int("create_time")?),
+        update_time: Timestamp(row.int("update_time")?),
+        parent_session_id: row.text("parent_session_id")?,
+        parent_sequence: row.int("parent_sequence")?,
+        active_run_id: row.text("run_id")?,
+        run_expire_time: Timestamp(row.int("run_expire_time")?),
     })
 }
 

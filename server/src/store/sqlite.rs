@@ -17,6 +17,7 @@
 //! `sqlite::memory:` runs the very same code on a one-connection pool, the
 //! connection kept open for the store's lifetime.
 
+use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,6 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::batch;
 use super::ops::{self, Dialect, WriteOp, Written};
 use super::sql::{Inner, SqlStore, WritePath, next_batch, publish, queue_and_wait};
+use super::sqlite_appends::EngineAppends;
 use super::sqlite_reads::EngineReads;
 use super::{CommitSink, OpenError};
 use crate::domain::{Error, NewExchange, Result};
@@ -107,12 +109,23 @@ pub(super) async fn connect(url: &str) -> Result<AnyPool, sqlx::Error> {
 pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStore, OpenError> {
     let pool = connect(url).await?;
     MIGRATOR.run(&pool).await?;
+    let (engine_reads, engine_appends) = if is_in_memory(url) {
+        (None, None)
+    } else {
+        let path = sqlx::sqlite::SqliteConnectOptions::from_str(url)?
+            .get_filename()
+            .to_path_buf();
+        (
+            Some(EngineReads::new(path.clone())),
+            Some(EngineAppends::start(&path)?),
+        )
+    };
     let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
     let writer = tokio::spawn(run_writer(
         pool.clone(),
         jobs,
         Arc::clone(&sink),
-        !is_in_memory(url),
+        engine_appends,
     ));
     let closing = tokio::sync::watch::Sender::new(false);
     let mut tasks = vec![writer];
@@ -129,11 +142,7 @@ pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStor
         tasks: Mutex::new(tasks),
         closing,
         replica: String::new(),
-        engine_reads: if is_in_memory(url) {
-            None
-        } else {
-            Some(EngineReads::new(&with_create_mode(url))?)
-        },
+        engine_reads,
     }))
 }
 
@@ -169,23 +178,36 @@ pub(super) async fn submit(
     queue_and_wait(queue, |reply| Job { tenant, op, reply }).await
 }
 
-/// The writer: batches of queued requests, one transaction each. With
-/// `keep_connection` it keeps one pool connection for itself: SQLite drops
-/// a connection's page cache whenever another connection has written, so a
-/// writer that took any free connection would start every batch by reading
-/// back the pages the previous batch wrote. (`sqlite::memory:` has a single
-/// connection, which readers need between batches.)
+/// The writer: batches of queued requests, one transaction each. On a
+/// file database (`engine` is there) a batch's leading run of appends is
+/// written through the engine first, and the rest (with whatever that run
+/// deferred) through sqlx on a pool connection the writer keeps for good:
+/// SQLite drops a connection's page cache whenever another connection has
+/// written, so a writer that took any free connection would start every
+/// batch by reading back the pages the previous batch wrote.
+/// (`sqlite::memory:` has a single connection, which readers need between
+/// batches.)
 async fn run_writer(
     pool: AnyPool,
     mut queue: mpsc::Receiver<Option<Job>>,
     sink: Arc<dyn CommitSink>,
-    keep_connection: bool,
+    engine: Option<EngineAppends>,
 ) {
+    let keep_connection = engine.is_some();
     let mut kept: Option<PoolConnection<Any>> = None;
     while let Some((batch, stopping)) = next_batch(&mut queue, MAX_BATCH).await {
         if stopping {
             // Finish what is queued, then stop.
             queue.close();
+        }
+        // A caller already gone (its deadline passed, or it cancelled) before
+        // its write began will hear of nothing: skip it.
+        let mut batch: Vec<Job> = batch
+            .into_iter()
+            .filter(|job| !job.reply.is_closed())
+            .collect();
+        if let Some(engine) = &engine {
+            batch = append_through_engine(engine, sink.as_ref(), batch).await;
         }
         if batch.is_empty() {
             continue;
@@ -205,7 +227,75 @@ async fn run_writer(
             kept = Some(conn);
         }
     }
+    if let Some(engine) = engine {
+        // Its connection closes before the pool's last one, which
+        // checkpoints the WAL on its way out.
+        engine.stop().await;
+    }
     tracing::debug!("sqlite writer stopped");
+}
+
+/// Writes the leading run of appends of `batch` through the engine, in a
+/// transaction of its own, and answers those it decided once it has
+/// committed. Returns what is left for the general path, in arrival order:
+/// the requests the run deferred (all of them if it failed, having written
+/// nothing), then the rest of the batch.
+async fn append_through_engine(
+    engine: &EngineAppends,
+    sink: &dyn CommitSink,
+    batch: Vec<Job>,
+) -> Vec<Job> {
+    let mut jobs = batch.into_iter().peekable();
+    let mut requests = Vec::new();
+    let mut replies = Vec::new();
+    while let Some(job) = jobs.next_if(|job| matches!(job.op, WriteOp::Append(_))) {
+        if let WriteOp::Append(exchange) = job.op {
+            requests.push((job.tenant, exchange));
+            replies.push(job.reply);
+        }
+    }
+    if requests.is_empty() {
+        return jobs.collect();
+    }
+    let (requests, outcomes) = engine.append(requests).await;
+    let mut left = Vec::new();
+    match outcomes {
+        Ok(outcomes) => {
+            for (((tenant, exchange), reply), outcome) in
+                requests.into_iter().zip(replies).zip(outcomes)
+            {
+                match outcome {
+                    batch::Outcome::Done(result) => {
+                        let _ = reply.send(result.map(|applied| publish(sink, applied)));
+                    }
+                    batch::Outcome::Deferred => left.push(Job {
+                        tenant,
+                        op: WriteOp::Append(exchange),
+                        reply,
+                    }),
+                }
+            }
+        }
+        Err(error) if requests.len() == replies.len() => {
+            tracing::warn!(%error, "bulk append failed; applying the requests one by one");
+            for ((tenant, exchange), reply) in requests.into_iter().zip(replies) {
+                left.push(Job {
+                    tenant,
+                    op: WriteOp::Append(exchange),
+                    reply,
+                });
+            }
+        }
+        Err(error) => {
+            // The thread is gone, and the requests with it.
+            tracing::error!(%error, "bulk append lost");
+            for reply in replies {
+                let _ = reply.send(Err(batch_failed("the append writer stopped")));
+            }
+        }
+    }
+    left.extend(jobs);
+    left
 }
 
 fn batch_failed(what: &'static str) -> Error {
@@ -223,12 +313,7 @@ async fn commit_batch(conn: &mut AnyConnection, sink: &dyn CommitSink, jobs: Vec
         }
     };
     let mut results = Vec::with_capacity(jobs.len());
-    // A caller already gone (its deadline passed, or it cancelled) before
-    // its write began will hear of nothing: skip it.
-    let mut jobs = jobs
-        .into_iter()
-        .filter(|job| !job.reply.is_closed())
-        .peekable();
+    let mut jobs = jobs.into_iter().peekable();
     while let Some(job) = jobs.next() {
         let applied = if matches!(job.op, WriteOp::Append(_)) {
             // A run of appends goes through the bulk path together.

@@ -13,13 +13,11 @@
 //! beside the writer, as sqlx's read pool does.
 
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
-use sqlx::sqlite::SqliteConnectOptions;
 
 use super::ops::MessageRow;
 use crate::domain::{Error, Result, StoredMessage};
@@ -39,16 +37,13 @@ pub(super) struct EngineReads {
 }
 
 impl EngineReads {
-    /// Reads for the database at sqlx `url`.
-    pub(super) fn new(url: &str) -> Result<Arc<Self>, sqlx::Error> {
-        let path = SqliteConnectOptions::from_str(url)?
-            .get_filename()
-            .to_path_buf();
-        Ok(Arc::new(EngineReads {
+    /// Reads for the database file at `path`.
+    pub(super) fn new(path: PathBuf) -> Arc<Self> {
+        Arc::new(EngineReads {
             path,
             idle: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
-        }))
+        })
     }
 
     /// Runs `sql` (its parameters numbered `?1`, `?2`, `?3`: the session's
