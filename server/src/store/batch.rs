@@ -336,7 +336,7 @@ fn append_one(
         );
         let text = control::search_text(message);
         if !text.trim().is_empty() {
-            rows.search(dialect, state.key, sequence, text);
+            rows.search(state.key, sequence, text);
         }
         stored.push(StoredMessage {
             id,
@@ -403,7 +403,8 @@ fn append_one(
 struct Rows {
     calls: Vec<Value>,
     messages: Vec<Value>,
-    search: Vec<Value>,
+    /// Session key, sequence and text of each searchable message.
+    search: Vec<(i64, i64, String)>,
     events: Vec<Value>,
     keys: Vec<Value>,
     hints: Vec<String>,
@@ -447,18 +448,8 @@ impl Rows {
         ]);
     }
 
-    fn search(&mut self, dialect: Dialect, session_key: i64, sequence: i64, text: String) {
-        match dialect {
-            Dialect::Sqlite => self.search.extend([
-                Value::Int(search_rowid(session_key, sequence)),
-                Value::Text(text),
-            ]),
-            Dialect::Postgres => self.search.extend([
-                Value::Int(session_key),
-                Value::Int(sequence),
-                Value::Text(text),
-            ]),
-        }
+    fn search(&mut self, session_key: i64, sequence: i64, text: String) {
+        self.search.push((session_key, sequence, text));
     }
 
     fn event(&mut self, session_key: i64, revision: i64, now: Timestamp, body: String) {
@@ -507,18 +498,41 @@ impl Rows {
             7,
             self.messages,
         );
+        // In row id order: FTS5 flushes its pending terms to a new segment
+        // whenever a row id is lower than the last one written, so rows in
+        // arrival order (sessions interleaved) cost a segment, and later
+        // merges, per step back (BENCHMARKS.md).
+        let mut search = self.search;
+        search.sort_unstable_by_key(|(session_key, sequence, _)| (*session_key, *sequence));
         match dialect {
             Dialect::Sqlite => insert(
                 &mut statements,
                 "INSERT INTO message_search (rowid, text) VALUES ",
                 2,
-                self.search,
+                search
+                    .into_iter()
+                    .flat_map(|(session_key, sequence, text)| {
+                        [
+                            Value::Int(search_rowid(session_key, sequence)),
+                            Value::Text(text),
+                        ]
+                    })
+                    .collect(),
             ),
             Dialect::Postgres => insert(
                 &mut statements,
                 "INSERT INTO message_search (session_key, sequence, text) VALUES ",
                 3,
-                self.search,
+                search
+                    .into_iter()
+                    .flat_map(|(session_key, sequence, text)| {
+                        [
+                            Value::Int(session_key),
+                            Value::Int(sequence),
+                            Value::Text(text),
+                        ]
+                    })
+                    .collect(),
             ),
         }
         let mut changed: Vec<&State> = sessions.values().filter(|s| s.changed).collect();
