@@ -551,18 +551,59 @@ impl Rows {
             5,
             self.keys,
         );
-        for chunk in self.hints.chunks(ROWS_PER_STATEMENT) {
-            // Delivered at commit, to every replica's listener.
-            statements.push(Statement {
-                sql: format!(
-                    "SELECT pg_notify('{NOTIFY_CHANNEL}', hint) FROM (VALUES {}) AS hints (hint)",
-                    placeholders(chunk.len(), 1)
-                ),
-                params: chunk.iter().map(|hint| Value::Text(hint.clone())).collect(),
-            });
+        if dialect == Dialect::Postgres && !statements.is_empty() {
+            return vec![combined(statements, self.hints)];
         }
         statements
     }
+}
+
+/// PostgreSQL: a run's statements as one, so a run writes in one round
+/// trip. Each becomes a data-modifying `WITH` query (PostgreSQL runs them
+/// all, and checks the foreign keys between them, messages to provider
+/// calls, at the end of the statement), and the statement's own `SELECT`
+/// sends the commit hints, delivered at commit to every replica's listener.
+fn combined(statements: Vec<Statement>, hints: Vec<String>) -> Statement {
+    let mut sql = String::from("WITH ");
+    let mut params = Vec::new();
+    for (number, statement) in statements.into_iter().enumerate() {
+        if number > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&format!(
+            "w{number} AS ({})",
+            renumbered(&statement.sql, params.len())
+        ));
+        params.extend(statement.params);
+    }
+    if hints.is_empty() {
+        sql.push_str(" SELECT 1");
+    } else {
+        sql.push_str(&format!(
+            " SELECT pg_notify('{NOTIFY_CHANNEL}', hint) FROM (VALUES {}) AS hints (hint)",
+            placeholders_from(params.len() + 1, hints.len(), 1)
+        ));
+        params.extend(hints.into_iter().map(Value::Text));
+    }
+    Statement { sql, params }
+}
+
+/// `sql` with every placeholder `$N` moved up by `offset`.
+fn renumbered(sql: &str, offset: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + sql.len() / 8);
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        match rest[..digits].parse::<usize>() {
+            Ok(number) => out.push_str(&(number + offset).to_string()),
+            Err(_) => out.push_str(&rest[..digits]),
+        }
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The changed session rows after this run, in one statement per
@@ -622,6 +663,11 @@ fn update_sessions(statements: &mut Vec<Statement>, changed: &[&State]) {
 
 /// `($1, $2), ($3, $4)`: `rows` groups of `columns` numbered placeholders.
 fn placeholders(rows: usize, columns: usize) -> String {
+    placeholders_from(1, rows, columns)
+}
+
+/// As [`placeholders`], numbered from `first`.
+fn placeholders_from(first: usize, rows: usize, columns: usize) -> String {
     let mut sql = String::with_capacity(rows * columns * 5);
     for row in 0..rows {
         if row > 0 {
@@ -633,7 +679,7 @@ fn placeholders(rows: usize, columns: usize) -> String {
                 sql.push_str(", ");
             }
             sql.push('$');
-            sql.push_str(&(row * columns + column + 1).to_string());
+            sql.push_str(&(first + row * columns + column).to_string());
         }
         sql.push(')');
     }
@@ -656,11 +702,21 @@ fn insert(statements: &mut Vec<Statement>, head: &str, columns: usize, values: V
 
 #[cfg(test)]
 mod tests {
-    use super::placeholders;
+    use super::{placeholders, placeholders_from, renumbered};
 
     #[test]
     fn numbers_placeholders_row_by_row() {
         assert_eq!(placeholders(1, 1), "($1)");
         assert_eq!(placeholders(2, 3), "($1, $2, $3), ($4, $5, $6)");
+        assert_eq!(placeholders_from(7, 2, 1), "($7), ($8)");
+    }
+
+    #[test]
+    fn renumbers_placeholders() {
+        assert_eq!(
+            renumbered("VALUES ($1, $2), ($10)", 5),
+            "VALUES ($6, $7), ($15)"
+        );
+        assert_eq!(renumbered("no placeholders", 3), "no placeholders");
     }
 }
