@@ -504,37 +504,26 @@ impl Rows {
         // merges, per step back (BENCHMARKS.md).
         let mut search = self.search;
         search.sort_unstable_by_key(|(session_key, sequence, _)| (*session_key, *sequence));
-        match dialect {
-            Dialect::Sqlite => insert(
-                &mut statements,
-                "INSERT INTO message_search (rowid, text) VALUES ",
-                2,
-                search
-                    .into_iter()
-                    .flat_map(|(session_key, sequence, text)| {
-                        [
-                            Value::Int(search_rowid(session_key, sequence)),
-                            Value::Text(text),
-                        ]
-                    })
-                    .collect(),
-            ),
-            Dialect::Postgres => insert(
-                &mut statements,
+        let (head, columns) = match dialect {
+            Dialect::Sqlite => ("INSERT INTO message_search (rowid, text) VALUES ", 2),
+            Dialect::Postgres => (
                 "INSERT INTO message_search (session_key, sequence, text) VALUES ",
                 3,
-                search
-                    .into_iter()
-                    .flat_map(|(session_key, sequence, text)| {
-                        [
-                            Value::Int(session_key),
-                            Value::Int(sequence),
-                            Value::Text(text),
-                        ]
-                    })
-                    .collect(),
             ),
+        };
+        let mut values = Vec::with_capacity(search.len() * columns);
+        for (session_key, sequence, text) in search {
+            match dialect {
+                Dialect::Sqlite => {
+                    values.push(Value::Int(search_rowid(session_key, sequence)));
+                }
+                Dialect::Postgres => {
+                    values.extend([Value::Int(session_key), Value::Int(sequence)]);
+                }
+            }
+            values.push(Value::Text(text));
         }
+        insert(&mut statements, head, columns, values);
         let mut changed: Vec<&State> = sessions.values().filter(|s| s.changed).collect();
         changed.sort_unstable_by_key(|s| s.key);
         update_sessions(&mut statements, &changed);
