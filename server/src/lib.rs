@@ -7,6 +7,7 @@ pub mod admission;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod connection;
 pub mod domain;
 pub mod grpc;
 pub mod metrics;

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use futures_util::StreamExt as _;
 use sessionstore_client::v1::session_store_server::SessionStoreServer;
 use tokio::net::TcpListener;
 use tonic::transport::ServerTlsConfig;
@@ -15,6 +16,7 @@ use tonic::transport::server::TcpIncoming;
 use crate::admission::{Admission, RateLimiter, WatchPermits};
 use crate::auth::Authenticator;
 use crate::config::ServeConfig;
+use crate::connection::Coalesced;
 use crate::grpc::{ServiceOptions, SessionStoreService};
 use crate::metrics::{self, Metrics, MetricsLayer};
 use crate::store::{self, Store, StoreOptions};
@@ -215,7 +217,10 @@ async fn serve_store<S: Store>(
         .serve_with_incoming_shutdown(
             // Replies are small and latency-bound: without TCP_NODELAY,
             // Nagle's algorithm holds many for a delayed ACK (~40 ms).
-            TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
+            // Each connection's frames leave in bursts (connection.rs).
+            TcpIncoming::from(listeners.grpc)
+                .with_nodelay(Some(true))
+                .map(|accepted| accepted.map(Coalesced::new)),
             signal,
         )
         .await;
