@@ -63,6 +63,33 @@ async fn migrate_creates_the_postgres_schema() {
     .fetch_all(&mut conn)
     .await
     .unwrap();
+    // Large bodies are compressed with lz4 where the server has it.
+    let lz4: bool = sqlx::query_scalar(
+        "SELECT 'lz4' = ANY (enumvals) FROM pg_settings WHERE name = 'default_toast_compression'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    let compression: Vec<String> = sqlx::query_scalar(
+        "SELECT attrelid::regclass::text || '.' || attname || '=' || attcompression::text
+         FROM pg_attribute
+         WHERE (attrelid::regclass::text, attname) IN
+               (('events', 'body'), ('messages', 'body'), ('message_search', 'text'), ('message_search', 'words'))
+         ORDER BY 1",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let method = if lz4 { "l" } else { "" };
+    assert_eq!(
+        compression,
+        [
+            format!("events.body={method}"),
+            format!("message_search.text={method}"),
+            format!("message_search.words={method}"),
+            format!("messages.body={method}"),
+        ]
+    );
     conn.close().await.unwrap();
     assert_core_tables(&tables);
 }

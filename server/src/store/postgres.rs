@@ -26,8 +26,9 @@ use std::time::Duration;
 
 use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::Migrator;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgListener;
-use sqlx::{AnyPool, Executor, Row};
+use sqlx::{Any, AnyPool, Connection as _, Executor, Row};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::batch;
@@ -194,9 +195,13 @@ async fn run_append_writer(
     mut jobs: mpsc::Receiver<Option<AppendJob>>,
     sink: Arc<dyn CommitSink>,
 ) {
+    // The writer keeps its connection between batches: taking one from the
+    // pool costs a round trip (its liveness check) of the five a batch
+    // takes. A connection that failed is dropped and replaced.
+    let mut held = None;
     while let Some((batch, stop)) = next_batch(&mut jobs, MAX_BATCH).await {
         if !batch.is_empty() {
-            commit_appends(&pool, sink.as_ref(), batch).await;
+            commit_appends(&pool, &mut held, sink.as_ref(), batch).await;
         }
         if stop {
             return;
@@ -210,7 +215,12 @@ async fn run_append_writer(
 /// without it, so an abandoned append never commits. If a statement fails
 /// (a race with another replica), every append goes through [`write`] on
 /// its own, which retries lost races.
-async fn commit_appends(pool: &AnyPool, sink: &dyn CommitSink, mut jobs: Vec<AppendJob>) {
+async fn commit_appends(
+    pool: &AnyPool,
+    held: &mut Option<PoolConnection<Any>>,
+    sink: &dyn CommitSink,
+    mut jobs: Vec<AppendJob>,
+) {
     let outcomes = loop {
         jobs.retain(|job| !job.reply.is_closed());
         if jobs.is_empty() {
@@ -221,7 +231,11 @@ async fn commit_appends(pool: &AnyPool, sink: &dyn CommitSink, mut jobs: Vec<App
             .map(|job| (job.tenant.as_str(), job.exchange.as_ref()))
             .collect();
         let attempt = async {
-            let mut tx = pool.begin().await?;
+            let connection = match held {
+                Some(connection) => connection,
+                None => held.insert(pool.acquire().await?),
+            };
+            let mut tx = connection.begin().await?;
             let outcomes = batch::append_all(&mut tx, Dialect::Postgres, &requests).await?;
             if jobs.iter().any(|job| job.reply.is_closed()) {
                 tx.rollback().await?;
@@ -235,6 +249,8 @@ async fn commit_appends(pool: &AnyPool, sink: &dyn CommitSink, mut jobs: Vec<App
             Ok(Some(outcomes)) => break Some(outcomes),
             Ok(None) => continue,
             Err(error) => {
+                // It may be the connection that failed.
+                *held = None;
                 tracing::debug!(%error, "bulk append failed; writing the appends one by one");
                 break None;
             }
