@@ -251,7 +251,13 @@ async fn commit_appends(
             Err(error) => {
                 // It may be the connection that failed.
                 *held = None;
-                tracing::debug!(%error, "bulk append failed; writing the appends one by one");
+                // A race with another replica is expected; anything else is worth a warning.
+                let error = Error::from(error);
+                if ops::is_retryable(&error) {
+                    tracing::debug!(%error, "bulk append lost a race; writing the appends one by one");
+                } else {
+                    tracing::warn!(%error, "bulk append failed; writing the appends one by one");
+                }
                 break None;
             }
         }
