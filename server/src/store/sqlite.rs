@@ -3,8 +3,10 @@
 //! All writes go through one writer task. It drains whatever requests are
 //! queued (up to [`MAX_BATCH`]) into one `BEGIN IMMEDIATE` transaction,
 //! each request inside its own savepoint, and acknowledges every request
-//! only after that transaction has committed: group commit, one fsync for
-//! many appends, and no two writers can ever race for a sequence. Reads use
+//! only after that transaction is on disk: group commit, one fsync for
+//! many appends, and no two writers can ever race for a sequence. (The
+//! engine's append runs are fsynced by a syncer thread beside the writer;
+//! see `sqlite_appends.rs`.) Reads use
 //! the rest of the pool (WAL lets them run beside the writer).
 //!
 //! What keeps a batch short (each measured, see BENCHMARKS.md): the writer
@@ -207,7 +209,7 @@ async fn run_writer(
             .filter(|job| !job.reply.is_closed())
             .collect();
         if let Some(engine) = &engine {
-            batch = append_through_engine(engine, sink.as_ref(), batch).await;
+            batch = append_through_engine(engine, &sink, batch).await;
         }
         if batch.is_empty() {
             continue;
@@ -236,13 +238,13 @@ async fn run_writer(
 }
 
 /// Writes the leading run of appends of `batch` through the engine, in a
-/// transaction of its own, and answers those it decided once it has
-/// committed. Returns what is left for the general path, in arrival order:
+/// transaction of its own, and answers those it decided once that
+/// transaction is on disk (the syncer's turn; the writer goes on at once). Returns what is left for the general path, in arrival order:
 /// the requests the run deferred (all of them if it failed, having written
 /// nothing), then the rest of the batch.
 async fn append_through_engine(
     engine: &EngineAppends,
-    sink: &dyn CommitSink,
+    sink: &Arc<dyn CommitSink>,
     batch: Vec<Job>,
 ) -> Vec<Job> {
     let mut jobs = batch.into_iter().peekable();
@@ -261,13 +263,12 @@ async fn append_through_engine(
     let mut left = Vec::new();
     match outcomes {
         Ok(outcomes) => {
+            let mut done = Vec::with_capacity(outcomes.len());
             for (((tenant, exchange), reply), outcome) in
                 requests.into_iter().zip(replies).zip(outcomes)
             {
                 match outcome {
-                    batch::Outcome::Done(result) => {
-                        let _ = reply.send(result.map(|applied| publish(sink, applied)));
-                    }
+                    batch::Outcome::Done(result) => done.push((reply, result)),
                     batch::Outcome::Deferred => left.push(Job {
                         tenant,
                         op: WriteOp::Append(exchange),
@@ -275,6 +276,18 @@ async fn append_through_engine(
                     }),
                 }
             }
+            // Answered, and published to watchers, once on disk.
+            let sink = Arc::clone(sink);
+            engine.after_sync(Box::new(move |synced| {
+                for (reply, result) in done {
+                    let answer = if synced {
+                        result.map(|applied| publish(sink.as_ref(), applied))
+                    } else {
+                        Err(batch_failed("the write could not be synced to disk"))
+                    };
+                    let _ = reply.send(answer);
+                }
+            }));
         }
         Err(error) if requests.len() == replies.len() => {
             tracing::warn!(%error, "bulk append failed; applying the requests one by one");

@@ -9,10 +9,27 @@
 //! run defers, and everything else, the writer then applies through sqlx as
 //! before, after this commit, so arrival order holds.
 //!
+//! **Durability off the writer's path.** The thread commits with
+//! `synchronous = NORMAL`: `COMMIT` writes the run's WAL frames but does not
+//! wait for the disk. A second thread, the syncer, then `fdatasync`s the WAL
+//! file and only after that runs what waits on the run (the callers'
+//! acknowledgements and the watch events). While it waits on the disk the
+//! engine thread already writes the next run, and one sync covers every run
+//! committed before it began. The WAL is a log: a sync that covers a run
+//! covers every earlier one, so no acknowledged write can depend on one
+//! that is lost. What a caller is told is therefore as durable as with
+//! `synchronous = FULL`. The difference: for the ~1 ms until the sync, other
+//! connections can already read a run whose callers have not been answered;
+//! a power loss or OS crash in that window (not a `kill -9`: the OS has the
+//! pages) loses it. If a sync ever fails, no later write is acknowledged
+//! (the failed pages may be gone while a later sync succeeds), as
+//! PostgreSQL stops on a failed WAL flush.
+//!
 //! Only file databases take this path: `sqlite::memory:` lives inside
 //! sqlx's one connection.
 
-use std::path::Path;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{mpsc, oneshot};
@@ -34,10 +51,15 @@ struct Request {
     reply: oneshot::Sender<(Requests, Result<Vec<Outcome>>)>,
 }
 
-/// The engine writer thread's handle.
+/// What runs once the runs committed before it are on disk: `true` if
+/// they are, `false` if the WAL could not be synced.
+pub(super) type AfterSync = Box<dyn FnOnce(bool) + Send>;
+
+/// The engine writer thread's handle, and its syncer's.
 pub(super) struct EngineAppends {
     requests: mpsc::Sender<Request>,
     stopped: oneshot::Receiver<()>,
+    syncer: WalSyncer,
 }
 
 impl EngineAppends {
@@ -50,10 +72,11 @@ impl EngineAppends {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(engine)?;
-        // As sqlx's connections (sqlite.rs): FULL fsyncs the WAL at every
-        // commit; the checkpointer task copies the WAL back.
+        // As sqlx's connections (sqlite.rs), but NORMAL: the syncer, not
+        // COMMIT, fsyncs the WAL (see the module notes); the checkpointer
+        // task copies the WAL back.
         conn.execute_batch(
-            "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
+            "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
              PRAGMA cache_size = -32768; PRAGMA temp_store = MEMORY; \
              PRAGMA wal_autocheckpoint = 0",
         )
@@ -78,12 +101,20 @@ impl EngineAppends {
                 let _ = done.send(());
             })
             .map_err(|error| OpenError::Engine(Box::new(error)))?;
-        Ok(EngineAppends { requests, stopped })
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let syncer = WalSyncer::start(PathBuf::from(wal))?;
+        Ok(EngineAppends {
+            requests,
+            stopped,
+            syncer,
+        })
     }
 
     /// Appends `requests` in one committed transaction and hands them back
     /// with one outcome each; `Err` if anything failed, in which case
-    /// nothing was written.
+    /// nothing was written. Committed is not yet durable: acknowledge
+    /// through [`Self::after_sync`].
     pub(super) async fn append(&self, requests: Requests) -> (Requests, Result<Vec<Outcome>>) {
         let (reply, answer) = oneshot::channel();
         if let Err(mpsc::error::SendError(request)) =
@@ -98,11 +129,82 @@ impl EngineAppends {
         }
     }
 
-    /// Stops the thread and waits until its connection is closed.
+    /// Runs `then` once every run committed so far is on disk.
+    pub(super) fn after_sync(&self, then: AfterSync) {
+        self.syncer.after(then);
+    }
+
+    /// Stops the thread and waits until its connection is closed and
+    /// everything waiting on a sync has run.
     pub(super) async fn stop(self) {
         drop(self.requests);
         let _ = self.stopped.await;
+        self.syncer.stop().await;
     }
+}
+
+/// The syncer thread's handle (see the module notes).
+struct WalSyncer {
+    waiting: std::sync::mpsc::Sender<AfterSync>,
+    stopped: oneshot::Receiver<()>,
+}
+
+impl WalSyncer {
+    fn start(wal: PathBuf) -> Result<Self, OpenError> {
+        let (waiting, queue) = std::sync::mpsc::channel::<AfterSync>();
+        let (done, stopped) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("sqlite-wal-sync".into())
+            .spawn(move || {
+                run_syncer(&wal, &queue);
+                let _ = done.send(());
+            })
+            .map_err(|error| OpenError::Engine(Box::new(error)))?;
+        Ok(WalSyncer { waiting, stopped })
+    }
+
+    fn after(&self, then: AfterSync) {
+        if let Err(std::sync::mpsc::SendError(then)) = self.waiting.send(then) {
+            // The thread is gone (it never stops while the store runs).
+            then(false);
+        }
+    }
+
+    async fn stop(self) {
+        drop(self.waiting);
+        let _ = self.stopped.await;
+    }
+}
+
+/// The syncer thread: each sync covers everything queued before it began.
+fn run_syncer(wal: &Path, queue: &std::sync::mpsc::Receiver<AfterSync>) {
+    let mut file = None;
+    let mut failed = false;
+    while let Ok(first) = queue.recv() {
+        let waiting: Vec<AfterSync> = std::iter::once(first).chain(queue.try_iter()).collect();
+        if !failed && let Err(error) = sync(&mut file, wal) {
+            tracing::error!(
+                %error,
+                wal = %wal.display(),
+                "syncing the SQLite WAL failed; no later write will be acknowledged"
+            );
+            failed = true;
+        }
+        for then in waiting {
+            then(!failed);
+        }
+    }
+}
+
+/// `fdatasync` of the WAL file, opened on first use. The engine's
+/// connection stays open as long as the syncer runs, so SQLite never
+/// deletes or replaces the file under it.
+fn sync(file: &mut Option<File>, wal: &Path) -> std::io::Result<()> {
+    let open = match file {
+        Some(open) => open,
+        None => file.insert(File::open(wal)?),
+    };
+    open.sync_data()
 }
 
 fn thread_gone() -> Error {
@@ -171,5 +273,73 @@ impl Columns for EngineRow<'_, '_> {
 
     fn raw_text(&self, column: &str) -> Result<String> {
         Ok(self.0.get(column)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+
+    /// Queues `count` waiters, closes the queue, runs the syncer to the
+    /// end and returns what each waiter was told, in order.
+    fn syncer_answers(wal: &Path, count: usize) -> Vec<bool> {
+        let (waiting, queue) = mpsc::channel::<AfterSync>();
+        let (told, answers) = mpsc::channel();
+        for index in 0..count {
+            let told = told.clone();
+            let then: AfterSync = Box::new(move |synced| {
+                let _ = told.send((index, synced));
+            });
+            let _ = waiting.send(then);
+        }
+        drop(waiting);
+        run_syncer(wal, &queue);
+        drop(told);
+        let answers: Vec<(usize, bool)> = answers.iter().collect();
+        assert_eq!(
+            answers.iter().map(|(index, _)| *index).collect::<Vec<_>>(),
+            (0..count).collect::<Vec<_>>(),
+            "every waiter runs once, in order"
+        );
+        answers.into_iter().map(|(_, synced)| synced).collect()
+    }
+
+    #[test]
+    fn the_syncer_answers_every_waiter_after_syncing_the_wal() {
+        let dir = std::env::temp_dir().join(format!("sessionstore-syncer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let wal = dir.join("db.sqlite-wal");
+        std::fs::write(&wal, b"frames").expect("wal file");
+        assert_eq!(syncer_answers(&wal, 3), [true, true, true]);
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    #[test]
+    fn after_a_failed_sync_no_later_waiter_is_told_it_is_on_disk() {
+        // The first sync fails (no WAL file yet); the first waiter then
+        // creates the file and queues a second waiter, whose sync could
+        // succeed: it must still be told no.
+        let dir =
+            std::env::temp_dir().join(format!("sessionstore-syncer-failed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let wal = dir.join("db.sqlite-wal");
+        let (waiting, queue) = mpsc::channel::<AfterSync>();
+        let (told, answers) = mpsc::channel();
+        let (told_first, file, requeue) = (told.clone(), wal.clone(), waiting.clone());
+        let first: AfterSync = Box::new(move |synced| {
+            let _ = told_first.send(synced);
+            std::fs::write(&file, b"frames").expect("wal file");
+            let second: AfterSync = Box::new(move |synced| {
+                let _ = told.send(synced);
+            });
+            let _ = requeue.send(second);
+        });
+        let _ = waiting.send(first);
+        drop(waiting);
+        run_syncer(&wal, &queue);
+        assert_eq!(answers.try_iter().collect::<Vec<_>>(), [false, false]);
+        std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }
