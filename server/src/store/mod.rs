@@ -38,6 +38,8 @@ pub enum OpenError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("cannot start the SQLite append writer: {0}")]
     Engine(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("cannot start the store's publisher thread: {0}")]
+    Publisher(#[source] std::io::Error),
 }
 
 /// Backend tuning that is not part of the URL.

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::batch;
 use super::ops::{self, Dialect, NOTIFY_CHANNEL, WriteOp, Written};
-use super::sql::{Inner, SqlStore, WritePath, next_batch, publish, queue_and_wait};
+use super::sql::{Inner, Publisher, SqlStore, WritePath, next_batch, publish, queue_and_wait};
 use super::{CommitSink, OpenError, StoreOptions};
 use crate::domain::{Ephemeral, Error, NewExchange, Result, Timestamp};
 
@@ -91,6 +91,7 @@ pub(super) async fn open(
     ));
     let mut queues = Vec::new();
     let mut tasks = vec![listener];
+    let publisher = Publisher::start().map_err(OpenError::Publisher)?;
     for _ in 0..append_writers(options.max_connections) {
         let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
         queues.push(queue);
@@ -98,6 +99,7 @@ pub(super) async fn open(
             pool.clone(),
             jobs,
             Arc::clone(&sink),
+            publisher.clone(),
         )));
     }
     Ok(SqlStore::from_inner(Inner {
@@ -194,6 +196,7 @@ async fn run_append_writer(
     pool: AnyPool,
     mut jobs: mpsc::Receiver<Option<AppendJob>>,
     sink: Arc<dyn CommitSink>,
+    publisher: Publisher,
 ) {
     // The writer keeps its connection between batches: taking one from the
     // pool costs a round trip (its liveness check) of the five a batch
@@ -201,7 +204,7 @@ async fn run_append_writer(
     let mut held = None;
     while let Some((batch, stop)) = next_batch(&mut jobs, MAX_BATCH).await {
         if !batch.is_empty() {
-            commit_appends(&pool, &mut held, sink.as_ref(), batch).await;
+            commit_appends(&pool, &mut held, &sink, &publisher, batch).await;
         }
         if stop {
             return;
@@ -218,7 +221,8 @@ async fn run_append_writer(
 async fn commit_appends(
     pool: &AnyPool,
     held: &mut Option<PoolConnection<Any>>,
-    sink: &dyn CommitSink,
+    sink: &Arc<dyn CommitSink>,
+    publisher: &Publisher,
     mut jobs: Vec<AppendJob>,
 ) {
     let outcomes = loop {
@@ -265,14 +269,14 @@ async fn commit_appends(
     let mut deferred = Vec::new();
     match outcomes {
         Some(outcomes) => {
+            let mut done = Vec::with_capacity(outcomes.len());
             for (job, outcome) in jobs.into_iter().zip(outcomes) {
                 match outcome {
-                    batch::Outcome::Done(result) => {
-                        let _ = job.reply.send(result.map(|applied| publish(sink, applied)));
-                    }
+                    batch::Outcome::Done(result) => done.push((job.reply, result)),
                     batch::Outcome::Deferred => deferred.push(job),
                 }
             }
+            publisher.answer(sink, done);
         }
         None => deferred = jobs,
     }
@@ -281,7 +285,13 @@ async fn commit_appends(
         if job.reply.is_closed() {
             continue;
         }
-        let result = write(pool, sink, &job.tenant, WriteOp::Append(job.exchange)).await;
+        let result = write(
+            pool,
+            sink.as_ref(),
+            &job.tenant,
+            WriteOp::Append(job.exchange),
+        )
+        .await;
         let _ = job.reply.send(result);
     }
 }
