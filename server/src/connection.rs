@@ -20,7 +20,10 @@
 //!   socket's write half. A connection dropped without one still gets what
 //!   it buffered written, for at most [`LINGER`].
 //! - **Memory.** An idle connection holds no buffer: each write burst is
-//!   handed to the writer task whole and freed once written.
+//!   handed to the writer task whole and freed once written. A new
+//!   buffer is allocated with the size of the largest burst so far (up to
+//!   twice [`MAX_BUFFERED`]), so that a burst of watch events is not copied
+//!   again and again as it grows.
 
 use std::io;
 use std::pin::Pin;
@@ -59,6 +62,9 @@ struct Shared {
 #[derive(Default)]
 struct State {
     buffer: Vec<u8>,
+    /// Room a new buffer starts with: the largest burst so far, so that a
+    /// burst is not copied again and again as it grows.
+    room: usize,
     /// Set by shutdown or drop: write what is buffered, then stop.
     closing: bool,
     /// Dropped: the writer task gives up on a write after [`LINGER`].
@@ -105,6 +111,11 @@ impl Coalesced {
             return Poll::Pending;
         }
         let was_empty = state.buffer.is_empty();
+        if state.buffer.capacity() == 0 {
+            // A burst can pass the limit by the write that reached it.
+            let room = state.room.min(2 * MAX_BUFFERED);
+            state.buffer.reserve(room);
+        }
         let mut written = 0;
         for buf in bufs {
             state.buffer.extend_from_slice(buf);
@@ -132,6 +143,7 @@ async fn write_out(shared: Arc<Shared>, mut socket: OwnedWriteHalf) {
                 break;
             }
             let burst = std::mem::take(&mut state.buffer);
+            state.room = state.room.max(burst.len());
             if let Some(waker) = state.blocked.take() {
                 waker.wake();
             }
