@@ -17,7 +17,7 @@ use crate::admission::{Admission, RateLimiter, WatchPermits};
 use crate::auth::Authenticator;
 use crate::config::ServeConfig;
 use crate::connection::Coalesced;
-use crate::grpc::{ServiceOptions, SessionStoreService};
+use crate::grpc::{EncodedWatch, ServiceOptions, SessionStoreService};
 use crate::metrics::{self, Metrics, MetricsLayer};
 use crate::store::{self, Store, StoreOptions};
 use crate::sweep::{self, SweepOptions};
@@ -209,9 +209,7 @@ async fn serve_store<S: Store>(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(tonic::service::interceptor::InterceptedService::new(
-            SessionStoreServer::new(service)
-                .max_decoding_message_size(config.max_request_bytes)
-                .max_encoding_message_size(usize::MAX),
+            EncodedWatch::new(service, config.max_request_bytes),
             admission,
         ))
         .serve_with_incoming_shutdown(

@@ -10,8 +10,8 @@ use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::support::{
-    Backend, Events, Storage, TestServer, assert_appended, assistant, call, create, error_details,
-    event_kind, exchange, user, watch,
+    Backend, Events, Storage, TestServer, assert_appended, assistant, call, content, create,
+    error_details, event_kind, exchange, user, watch,
 };
 
 /// Safety net for "the next event arrives": generous, never a pacing sleep.
@@ -406,17 +406,17 @@ async fn many_watchers_see_every_event(backend: Backend) {
     let mut watchers = Vec::new();
     for mut stream in streams {
         watchers.push(tokio::spawn(async move {
-            let mut revisions = Vec::new();
+            let mut events: Vec<pb::SessionEvent> = Vec::new();
             let mut caught_up = 0;
-            while revisions.last() != Some(&last_revision) {
+            while events.last().map(|e| e.revision) != Some(last_revision) {
                 let event = next(&mut stream).await;
                 match event.event {
                     Some(Event::CaughtUp(_)) => caught_up += 1,
                     Some(Event::Progress(_)) => {}
-                    _ => revisions.push(event.revision),
+                    _ => events.push(event),
                 }
             }
-            (revisions, caught_up)
+            (events, caught_up)
         }));
     }
 
@@ -432,13 +432,32 @@ async fn many_watchers_see_every_event(backend: Backend) {
         .unwrap();
 
     let expected: Vec<i64> = (1..=last_revision).collect();
+    let mut first: Option<Vec<pb::SessionEvent>> = None;
     for watcher in watchers {
-        let (revisions, caught_up) = tokio::time::timeout(Duration::from_secs(60), watcher)
+        let (events, caught_up) = tokio::time::timeout(Duration::from_secs(60), watcher)
             .await
             .expect("watcher in time")
             .unwrap();
+        let revisions: Vec<i64> = events.iter().map(|e| e.revision).collect();
         assert_eq!(revisions, expected);
         assert_eq!(caught_up, 1, "exactly one caught_up per stream");
+        // A live event is encoded once for all watchers: every watcher
+        // decodes the same, complete event.
+        match &first {
+            None => first = Some(events),
+            Some(first) => assert!(&events == first, "watchers received different events"),
+        }
+    }
+    let events = first.expect("at least one watcher");
+    for i in 0..EXCHANGES {
+        let event = &events[usize::try_from(i + 1).unwrap()];
+        let Some(Event::ExchangeAppended(appended)) = &event.event else {
+            panic!("revision {} is not an exchange: {event:?}", event.revision);
+        };
+        let texts: Vec<&str> = appended.messages.iter().map(content).collect();
+        assert_eq!(texts, [format!("q{i}"), format!("a{i}")]);
+        let call = appended.provider_call.as_ref().expect("the provider call");
+        assert_eq!(call.model, "gpt-test");
     }
 }
 

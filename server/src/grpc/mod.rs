@@ -26,12 +26,14 @@ use crate::metrics::Metrics;
 use crate::store::{ExportStart, SearchQuery, Store};
 use crate::watch::{self, Hub, WatchItem, WatchOptions, WatchRequest};
 
+mod encoded_watch;
 mod limits;
 mod transcript;
 
 pub mod convert;
 mod status;
 
+pub use encoded_watch::EncodedWatch;
 pub use status::ERROR_DOMAIN;
 
 /// The tenant of unauthenticated calls.
@@ -70,6 +72,64 @@ pub struct ServiceOptions {
     pub limits: LimitsConfig,
     pub watch_permits: Arc<WatchPermits>,
     pub metrics: Arc<Metrics>,
+}
+
+impl<S: Store> SessionStoreService<S> {
+    /// Checks a WatchSession call and opens its stream of items. The
+    /// stream holds the call's watch permit and gauge until it is dropped.
+    /// Served through [`encoded_watch`] on the network; the generated
+    /// service's `watch_session` converts the same items.
+    pub(crate) async fn open_watch(
+        &self,
+        request: Request<pb::WatchSessionRequest>,
+    ) -> Result<impl Stream<Item = Result<WatchItem, Status>> + Send + 'static, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let span = span("WatchSession", &req.session_id);
+        let (events, permit) = async {
+            require_session_id("session_id", &req.session_id)?;
+            if req.after_revision < 0 {
+                return Err(Error::invalid("after_revision", "must not be negative"));
+            }
+            let session = self.store.resolve(&tenant, &req.session_id).await?;
+            let permit = self.options.watch_permits.acquire(&tenant)?;
+            let request = WatchRequest {
+                after_revision: req.after_revision,
+                include_active_deltas: req.include_active_deltas,
+            };
+            let events = watch::watch(
+                self.store.clone(),
+                Arc::clone(&self.hub),
+                session,
+                request,
+                self.options.watch,
+            )?;
+            Ok((events, permit))
+        }
+        .instrument(span)
+        .await?;
+        // Both live exactly as long as the stream.
+        let held = (permit, self.options.metrics.watch_stream());
+        Ok(events.map(move |item| {
+            let _held = &held;
+            item.map_err(Status::from)
+        }))
+    }
+}
+
+/// One watch stream item as the protocol's `SessionEvent`.
+fn item_to_pb(item: &WatchItem) -> pb::SessionEvent {
+    use pb::session_event::Event;
+    match item {
+        WatchItem::Event(outgoing) => convert::event_to_pb(&outgoing.event),
+        WatchItem::CaughtUp { revision } => {
+            convert::marker_to_pb(*revision, Event::CaughtUp(pb::CaughtUp {}))
+        }
+        WatchItem::Progress { revision } => {
+            convert::marker_to_pb(*revision, Event::Progress(pb::Progress {}))
+        }
+        WatchItem::Ephemeral(ephemeral) => convert::ephemeral_to_pb(ephemeral),
+    }
 }
 
 impl<S: Store> SessionStoreService<S> {
@@ -467,52 +527,10 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         &self,
         request: Request<pb::WatchSessionRequest>,
     ) -> Result<Response<Self::WatchSessionStream>, Status> {
-        let tenant = tenant_of(&request);
-        let req = request.into_inner();
-        let span = span("WatchSession", &req.session_id);
-        let events = async {
-            require_session_id("session_id", &req.session_id)?;
-            if req.after_revision < 0 {
-                return Err(Error::invalid("after_revision", "must not be negative"));
-            }
-            let session = self.store.resolve(&tenant, &req.session_id).await?;
-            let permit = self.options.watch_permits.acquire(&tenant)?;
-            let request = WatchRequest {
-                after_revision: req.after_revision,
-                include_active_deltas: req.include_active_deltas,
-            };
-            let events = watch::watch(
-                self.store.clone(),
-                Arc::clone(&self.hub),
-                session,
-                request,
-                self.options.watch,
-            )?;
-            Ok((events, permit))
-        }
-        .instrument(span)
-        .await?;
-        let (events, permit) = events;
-        // Both live exactly as long as the stream.
-        let held = (permit, self.options.metrics.watch_stream());
-        let stream = events.map(move |item| {
-            use pb::session_event::Event;
-            let _held = &held;
-            match item {
-                Ok(WatchItem::Event(event)) => Ok(convert::event_to_pb(&event)),
-                Ok(WatchItem::CaughtUp { revision }) => Ok(convert::marker_to_pb(
-                    revision,
-                    Event::CaughtUp(pb::CaughtUp {}),
-                )),
-                Ok(WatchItem::Progress { revision }) => Ok(convert::marker_to_pb(
-                    revision,
-                    Event::Progress(pb::Progress {}),
-                )),
-                Ok(WatchItem::Ephemeral(ephemeral)) => Ok(convert::ephemeral_to_pb(&ephemeral)),
-                Err(error) => Err(Status::from(error)),
-            }
-        });
-        Ok(Response::new(Box::pin(stream)))
+        let items = self.open_watch(request).await?;
+        Ok(Response::new(Box::pin(
+            items.map(|item| item.map(|item| item_to_pb(&item))),
+        )))
     }
 
     async fn publish_delta(

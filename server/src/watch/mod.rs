@@ -14,9 +14,10 @@
 //! watchers it has.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures_core::Stream;
 use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 
@@ -40,7 +41,7 @@ const FETCH_CONCURRENCY: usize = 8;
 #[derive(Clone, Debug)]
 enum Live {
     /// A committed event, from this process.
-    Event(Arc<SessionEvent>),
+    Event(Arc<Outgoing>),
     /// The head is at least this revision (a commit hint): read the log.
     Head(i64),
     /// A delta or discarded run.
@@ -227,7 +228,8 @@ impl Hub {
                 return;
             }
             channel.published = event.revision;
-            if channel.sender.send(Live::Event(Arc::clone(event))).is_err() {
+            let outgoing = Arc::new(Outgoing::new(Arc::clone(event)));
+            if channel.sender.send(Live::Event(outgoing)).is_err() {
                 sessions.remove(&session_key);
                 return;
             }
@@ -384,11 +386,35 @@ impl Drop for Subscription {
     }
 }
 
+/// A committed event on its way to watchers, with room for its encoding.
+/// A live event is one value shared by all of its session's watchers, so
+/// the transport encodes it once, for the first watcher that sends it, and
+/// the others send the same bytes.
+#[derive(Debug)]
+pub struct Outgoing {
+    pub event: Arc<SessionEvent>,
+    encoded: OnceLock<Bytes>,
+}
+
+impl Outgoing {
+    pub fn new(event: Arc<SessionEvent>) -> Self {
+        Outgoing {
+            event,
+            encoded: OnceLock::new(),
+        }
+    }
+
+    /// The event as `encode` turns it into bytes, encoded on first use.
+    pub fn encoded(&self, encode: impl FnOnce(&SessionEvent) -> Bytes) -> Bytes {
+        self.encoded.get_or_init(|| encode(&self.event)).clone()
+    }
+}
+
 /// What a watch stream yields.
 #[derive(Clone, Debug)]
 pub enum WatchItem {
     /// A committed change.
-    Event(Arc<SessionEvent>),
+    Event(Arc<Outgoing>),
     /// Replay is done; `revision` is the last one replayed.
     CaughtUp { revision: i64 },
     /// The stream has been idle; `revision` is the head.
@@ -537,7 +563,7 @@ pub fn watch<S: Store>(
                     last = event.revision;
                     sent_deltas.observe(&event.change);
                     let deleted = matches!(event.change, Change::SessionDeleted);
-                    yield WatchItem::Event(Arc::new(event));
+                    yield WatchItem::Event(Arc::new(Outgoing::new(Arc::new(event))));
                     if deleted {
                         return;
                     }
@@ -577,19 +603,20 @@ pub fn watch<S: Store>(
                         from_storage = true;
                     }
                 }
-                Wake::Live(Ok(Live::Event(event))) => {
-                    if event.revision <= last {
+                Wake::Live(Ok(Live::Event(outgoing))) => {
+                    let revision = outgoing.event.revision;
+                    if revision <= last {
                         continue;
                     }
-                    if event.revision > last + 1 {
+                    if revision > last + 1 {
                         // A gap: the log has what we missed, in order.
                         from_storage = true;
                         continue;
                     }
-                    last = event.revision;
-                    sent_deltas.observe(&event.change);
-                    let deleted = matches!(event.change, Change::SessionDeleted);
-                    yield WatchItem::Event(event);
+                    last = revision;
+                    sent_deltas.observe(&outgoing.event.change);
+                    let deleted = matches!(outgoing.event.change, Change::SessionDeleted);
+                    yield WatchItem::Event(outgoing);
                     if deleted {
                         return;
                     }
