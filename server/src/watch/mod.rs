@@ -46,6 +46,8 @@ enum Live {
     Head(i64),
     /// A delta or discarded run.
     Ephemeral(Arc<Ephemeral>),
+    /// The server is shutting down: end the stream.
+    Closing,
 }
 
 /// One open run's deltas so far.
@@ -169,8 +171,16 @@ fn close_run(runs: &mut Runs, session_key: i64, run_id: &str) {
 
 impl Hub {
     /// Ends every watch stream cleanly (graceful shutdown).
+    ///
+    /// A watcher waiting for live events learns of it on its session's
+    /// channel, so its loop needs no second future for shutdown; one reading
+    /// the log checks the flag before each step.
     pub fn close(&self) {
         self.closing.send_replace(true);
+        let sessions = lock(&self.sessions);
+        for channel in sessions.values() {
+            let _ = channel.sender.send(Live::Closing);
+        }
     }
 
     /// How many sessions currently have watchers.
@@ -477,12 +487,6 @@ impl SentDeltas {
     }
 }
 
-enum Wake {
-    Closing,
-    Live(Result<Live, broadcast::error::RecvError>),
-    Idle,
-}
-
 /// The buffered deltas whose run the log has not closed (by its exchange or
 /// its end) after they were published, up to revision `head`. The buffer is
 /// only a cache: a replica that missed a closing commit's hint, or a watcher
@@ -546,8 +550,14 @@ pub fn watch<S: Store>(
     }
     // Subscribe before the first read, so nothing committed in between is missed.
     let mut subscription = hub.subscribe(session.key, session.revision);
-    let mut closing = hub.closing.subscribe();
+    let closing = hub.closing.subscribe();
+    let interval = options.progress_interval;
     Ok(async_stream::try_stream! {
+        // One timer for the stream's life, re-armed only when it fires: an
+        // event does not touch the timer wheel, it moves `active`.
+        let idle = tokio::time::sleep(interval);
+        tokio::pin!(idle);
+        let mut active = tokio::time::Instant::now();
         let mut last = after_revision;
         let mut caught_up = false;
         let mut sent_deltas = SentDeltas::default();
@@ -572,6 +582,7 @@ pub fn watch<S: Store>(
                     continue;
                 }
                 from_storage = false;
+                active = tokio::time::Instant::now();
                 if !caught_up {
                     caught_up = true;
                     yield WatchItem::CaughtUp { revision: last };
@@ -589,21 +600,30 @@ pub fn watch<S: Store>(
                     }
                 }
             }
-            let wake = tokio::select! {
+            let received = tokio::select! {
                 biased;
-                _ = closing.changed() => Wake::Closing,
-                received = subscription.receiver.recv() => Wake::Live(received),
-                () = tokio::time::sleep(options.progress_interval) => Wake::Idle,
+                received = subscription.receiver.recv() => Some(received),
+                () = &mut idle => None,
             };
-            match wake {
-                Wake::Closing => break,
-                Wake::Idle => yield WatchItem::Progress { revision: last },
-                Wake::Live(Ok(Live::Head(head))) => {
+            let Some(received) = received else {
+                // The timer was set before the last wake-up; it counts from there.
+                let now = tokio::time::Instant::now();
+                if now >= active + interval {
+                    active = now;
+                    yield WatchItem::Progress { revision: last };
+                }
+                idle.as_mut().reset(active + interval);
+                continue;
+            };
+            active = tokio::time::Instant::now();
+            match received {
+                Ok(Live::Closing) => break,
+                Ok(Live::Head(head)) => {
                     if head > last {
                         from_storage = true;
                     }
                 }
-                Wake::Live(Ok(Live::Event(outgoing))) => {
+                Ok(Live::Event(outgoing)) => {
                     let revision = outgoing.event.revision;
                     if revision <= last {
                         continue;
@@ -621,16 +641,16 @@ pub fn watch<S: Store>(
                         return;
                     }
                 }
-                Wake::Live(Ok(Live::Ephemeral(ephemeral))) => {
+                Ok(Live::Ephemeral(ephemeral)) => {
                     if ephemeral.revision >= last && sent_deltas.admit(&ephemeral) {
                         yield WatchItem::Ephemeral(ephemeral);
                     }
                 }
-                Wake::Live(Err(broadcast::error::RecvError::Lagged(skipped))) => {
+                Err(broadcast::error::RecvError::Lagged(skipped)) => {
                     tracing::debug!(skipped, "watcher lagged; catching up from storage");
                     from_storage = true;
                 }
-                Wake::Live(Err(broadcast::error::RecvError::Closed)) => break,
+                Err(broadcast::error::RecvError::Closed) => break,
             }
         }
     })
