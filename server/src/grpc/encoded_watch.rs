@@ -5,19 +5,29 @@
 //! the same event was converted and encoded 1,000 times: a third of the
 //! watchers' replica's CPU in the 1,000-watcher benchmark (`perf`). The
 //! hub hands all of a session's watchers one [`Outgoing`] per event;
-//! [`EncodedWatch`] answers WatchSession calls itself, with a codec that
-//! sends bytes, and the first watcher to send an event encodes it for the
-//! rest. Every other call goes to the generated service unchanged.
+//! [`EncodedWatch`] answers WatchSession calls itself, and the first
+//! watcher to send an event encodes it for the rest. Every other call goes
+//! to the generated service unchanged.
+//!
+//! The shared bytes are the whole gRPC message: the 5-byte prefix (not
+//! compressed, length) and the encoded `SessionEvent`. Tonic still reads
+//! the request and answers errors, but an accepted call's response body is
+//! [`FramedBody`], which hands each watcher's HTTP/2 stream those bytes as
+//! they are. Through tonic's own body every watcher copied the event into
+//! a buffer of its own, and paid tonic's per-message work, before h2 wrote
+//! it.
 //!
 //! [`Outgoing`]: crate::watch::Outgoing
 
 use std::convert::Infallible;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
 
-use bytes::{BufMut as _, Bytes};
+use bytes::{BufMut as _, Bytes, BytesMut};
 use futures_util::StreamExt as _;
-use prost::Message as _;
+use http_body::Frame;
+use prost::Message;
 use sessionstore_client::v1 as pb;
 use sessionstore_client::v1::session_store_server::{SERVICE_NAME, SessionStoreServer};
 use tonic::codec::{Codec, EncodeBuf, Encoder};
@@ -86,55 +96,144 @@ where
         if request.uri().path() != WATCH_SESSION {
             return self.generated.call(request);
         }
-        let call = WatchCall(Arc::clone(&self.service));
-        let mut grpc = Grpc::new(EncodedCodec)
+        let events: Arc<Slot> = Arc::new(Mutex::new(None));
+        let call = WatchCall {
+            service: Arc::clone(&self.service),
+            events: Arc::clone(&events),
+        };
+        let mut grpc = Grpc::new(WatchCodec)
             .apply_max_message_size_config(Some(self.max_request_bytes), Some(usize::MAX));
-        Box::pin(async move { Ok(grpc.server_streaming(call, request).await) })
-    }
-}
-
-/// One WatchSession call.
-struct WatchCall<S>(Arc<SessionStoreService<S>>);
-
-impl<S: Store> ServerStreamingService<pb::WatchSessionRequest> for WatchCall<S> {
-    type Response = Bytes;
-    type ResponseStream = BoxStream<Bytes>;
-    type Future = BoxFuture<Response<Self::ResponseStream>, Status>;
-
-    fn call(&mut self, request: Request<pb::WatchSessionRequest>) -> Self::Future {
-        let service = Arc::clone(&self.0);
         Box::pin(async move {
-            let items = service.open_watch(request).await?;
-            let stream: BoxStream<Bytes> = Box::pin(items.map(|item| item.map(|i| encode(&i))));
-            Ok(Response::new(stream))
+            let response = grpc.server_streaming(call, request).await;
+            // The call was accepted: keep tonic's headers, send the events.
+            // Otherwise tonic's response carries the error.
+            let accepted = lock(&events).take();
+            Ok(match accepted {
+                Some(events) => {
+                    let (parts, _empty) = response.into_parts();
+                    http::Response::from_parts(
+                        parts,
+                        tonic::body::Body::new(FramedBody::new(events)),
+                    )
+                }
+                None => response,
+            })
         })
     }
 }
 
-/// `item` as an encoded `SessionEvent`. A live event is encoded once for
-/// all of its session's watchers.
-fn encode(item: &WatchItem) -> Bytes {
-    match item {
-        WatchItem::Event(outgoing) => {
-            outgoing.encoded(|event| convert::event_to_pb(event).encode_to_vec().into())
-        }
-        other => item_to_pb(other).encode_to_vec().into(),
+/// One WatchSession call. Tonic gets an empty stream; the framed events
+/// are left in `events` for [`FramedBody`].
+struct WatchCall<S> {
+    service: Arc<SessionStoreService<S>>,
+    events: Arc<Slot>,
+}
+
+impl<S: Store> ServerStreamingService<pb::WatchSessionRequest> for WatchCall<S> {
+    type Response = Infallible;
+    type ResponseStream = futures_util::stream::Empty<Result<Infallible, Status>>;
+    type Future = BoxFuture<Response<Self::ResponseStream>, Status>;
+
+    fn call(&mut self, request: Request<pb::WatchSessionRequest>) -> Self::Future {
+        let (service, slot) = (Arc::clone(&self.service), Arc::clone(&self.events));
+        Box::pin(async move {
+            let items = service.open_watch(request).await?;
+            let events: BoxStream<Bytes> = Box::pin(items.map(|item| item.map(|i| framed(&i))));
+            *lock(&slot) = Some(events);
+            Ok(Response::new(futures_util::stream::empty()))
+        })
     }
 }
 
-/// Decodes requests with prost and sends responses that are already
-/// encoded messages.
-#[derive(Clone, Copy, Debug, Default)]
-struct EncodedCodec;
+type Slot = Mutex<Option<BoxStream<Bytes>>>;
 
-impl Codec for EncodedCodec {
-    type Encode = Bytes;
+fn lock(slot: &Slot) -> std::sync::MutexGuard<'_, Option<BoxStream<Bytes>>> {
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `item` as a framed `SessionEvent` message. A live event is framed once
+/// for all of its session's watchers.
+fn framed(item: &WatchItem) -> Bytes {
+    match item {
+        WatchItem::Event(outgoing) => outgoing.encoded(|event| frame(&convert::event_to_pb(event))),
+        other => frame(&item_to_pb(other)),
+    }
+}
+
+/// `message` as one gRPC message: not compressed, its length (big-endian
+/// `u32`), then its encoding.
+fn frame(message: &impl Message) -> Bytes {
+    let len = message.encoded_len();
+    let mut buf = BytesMut::with_capacity(5 + len);
+    buf.put_u8(0);
+    // A message is bounded by the request size limit, far below 4 GiB.
+    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+    // Cannot fail: the buffer has room for the whole message.
+    let _ = message.encode(&mut buf);
+    buf.freeze()
+}
+
+/// A WatchSession response body: each message as framed bytes, then the
+/// call's status as trailers, as tonic's body sends them.
+struct FramedBody {
+    events: BoxStream<Bytes>,
+    ended: bool,
+}
+
+impl FramedBody {
+    fn new(events: BoxStream<Bytes>) -> Self {
+        FramedBody {
+            events,
+            ended: false,
+        }
+    }
+}
+
+impl http_body::Body for FramedBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        let status = match ready!(self.events.poll_next_unpin(cx)) {
+            Some(Ok(message)) => return Poll::Ready(Some(Ok(Frame::data(message)))),
+            Some(Err(status)) => status,
+            None => Status::ok(""),
+        };
+        self.ended = true;
+        let mut trailers = http::HeaderMap::new();
+        Poll::Ready(Some(
+            status
+                .add_header(&mut trailers)
+                .map(|()| Frame::trailers(trailers)),
+        ))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended
+    }
+}
+
+/// Decodes requests with prost. It encodes nothing: tonic's response
+/// stream is empty ([`Infallible`] items), the events go out through
+/// [`FramedBody`].
+#[derive(Clone, Copy, Debug, Default)]
+struct WatchCodec;
+
+impl Codec for WatchCodec {
+    type Encode = Infallible;
     type Decode = pb::WatchSessionRequest;
-    type Encoder = BytesEncoder;
+    type Encoder = NoEncoder;
     type Decoder = tonic_prost::ProstDecoder<pb::WatchSessionRequest>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        BytesEncoder
+        NoEncoder
     }
 
     fn decoder(&mut self) -> Self::Decoder {
@@ -142,16 +241,14 @@ impl Codec for EncodedCodec {
     }
 }
 
-/// Writes an encoded message as it is.
 #[derive(Clone, Copy, Debug)]
-struct BytesEncoder;
+struct NoEncoder;
 
-impl Encoder for BytesEncoder {
-    type Item = Bytes;
+impl Encoder for NoEncoder {
+    type Item = Infallible;
     type Error = Status;
 
-    fn encode(&mut self, item: Bytes, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        buf.put_slice(&item);
-        Ok(())
+    fn encode(&mut self, item: Infallible, _buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        match item {}
     }
 }
