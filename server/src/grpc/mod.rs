@@ -44,6 +44,8 @@ pub const DEFAULT_TENANT: &str = "default";
 pub const EXPORT_CHUNK_BYTES: usize = 1024 * 1024;
 /// Messages read from storage per step of an export.
 const EXPORT_PAGE: usize = 256;
+/// Export pages being read at once.
+const EXPORT_READS_AHEAD: usize = 2;
 
 /// The tenant a request acts for, as set by the authentication layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -972,20 +974,26 @@ fn export_stream<S: Store>(
             chunk_bytes += message.encoded_len() + 8;
             chunk.messages.push(message);
         }
-        // Each page is read while the one before it is converted and sent.
-        // A stream dropped midway leaves at most one page read to finish.
-        let read = |after: i64| {
-            let (store, session) = (store.clone(), session.clone());
-            tokio::spawn(async move { store.read_messages(&session, after, EXPORT_PAGE).await })
-        };
-        let mut next = Some(read(start.after));
-        while let Some(pending) = next.take() {
-            let page = pending.await.map_err(Error::storage)??;
-            let last = page.last().map(|stored| stored.sequence);
-            if page.len() == EXPORT_PAGE && last.is_some_and(|last| last + 1 < end) {
-                next = last.map(read);
-            }
-            for stored in page {
+        // Pages are fixed sequence ranges, read (and decoded) up to
+        // EXPORT_READS_AHEAD at a time while earlier ones are converted
+        // and sent. A range holds at most EXPORT_PAGE sequences, so the
+        // first EXPORT_PAGE rows after its start cover it, gaps or not.
+        // A stream dropped midway leaves at most those reads to finish.
+        let page = EXPORT_PAGE as i64;
+        let ranges = (start.after..end).step_by(EXPORT_PAGE).map(move |after| (after, after + page));
+        let mut pages = futures_util::stream::iter(ranges)
+            .map(|(after, through)| {
+                let (store, session) = (store.clone(), session.clone());
+                tokio::spawn(async move {
+                    let mut rows = store.read_messages(&session, after, EXPORT_PAGE).await?;
+                    rows.retain(|stored| stored.sequence <= through);
+                    Ok::<_, Error>(rows)
+                })
+            })
+            .buffered(EXPORT_READS_AHEAD);
+        while let Some(read) = pages.next().await {
+            let rows = read.map_err(Error::storage)??;
+            for stored in rows {
                 if stored.sequence >= end {
                     break;
                 }
