@@ -6,7 +6,7 @@ use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
 use tonic::transport::Channel;
 
-use crate::support::{Backend, TestServer, assistant, call, create, user, watch};
+use crate::support::{Backend, Storage, TestServer, assistant, call, create, user, watch};
 
 /// The export chunk bound, plus room for one message's framing.
 const CHUNK_LIMIT: usize = 1024 * 1024 + 16 * 1024;
@@ -187,3 +187,73 @@ crate::backend_tests!(
     ten_megabyte_export_in_bounded_chunks,
     oversized_single_message_exports,
 );
+
+/// Under steady writes from several clients the SQLite WAL starts over and
+/// stays bounded: checkpoints from beside the writer alone never caught up
+/// with the WAL's end, and the file grew with every write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_wal_stays_bounded_under_steady_writes() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    const CLIENTS: usize = 4;
+    const MOST_APPENDS: usize = 1_200;
+    const HALF: usize = 96 * 1024;
+    let storage = Storage::new(Backend::File).await;
+    let wal = std::path::PathBuf::from(format!(
+        "{}-wal",
+        storage.url.trim_start_matches("sqlite://")
+    ));
+    let server = TestServer::start_on(storage, |_| {}).await;
+    let mut client = server.client().await;
+    let appended = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = tokio::task::JoinSet::new();
+    for writer in 0..CLIENTS {
+        let session = create(&mut client, &format!("ses_wal_{writer}")).await.id;
+        let (mut client, appended, stop) = (server.client().await, appended.clone(), stop.clone());
+        writers.spawn(async move {
+            let mut index = 0;
+            while !stop.load(Ordering::Relaxed) && appended.load(Ordering::Relaxed) < MOST_APPENDS {
+                let request = pb::AppendExchangeRequest {
+                    session_id: session.clone(),
+                    messages: vec![user(&body(&format!("q{writer}.{index}"), HALF))],
+                    provider_call: Some(call("gpt-large", 100_000, 100_000, 1)),
+                    response_messages: vec![assistant(&body(&format!("a{writer}.{index}"), HALF))],
+                    ..Default::default()
+                };
+                client.append_exchange(request).await.expect("append");
+                appended.fetch_add(1, Ordering::Relaxed);
+                index += 1;
+            }
+        });
+    }
+    // Watch the WAL's size while the writers go on, until it shrinks (it
+    // started over and was cut back) or they are done.
+    let mut largest = 0;
+    let mut shrank = false;
+    let mut looks = tokio::time::interval(std::time::Duration::from_millis(10));
+    let mut first_done = None;
+    while first_done.is_none() {
+        first_done = writers.try_join_next();
+        looks.tick().await;
+        let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+        if size < largest {
+            shrank = true;
+            break;
+        }
+        largest = size;
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(done) = first_done {
+        done.expect("writer");
+    }
+    while let Some(done) = writers.join_next().await {
+        done.expect("writer");
+    }
+    let written = appended.load(Ordering::Relaxed) * 2 * HALF;
+    assert!(
+        shrank || largest < written as u64 / 2,
+        "{written} bytes of messages written, and the WAL grew to {largest} bytes without being cut back"
+    );
+}

@@ -21,6 +21,7 @@ mod postgres;
 mod sql;
 mod sqlite;
 mod sqlite_appends;
+mod sqlite_checkpoints;
 mod sqlite_reads;
 mod text;
 

@@ -13,8 +13,8 @@
 //! keeps one connection, so its page cache survives between batches; a
 //! 32 MiB page cache; savepoint journals in memory (`temp_store = MEMORY`)
 //! rather than in a temporary file per transaction; and WAL checkpoints
-//! run beside the writer every [`CHECKPOINT_INTERVAL`] instead of inside
-//! the commit that happens to cross SQLite's threshold.
+//! run beside the writer (`sqlite_checkpoints.rs`) instead of inside the
+//! commit that happens to cross SQLite's threshold.
 //!
 //! `sqlite::memory:` runs the very same code on a one-connection pool, the
 //! connection kept open for the store's lifetime.
@@ -32,7 +32,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::batch;
 use super::ops::{self, Dialect, WriteOp, Written};
 use super::sql::{Inner, SqlStore, WritePath, next_batch, publish, queue_and_wait};
-use super::sqlite_appends::EngineAppends;
+use super::sqlite_appends::{EngineAppends, WAL_SIZE_LIMIT};
+use super::sqlite_checkpoints::Checkpointer;
 use super::sqlite_reads::EngineReads;
 use super::{CommitSink, OpenError};
 use crate::domain::{Error, NewExchange, Result};
@@ -43,8 +44,6 @@ pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
 const MAX_BATCH: usize = 256;
 /// Write requests that may wait for the writer before callers are held back.
 const QUEUE_DEPTH: usize = 4096;
-/// How often the WAL is copied back into the database file.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 
 /// A queued write and where to send its answer.
 pub(super) struct Job {
@@ -92,8 +91,14 @@ pub(super) async fn connect(url: &str) -> Result<AnyPool, sqlx::Error> {
                 if !in_memory {
                     // FULL: an acknowledged commit survives power loss, not just a crash.
                     conn.execute("PRAGMA journal_mode = WAL").await?;
-                    // The checkpointer task copies the WAL back, off the writer's path.
+                    // The checkpointer thread copies the WAL back, off the
+                    // writer's path; a connection that starts the WAL over
+                    // cuts the file back.
                     conn.execute("PRAGMA wal_autocheckpoint = 0").await?;
+                    conn.execute(
+                        format!("PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}").as_str(),
+                    )
+                    .await?;
                 }
                 conn.execute(
                     "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
@@ -111,15 +116,18 @@ pub(super) async fn connect(url: &str) -> Result<AnyPool, sqlx::Error> {
 pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStore, OpenError> {
     let pool = connect(url).await?;
     MIGRATOR.run(&pool).await?;
-    let (engine_reads, engine_appends) = if is_in_memory(url) {
-        (None, None)
+    let (engine_reads, engine_appends, checkpointer) = if is_in_memory(url) {
+        (None, None, None)
     } else {
         let path = sqlx::sqlite::SqliteConnectOptions::from_str(url)?
             .get_filename()
             .to_path_buf();
+        let appends = EngineAppends::start(&path)?;
+        let checkpointer = Checkpointer::start(&path, appends.checkpoints())?;
         (
             Some(EngineReads::new(path.clone())),
-            Some(EngineAppends::start(&path)?),
+            Some(appends),
+            Some(checkpointer),
         )
     };
     let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
@@ -131,11 +139,8 @@ pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStor
     ));
     let closing = tokio::sync::watch::Sender::new(false);
     let mut tasks = vec![writer];
-    if !is_in_memory(url) {
-        tasks.push(tokio::spawn(run_checkpointer(
-            pool.clone(),
-            closing.subscribe(),
-        )));
+    if let Some(checkpointer) = checkpointer {
+        tasks.push(tokio::spawn(checkpointer.run_until(closing.subscribe())));
     }
     Ok(SqlStore::from_inner(Inner {
         pool,
@@ -146,28 +151,6 @@ pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStor
         replica: String::new(),
         engine_reads,
     }))
-}
-
-/// Copies committed WAL frames back into the database file every
-/// [`CHECKPOINT_INTERVAL`], beside the writer. SQLite's own automatic
-/// checkpoint would run inside whichever commit crosses 1,000 pages,
-/// holding up that batch's callers; `PASSIVE` never blocks the writer or
-/// readers. The last connection to close checkpoints what is left.
-async fn run_checkpointer(pool: AnyPool, mut closing: tokio::sync::watch::Receiver<bool>) {
-    let mut ticks = tokio::time::interval(CHECKPOINT_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = closing.changed() => return,
-            _ = ticks.tick() => {}
-        }
-        if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(&pool)
-            .await
-        {
-            tracing::warn!(%error, "WAL checkpoint failed");
-        }
-    }
 }
 
 /// Queues a write and waits for its commit.

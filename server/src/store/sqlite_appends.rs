@@ -46,9 +46,46 @@ pub(super) type Requests = Vec<(String, Box<NewExchange>)>;
 /// row count, so a run's dozen statements take up to a few hundred texts.
 const STATEMENT_CACHE: usize = 512;
 
-struct Request {
-    requests: Requests,
-    reply: oneshot::Sender<(Requests, Result<Vec<Outcome>>)>,
+/// The size (bytes) the WAL file is cut back to when it starts over.
+pub(super) const WAL_SIZE_LIMIT: i64 = 32 << 20;
+
+/// What the engine thread is asked to do.
+enum Work {
+    /// Append a run in one transaction.
+    Append {
+        requests: Requests,
+        reply: oneshot::Sender<(Requests, Result<Vec<Outcome>>)>,
+    },
+    /// Checkpoint the WAL between runs (see [`WalCheckpoints`]).
+    Checkpoint(oneshot::Sender<rusqlite::Result<Checkpointed>>),
+}
+
+/// What `PRAGMA wal_checkpoint` reports: frames in the WAL, and how many
+/// of them are now in the database file.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Checkpointed {
+    pub(super) busy: bool,
+    pub(super) wal_frames: i64,
+    pub(super) copied_frames: i64,
+}
+
+impl Checkpointed {
+    /// Runs a `PASSIVE` checkpoint on `conn`: it never waits for a lock.
+    pub(super) fn passive(conn: &Connection) -> rusqlite::Result<Self> {
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            Ok(Checkpointed {
+                busy: row.get::<_, i64>(0)? != 0,
+                wal_frames: row.get(1)?,
+                copied_frames: row.get(2)?,
+            })
+        })
+    }
+
+    /// Every frame in the WAL is in the database file (and synced there),
+    /// so the next write can start the WAL over.
+    pub(super) fn complete(&self) -> bool {
+        !self.busy && self.wal_frames == self.copied_frames
+    }
 }
 
 /// What runs once the runs committed before it are on disk: `true` if
@@ -57,7 +94,7 @@ pub(super) type AfterSync = Box<dyn FnOnce(bool) + Send>;
 
 /// The engine writer thread's handle, and its syncer's.
 pub(super) struct EngineAppends {
-    requests: mpsc::Sender<Request>,
+    requests: mpsc::Sender<Work>,
     stopped: oneshot::Receiver<()>,
     syncer: WalSyncer,
 }
@@ -81,21 +118,31 @@ impl EngineAppends {
              PRAGMA wal_autocheckpoint = 0",
         )
         .map_err(engine)?;
+        // When this connection starts the WAL over, it cuts the file back.
+        conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
+            .map_err(engine)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        let (requests, mut queue) = mpsc::channel::<Request>(1);
+        let (requests, mut queue) = mpsc::channel::<Work>(1);
         let (done, stopped) = oneshot::channel();
         std::thread::Builder::new()
             .name("sqlite-appends".into())
             .spawn(move || {
-                while let Some(Request { requests, reply }) = queue.blocking_recv() {
-                    let outcome = {
-                        let borrowed: Vec<(&str, &NewExchange)> = requests
-                            .iter()
-                            .map(|(tenant, exchange)| (tenant.as_str(), exchange.as_ref()))
-                            .collect();
-                        append_run(&conn, &borrowed)
-                    };
-                    let _ = reply.send((requests, outcome));
+                while let Some(work) = queue.blocking_recv() {
+                    match work {
+                        Work::Append { requests, reply } => {
+                            let outcome = {
+                                let borrowed: Vec<(&str, &NewExchange)> = requests
+                                    .iter()
+                                    .map(|(tenant, exchange)| (tenant.as_str(), exchange.as_ref()))
+                                    .collect();
+                                append_run(&conn, &borrowed)
+                            };
+                            let _ = reply.send((requests, outcome));
+                        }
+                        Work::Checkpoint(reply) => {
+                            let _ = reply.send(Checkpointed::passive(&conn));
+                        }
+                    }
                 }
                 drop(conn);
                 let _ = done.send(());
@@ -117,16 +164,26 @@ impl EngineAppends {
     /// through [`Self::after_sync`].
     pub(super) async fn append(&self, requests: Requests) -> (Requests, Result<Vec<Outcome>>) {
         let (reply, answer) = oneshot::channel();
-        if let Err(mpsc::error::SendError(request)) =
-            self.requests.send(Request { requests, reply }).await
+        if let Err(mpsc::error::SendError(work)) =
+            self.requests.send(Work::Append { requests, reply }).await
         {
-            return (request.requests, Err(thread_gone()));
+            let requests = match work {
+                Work::Append { requests, .. } => requests,
+                Work::Checkpoint(_) => Vec::new(),
+            };
+            return (requests, Err(thread_gone()));
         }
         match answer.await {
             Ok(answered) => answered,
             // The thread never drops a request unanswered while it runs.
             Err(_) => (Vec::new(), Err(thread_gone())),
         }
+    }
+
+    /// A handle that asks this thread for checkpoints, without keeping it
+    /// running.
+    pub(super) fn checkpoints(&self) -> WalCheckpoints {
+        WalCheckpoints(self.requests.downgrade())
     }
 
     /// Runs `then` once every run committed so far is on disk.
@@ -140,6 +197,25 @@ impl EngineAppends {
         drop(self.requests);
         let _ = self.stopped.await;
         self.syncer.stop().await;
+    }
+}
+
+/// Asks the engine thread for a checkpoint between its runs. While the
+/// engine writes, a checkpoint from another connection can never catch up
+/// with the WAL's end, and SQLite starts the WAL over only once all of it
+/// is in the database file; the engine's own checkpoint, between two runs,
+/// can. Holds the thread's queue weakly: it does not keep the thread alive.
+pub(super) struct WalCheckpoints(mpsc::WeakSender<Work>);
+
+impl WalCheckpoints {
+    /// Blocks until the engine thread has checkpointed; `None` once it has
+    /// stopped. Call from a thread of its own, never from the runtime.
+    pub(super) fn blocking_checkpoint(&self) -> Option<rusqlite::Result<Checkpointed>> {
+        let queue = self.0.upgrade()?;
+        let (reply, answer) = oneshot::channel();
+        queue.blocking_send(Work::Checkpoint(reply)).ok()?;
+        drop(queue);
+        answer.blocking_recv().ok()
     }
 }
 
