@@ -95,6 +95,8 @@ struct Plan {
     prefill: usize,
     export_sizes: Vec<usize>,
     export_samples: usize,
+    /// Exchanges (one event each) in the session WatchSession replays.
+    replay_exchanges: usize,
     list: reads::ListShape,
     list_samples: usize,
     /// Pages skipped before the deep page.
@@ -146,6 +148,7 @@ impl Plan {
                 vec![1_000, 10_000]
             },
             export_samples: if quick { 3 } else { 15 },
+            replay_exchanges: if quick { 100 } else { 5_000 },
             list: if quick {
                 reads::ListShape {
                     sessions: 500,
@@ -317,6 +320,9 @@ async fn core_benchmarks(
         for &size in &plan.export_sizes {
             export_case(plan, &server, db, size, report, export_ms).await?;
         }
+        reads::prepare_replay(&server, plan.replay_exchanges).await?;
+        db.analyze().await?;
+        replay_case(plan, &server, db, report).await?;
     }
     if plan.runs(Bench::List) {
         eprintln!(
@@ -492,6 +498,52 @@ async fn export_case(
     }
     report.push(figure);
     export_ms.insert((backend, size), service.median);
+    Ok(())
+}
+
+/// WatchSession's replay of a long event log (one small exchange per
+/// event), against ExportHistory of the same messages.
+async fn replay_case(
+    plan: &Plan,
+    server: &Server,
+    db: &Database,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let exchanges = plan.replay_exchanges;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (mut replay, mut export) = (Vec::new(), Vec::new());
+    // One unmeasured round of each warms the caches.
+    reads::replay_once(server, exchanges).await?;
+    reads::export_replay_session(server, exchanges).await?;
+    for _ in 0..plan.export_samples {
+        replay.push(ms(reads::replay_once(server, exchanges).await?));
+        export.push(ms(reads::export_replay_session(server, exchanges).await?));
+    }
+    let case = format!(
+        "{exchanges} exchanges ({} messages) from revision 0",
+        2 * exchanges
+    );
+    let export = Spread::of(&export);
+    let replay = Spread::of(&replay);
+    report.push(Figure::new(
+        "replay",
+        db.backend(),
+        "sessionstore ExportHistory",
+        &case,
+        "ms",
+        export,
+    ));
+    report.push(
+        Figure::new(
+            "replay",
+            db.backend(),
+            "sessionstore WatchSession to caught_up",
+            &case,
+            "ms",
+            replay,
+        )
+        .ratio(replay.median / export.median, "ExportHistory time"),
+    );
     Ok(())
 }
 

@@ -1,5 +1,7 @@
 //! Reads: ExportHistory against a plain ordered SELECT of the same rows,
-//! and ListSessions pages at the front and deep into a large tenant.
+//! WatchSession's replay of a long event log against ExportHistory of the
+//! same messages, and ListSessions pages at the front and deep into a large
+//! tenant.
 
 use std::time::{Duration, Instant};
 
@@ -27,11 +29,15 @@ pub async fn prepare_export(server: &Server, messages: usize) -> anyhow::Result<
 /// Reads the whole session through ExportHistory: how long until the last
 /// message arrived.
 pub async fn export_once(server: &Server, messages: usize) -> anyhow::Result<Duration> {
+    export_id(server, &export_session(messages), messages).await
+}
+
+async fn export_id(server: &Server, id: &str, messages: usize) -> anyhow::Result<Duration> {
     let mut client = server.connect().await?;
     let started = Instant::now();
     let mut stream = client
         .export_history(pb::ExportHistoryRequest {
-            session_id: export_session(messages),
+            session_id: id.to_owned(),
             ..Default::default()
         })
         .await
@@ -47,6 +53,62 @@ pub async fn export_once(server: &Server, messages: usize) -> anyhow::Result<Dur
         "exported {received} messages, expected {messages}"
     );
     Ok(took)
+}
+
+/// The session a replay benchmark reads: `exchanges` appends of a user
+/// and an assistant message each.
+pub fn replay_session(exchanges: usize) -> String {
+    format!("bench-replay-{exchanges}")
+}
+
+/// Creates a session of `exchanges` appends, one event each.
+pub async fn prepare_replay(server: &Server, exchanges: usize) -> anyhow::Result<()> {
+    let mut client = server.connect().await?;
+    let id = replay_session(exchanges);
+    workload::create_session(&mut client, &id, "bench", 0, 0).await?;
+    workload::fill(&mut client, &id, 2 * exchanges, 2).await
+}
+
+/// Replays the session's whole event log through WatchSession: how long
+/// until `caught_up` arrived.
+pub async fn replay_once(server: &Server, exchanges: usize) -> anyhow::Result<Duration> {
+    let mut client = server.connect().await?;
+    let started = Instant::now();
+    let mut stream = client
+        .watch_session(pb::WatchSessionRequest {
+            session_id: replay_session(exchanges),
+            ..Default::default()
+        })
+        .await
+        .context("WatchSession")?
+        .into_inner();
+    let mut messages = 0;
+    loop {
+        let event = stream
+            .next()
+            .await
+            .context("the watch ended before catching up")?
+            .context("WatchSession stream")?;
+        match event.event {
+            Some(pb::session_event::Event::ExchangeAppended(appended)) => {
+                messages += appended.messages.len();
+            }
+            Some(pb::session_event::Event::CaughtUp(_)) => break,
+            _ => {}
+        }
+    }
+    let took = started.elapsed();
+    anyhow::ensure!(
+        messages == 2 * exchanges,
+        "replayed {messages} messages, expected {}",
+        2 * exchanges
+    );
+    Ok(took)
+}
+
+/// ExportHistory of the replay session: the same messages in one stream.
+pub async fn export_replay_session(server: &Server, exchanges: usize) -> anyhow::Result<Duration> {
+    export_id(server, &replay_session(exchanges), 2 * exchanges).await
 }
 
 const SELECT_MESSAGES: &str = "SELECT sequence, id, produced_by_call_id, body, create_time, redacted \
