@@ -343,6 +343,9 @@ impl Store for SqlStore {
         after: i64,
         limit: usize,
     ) -> Result<Vec<SessionEvent>> {
+        if let Some(engine) = &self.inner.engine_reads {
+            return engine.events(session_key, after, limit_param(limit)).await;
+        }
         let rows = sqlx::query(
             "SELECT revision, time, body FROM events WHERE session_key = $1 AND revision > $2 \
              ORDER BY revision LIMIT $3",

@@ -1,11 +1,12 @@
-//! Message reads straight through the SQLite engine (rusqlite), on
-//! tokio's blocking threads.
+//! Message and event-log reads straight through the SQLite engine
+//! (rusqlite), on tokio's blocking threads.
 //!
 //! sqlx's SQLite driver hands every row from its worker thread to the async
 //! caller one at a time; for a long history that hop, not the engine, is
 //! most of the read (BENCHMARKS.md: a 10,000-message export spent 60 ms in
-//! sqlx against 16 ms in the engine). Here a page of messages is read and
-//! decoded on one blocking thread and handed over whole. Only file
+//! sqlx against 16 ms in the engine). Here a page of messages, or of events
+//! for a WatchSession replay, is read and decoded on one blocking thread and
+//! handed over whole. Only file
 //! databases take this path: `sqlite::memory:` lives inside sqlx's one
 //! connection, and reads there go through sqlx like every other read.
 //!
@@ -19,8 +20,12 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::ops::MessageRow;
-use crate::domain::{Error, Result, StoredMessage};
+use super::ops::{MessageRow, decode};
+use crate::domain::{Error, Result, SessionEvent, StoredMessage, Timestamp};
+
+/// A session's events after a revision, in order (as `read_events`).
+pub(super) const EVENTS: &str = "SELECT revision, time, body FROM events \
+     WHERE session_key = ?1 AND revision > ?2 ORDER BY revision LIMIT ?3";
 
 /// Idle connections kept for the next read.
 const MAX_IDLE: usize = 8;
@@ -74,6 +79,35 @@ impl EngineReads {
                     messages.push(row.map_err(Error::storage)?.into_stored(&session_id)?);
                 }
                 Ok(messages)
+            })
+        })
+        .await
+        .map_err(Error::storage)?
+    }
+
+    /// The session's events after revision `after`, at most `limit`, in
+    /// revision order (as `SqlStore::read_events`).
+    pub(super) async fn events(
+        self: &Arc<Self>,
+        session_key: i64,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<SessionEvent>> {
+        let this = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            this.with_connection(|conn| {
+                let mut statement = conn.prepare_cached(EVENTS)?;
+                let mut rows = statement.query([session_key, after, limit])?;
+                let mut events = Vec::new();
+                while let Some(row) = rows.next()? {
+                    let body = row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
+                    events.push(SessionEvent {
+                        revision: row.get(0)?,
+                        time: Timestamp(row.get(1)?),
+                        change: decode(body)?,
+                    });
+                }
+                Ok(events)
             })
         })
         .await

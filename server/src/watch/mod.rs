@@ -562,13 +562,24 @@ pub fn watch<S: Store>(
         let mut caught_up = false;
         let mut sent_deltas = SentDeltas::default();
         let mut from_storage = true;
+        // The next page of a replay, read while this one is sent.
+        let mut read_ahead: Option<tokio::task::JoinHandle<Result<Vec<SessionEvent>>>> = None;
         loop {
             if *closing.borrow() {
                 break;
             }
             if from_storage {
-                let page = store.read_events(session.key, last, REPLAY_PAGE).await?;
+                let page = match read_ahead.take() {
+                    Some(read) => read.await.map_err(Error::storage)??,
+                    None => store.read_events(session.key, last, REPLAY_PAGE).await?,
+                };
                 let more = page.len() == REPLAY_PAGE;
+                if more && let Some(end) = page.last() {
+                    let (store, key, after) = (store.clone(), session.key, end.revision);
+                    read_ahead = Some(tokio::spawn(async move {
+                        store.read_events(key, after, REPLAY_PAGE).await
+                    }));
+                }
                 for event in page {
                     last = event.revision;
                     sent_deltas.observe(&event.change);
