@@ -19,7 +19,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic_types::StatusExt as _;
 
 use crate::support::{
-    Backend, Storage, TestServer, assistant, create, error_details, exchange_request,
+    Backend, Storage, TestServer, all_messages, assistant, create, error_details, exchange_request,
     sessionstore_binary, user,
 };
 
@@ -824,4 +824,114 @@ async fn traces_reach_an_otlp_collector() {
     let _ = child.wait();
     let _ = stop_collector.send(());
     let _ = collector.await;
+}
+
+/// On a SQLite file, a run of appends that fails on the engine writes
+/// nothing and falls back to one request at a time: the requests that can
+/// be written are, and only the one that cannot fails. The test holds the
+/// write lock so that its appends queue up into one run, and a trigger it
+/// adds refuses one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_engine_run_falls_back_to_one_request_at_a_time() {
+    use sqlx::Connection as _;
+    const QUEUED: usize = 7;
+    let storage = Storage::new(Backend::File).await;
+    let url = storage.url.clone();
+    let server = TestServer::start_on(storage, |config| {
+        config.telemetry.metrics_listen = Some("127.0.0.1:0".into());
+    })
+    .await;
+    let metrics = server.metrics_addr.unwrap();
+    let mut client = server.client().await;
+    let first = create(&mut client, "fallback_first").await.id;
+    let mut queued = Vec::new();
+    for index in 0..QUEUED {
+        queued.push(create(&mut client, &format!("fallback_{index}")).await.id);
+    }
+    let refused = queued[QUEUED / 2].clone();
+
+    let mut locker = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query(
+        "CREATE TRIGGER test_refuses BEFORE INSERT ON messages \
+         WHEN NEW.body LIKE '%refuse this message%' \
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+    )
+    .execute(&mut locker)
+    .await
+    .unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+
+    // The first append takes the writer, which then waits for the lock;
+    // the others queue behind it and become one run.
+    let send = |session: String, question: &'static str| {
+        let mut client = client.clone();
+        tokio::spawn(async move {
+            let answer = client
+                .append_exchange(exchange_request(&session, question, "an answer"))
+                .await;
+            (session, answer)
+        })
+    };
+    let mut appends = vec![send(first, "the first question")];
+    let figure =
+        |name: &'static str| async move { sample(&http_get(metrics, "/metrics").await.1, name) };
+    let started = "grpc_server_started_total{grpc_service=\"sessionstore.v1.SessionStore\",grpc_method=\"AppendExchange\"}";
+    let waiting = Instant::now();
+    while figure(started).await != Some(1.0) {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(5),
+            "the first append never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for session in &queued {
+        let question = if *session == refused {
+            "please refuse this message"
+        } else {
+            "a question"
+        };
+        appends.push(send(session.clone(), question));
+    }
+    let waiting = Instant::now();
+    while figure("sessionstore_db_queued_writes").await != Some(QUEUED as f64) {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(5),
+            "the appends never queued up behind the first"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+
+    for append in appends {
+        let (session, answer) = append.await.unwrap();
+        let stored = client
+            .get_session(pb::GetSessionRequest {
+                session_id: session.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if session == refused {
+            let status = answer.expect_err("the refused append failed");
+            assert_eq!(status.code(), Code::Internal, "{status:?}");
+            assert!(
+                !status.message().contains("refused by the test"),
+                "{status:?}"
+            );
+            assert_eq!(stored.revision, 1, "the refused append wrote nothing");
+            assert!(all_messages(&mut client, &session).await.is_empty());
+        } else {
+            let answer = answer.unwrap_or_else(|status| panic!("{session}: {status:?}"));
+            assert_eq!(answer.into_inner().revision, 2);
+            assert_eq!(stored.revision, 2, "{session}");
+            assert_eq!(
+                all_messages(&mut client, &session).await.len(),
+                2,
+                "{session}"
+            );
+        }
+    }
 }
