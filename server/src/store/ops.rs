@@ -1215,16 +1215,17 @@ pub const MESSAGE_COLUMNS: &str = "id, sequence, produced_by_call_id, body, crea
 
 /// A message row as stored, before its body is decoded; read by sqlx here
 /// and by the SQLite engine directly in `sqlite_reads.rs`.
-pub struct MessageRow {
+/// The engine decodes the body where SQLite holds it (`B` = `&str`).
+pub struct MessageRow<B = String> {
     pub id: String,
     pub sequence: i64,
     pub produced_by_call_id: Option<String>,
-    pub body: String,
+    pub body: B,
     pub create_time: i64,
     pub redacted: i64,
 }
 
-impl MessageRow {
+impl<B: AsRef<str>> MessageRow<B> {
     /// The stored message this row holds.
     pub fn into_stored(self, session_id: &str) -> Result<StoredMessage> {
         Ok(StoredMessage {
@@ -1232,7 +1233,7 @@ impl MessageRow {
             session_id: session_id.to_owned(),
             sequence: self.sequence,
             produced_by_call_id: self.produced_by_call_id.unwrap_or_default(),
-            message: decode(&self.body)?,
+            message: decode(self.body.as_ref())?,
             create_time: Timestamp(self.create_time),
             redacted: self.redacted != 0,
         })
@@ -1245,7 +1246,7 @@ pub fn stored_message_from_row(row: &AnyRow, session_id: &str) -> Result<StoredM
         id: row.try_get("id")?,
         sequence: row.try_get("sequence")?,
         produced_by_call_id: row.try_get("produced_by_call_id")?,
-        body: row.try_get("body")?,
+        body: row.try_get::<String, _>("body")?,
         create_time: row.try_get("create_time")?,
         redacted: row.try_get("redacted")?,
     }

@@ -13,7 +13,7 @@ use super::ops::{
     self, MESSAGE_COLUMNS, SESSION_COLUMNS, WriteOp, Written, decode, session_from_row,
     stored_message_from_row, text_col,
 };
-use super::sqlite_reads::EngineReads;
+use super::sqlite_reads::{self, EngineReads};
 use super::text::{escape, escape_ordered, unescape_ordered};
 use super::{
     CommitSink, ListedCall, SearchQuery, SessionHandle, Store, SweepCandidate, postgres, sqlite,
@@ -86,7 +86,7 @@ impl SqlStore {
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = $1 AND {range} LIMIT $3"
         );
         if let Some(engine) = &self.inner.engine_reads {
-            let sql = sql.replace('$', "?");
+            let sql = sqlite_reads::unplanned(&sql);
             let params = [session.key, bound, limit_param(limit)];
             return engine.messages(sql, params, session.id.clone()).await;
         }
