@@ -20,7 +20,7 @@ use tonic_types::StatusExt as _;
 
 use crate::support::{
     Backend, Storage, TestServer, all_messages, assistant, create, error_details, exchange_request,
-    sessionstore_binary, user,
+    get, sessionstore_binary, user,
 };
 
 crate::backend_tests!(limits_name_themselves_and_write_nothing);
@@ -507,11 +507,7 @@ async fn deadlines_are_honoured() {
     }
     let storage = Storage::new(Backend::Postgres).await;
     let url = storage.url.clone();
-    let server = TestServer::start_on(storage, |config| {
-        config.telemetry.metrics_listen = Some("127.0.0.1:0".into());
-    })
-    .await;
-    let metrics = server.metrics_addr.unwrap();
+    let (server, metrics) = metered(storage).await;
     let mut client = server.client().await;
     let session = create(&mut client, "deadline").await;
 
@@ -550,7 +546,7 @@ async fn deadlines_are_honoured() {
             waiting.elapsed() < Duration::from_secs(10),
             "the server never gave up on the late append"
         );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::task::yield_now().await;
     }
     lock.rollback().await.unwrap();
 
@@ -567,6 +563,16 @@ async fn deadlines_are_honoured() {
 }
 
 /// `GET path` over plain HTTP/1.1; the status line and the body.
+/// A server on `storage` that serves `/metrics`, and where.
+async fn metered(storage: Storage) -> (TestServer, std::net::SocketAddr) {
+    let server = TestServer::start_on(storage, |config| {
+        config.telemetry.metrics_listen = Some("127.0.0.1:0".into());
+    })
+    .await;
+    let metrics = server.metrics_addr.expect("metrics are served");
+    (server, metrics)
+}
+
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream
@@ -591,11 +597,7 @@ fn sample(text: &str, prefix: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn metrics_count_calls_by_method_and_code() {
-    let server = TestServer::start_on(Storage::new(Backend::File).await, |config| {
-        config.telemetry.metrics_listen = Some("127.0.0.1:0".into());
-    })
-    .await;
-    let metrics = server.metrics_addr.unwrap();
+    let (server, metrics) = metered(Storage::new(Backend::File).await).await;
     let mut client = server.client().await;
     create(&mut client, "metered").await;
     client
@@ -837,11 +839,7 @@ async fn a_failed_engine_run_falls_back_to_one_request_at_a_time() {
     const QUEUED: usize = 7;
     let storage = Storage::new(Backend::File).await;
     let url = storage.url.clone();
-    let server = TestServer::start_on(storage, |config| {
-        config.telemetry.metrics_listen = Some("127.0.0.1:0".into());
-    })
-    .await;
-    let metrics = server.metrics_addr.unwrap();
+    let (server, metrics) = metered(storage).await;
     let mut client = server.client().await;
     let first = create(&mut client, "fallback_first").await.id;
     let mut queued = Vec::new();
@@ -885,7 +883,7 @@ async fn a_failed_engine_run_falls_back_to_one_request_at_a_time() {
             waiting.elapsed() < Duration::from_secs(5),
             "the first append never started"
         );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::task::yield_now().await;
     }
     for session in &queued {
         let question = if *session == refused {
@@ -901,19 +899,13 @@ async fn a_failed_engine_run_falls_back_to_one_request_at_a_time() {
             waiting.elapsed() < Duration::from_secs(5),
             "the appends never queued up behind the first"
         );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::task::yield_now().await;
     }
     sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
 
     for append in appends {
         let (session, answer) = append.await.unwrap();
-        let stored = client
-            .get_session(pb::GetSessionRequest {
-                session_id: session.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let stored = get(&mut client, &session).await;
         if session == refused {
             let status = answer.expect_err("the refused append failed");
             assert_eq!(status.code(), Code::Internal, "{status:?}");
