@@ -20,10 +20,20 @@ pub fn export_session(messages: usize) -> String {
 
 /// Creates a session holding `messages` messages of ~1 KB.
 pub async fn prepare_export(server: &Server, messages: usize) -> anyhow::Result<()> {
+    prepare_session(server, &export_session(messages), messages, 200).await
+}
+
+/// Creates session `id` holding `messages` messages of ~1 KB, appended
+/// `per_call` at a time.
+async fn prepare_session(
+    server: &Server,
+    id: &str,
+    messages: usize,
+    per_call: usize,
+) -> anyhow::Result<()> {
     let mut client = server.connect().await?;
-    let id = export_session(messages);
-    workload::create_session(&mut client, &id, "bench", 0, 0).await?;
-    workload::fill(&mut client, &id, messages, 200).await
+    workload::create_session(&mut client, id, "bench", 0, 0).await?;
+    workload::fill(&mut client, id, messages, per_call).await
 }
 
 /// Reads the whole session through ExportHistory: how long until the last
@@ -63,10 +73,7 @@ pub fn replay_session(exchanges: usize) -> String {
 
 /// Creates a session of `exchanges` appends, one event each.
 pub async fn prepare_replay(server: &Server, exchanges: usize) -> anyhow::Result<()> {
-    let mut client = server.connect().await?;
-    let id = replay_session(exchanges);
-    workload::create_session(&mut client, &id, "bench", 0, 0).await?;
-    workload::fill(&mut client, &id, 2 * exchanges, 2).await
+    prepare_session(server, &replay_session(exchanges), 2 * exchanges, 2).await
 }
 
 /// Replays the session's whole event log through WatchSession: how long
