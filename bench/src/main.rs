@@ -303,7 +303,7 @@ async fn core_benchmarks(
     if plan.runs(Bench::Append) {
         eprintln!("== append on {backend}");
         let max_clients = plan.clients.iter().copied().max().unwrap_or(1);
-        append::prepare(&server, max_clients, plan.prefill).await?;
+        append::prepare(&server, db, max_clients, plan.prefill).await?;
         db.analyze().await?;
         for &clients in &plan.clients {
             for writers in [Writers::Many, Writers::One] {

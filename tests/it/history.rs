@@ -1822,6 +1822,94 @@ async fn search_pages_and_filters_by_user(backend: Backend) {
     server.stop().await.unwrap();
 }
 
+/// SQLite keeps its search index in a file of its own beside the database
+/// (`<database>-search`), derived from the messages: a missing one is
+/// rebuilt, and so is one that holds more than the database (as after a
+/// power loss that took the database's last commits but not the index's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_search_file_is_rebuilt_when_missing_or_ahead() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("sessions.db");
+    let url = format!("sqlite://{}", db.display());
+    let with_suffix = |suffix: &str| std::path::PathBuf::from(format!("{}{suffix}", db.display()));
+    let hits = |client: &mut Client, word: &'static str| {
+        let mut client = client.clone();
+        async move {
+            search_all(&mut client, word, "")
+                .await
+                .iter()
+                .map(|hit| (hit.session_id.clone(), hit.sequence))
+                .collect::<Vec<_>>()
+        }
+    };
+
+    let server = TestServer::start_with(url.clone(), None, |_| {}).await;
+    let mut client = server.client().await;
+    create(&mut client, "ses_sea").await;
+    exchange(
+        &mut client,
+        "ses_sea",
+        "the walrus said",
+        "the time has come",
+    )
+    .await;
+    assert_eq!(
+        hits(&mut client, "walrus").await,
+        [("ses_sea".to_owned(), 0)]
+    );
+    server.stop().await.unwrap();
+    assert!(
+        with_suffix("-search").exists(),
+        "the index has a file of its own"
+    );
+    // The database as it was, closed cleanly (its WAL copied back).
+    std::fs::copy(&db, with_suffix(".before")).unwrap();
+
+    // Missing: rebuilt from the messages.
+    for suffix in ["-search", "-search-wal", "-search-shm"] {
+        let _ = std::fs::remove_file(with_suffix(suffix));
+    }
+    let server = TestServer::start_with(url.clone(), None, |_| {}).await;
+    let mut client = server.client().await;
+    assert_eq!(
+        hits(&mut client, "walrus").await,
+        [("ses_sea".to_owned(), 0)]
+    );
+    exchange(
+        &mut client,
+        "ses_sea",
+        "of shoes and ships",
+        "and sealing wax",
+    )
+    .await;
+    assert_eq!(
+        hits(&mut client, "sealing").await,
+        [("ses_sea".to_owned(), 3)]
+    );
+    server.stop().await.unwrap();
+
+    // Ahead: the database goes back to before the second exchange, the
+    // index keeps it. The index must not find what the database lost.
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(with_suffix(suffix));
+    }
+    std::fs::copy(with_suffix(".before"), &db).unwrap();
+    let server = TestServer::start_with(url, None, |_| {}).await;
+    let mut client = server.client().await;
+    assert!(hits(&mut client, "sealing").await.is_empty());
+    assert_eq!(
+        hits(&mut client, "walrus").await,
+        [("ses_sea".to_owned(), 0)]
+    );
+    // And it goes on indexing.
+    exchange(&mut client, "ses_sea", "and cabbages", "and kings").await;
+    assert_eq!(
+        hits(&mut client, "cabbages").await,
+        [("ses_sea".to_owned(), 2)]
+    );
+    server.stop().await.unwrap();
+}
+
 // ---------------------------------------------------------------------------
 // Retention
 

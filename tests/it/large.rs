@@ -257,3 +257,87 @@ async fn the_sqlite_wal_stays_bounded_under_steady_writes() {
         "{written} bytes of messages written, and the WAL grew to {largest} bytes without being cut back"
     );
 }
+
+/// SQLite's search index is written beside the appends from a log of the
+/// message ranges they changed; the append thread deletes the log rows the
+/// indexer has applied (keeping the last), and searches stay right across.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_search_log_is_trimmed_once_indexed() {
+    use sqlx::Connection as _;
+
+    const CLIENTS: usize = 8;
+    const APPENDS_EACH: usize = 600;
+    let storage = Storage::new(Backend::File).await;
+    let url = storage.url.clone();
+    let server = TestServer::start_on(storage, |_| {}).await;
+    let mut client = server.client().await;
+    let mut writers = tokio::task::JoinSet::new();
+    for writer in 0..CLIENTS {
+        let session = create(&mut client, &format!("ses_log_{writer}")).await.id;
+        let mut client = server.client().await;
+        writers.spawn(async move {
+            for index in 0..APPENDS_EACH {
+                let request = pb::AppendExchangeRequest {
+                    session_id: session.clone(),
+                    messages: vec![user(&format!("question w{writer}x{index}"))],
+                    provider_call: Some(call("gpt-small", 10, 10, 1)),
+                    response_messages: vec![assistant("answer")],
+                    ..Default::default()
+                };
+                client.append_exchange(request).await.expect("append");
+            }
+        });
+    }
+    while let Some(done) = writers.join_next().await {
+        done.expect("writer");
+    }
+    let searcher = client.clone();
+    let found = |word: String| {
+        let mut client = searcher.clone();
+        async move {
+            client
+                .search_messages(pb::SearchMessagesRequest {
+                    query: word,
+                    ..Default::default()
+                })
+                .await
+                .expect("search")
+                .into_inner()
+                .hits
+                .len()
+        }
+    };
+    // Everything indexed (a search waits for it).
+    assert_eq!(found("w0x0".into()).await, 1);
+    assert_eq!(found(format!("w7x{}", APPENDS_EACH - 1)).await, 1);
+    let request = pb::AppendExchangeRequest {
+        session_id: "ses_log_0".into(),
+        messages: vec![user("the last word")],
+        ..Default::default()
+    };
+    client.append_exchange(request).await.expect("append");
+    let mut db = sqlx::SqliteConnection::connect(&url).await.expect("open");
+    let (rows, last): (i64, i64) =
+        sqlx::query_as("SELECT count(*), coalesce(max(id), 0) FROM search_log")
+            .fetch_one(&mut db)
+            .await
+            .expect("count");
+    db.close().await.expect("close");
+    assert!(
+        last >= (CLIENTS * APPENDS_EACH) as i64 / 2,
+        "a log row per session per run: {last}"
+    );
+    // Deleted once 4,096 are applied: every row before the last applied.
+    assert!(
+        last - rows >= 4095 && rows < 4096,
+        "applied rows deleted: {rows} left of {last}"
+    );
+    for word in [
+        "w3x17".to_owned(),
+        "last".to_owned(),
+        format!("w5x{}", APPENDS_EACH - 2),
+    ] {
+        assert_eq!(found(word).await, 1);
+    }
+    server.stop().await.expect("stop");
+}

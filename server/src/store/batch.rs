@@ -30,8 +30,8 @@ use sqlx::query::Query;
 use sqlx::{Any, AnyConnection};
 
 use super::ops::{
-    Applied, Columns, Dialect, NOTIFY_CHANNEL, SESSION_COLUMNS, Written, encode, search_rowid,
-    session_from_row,
+    Applied, Columns, Dialect, NOTIFY_CHANNEL, SESSION_COLUMNS, SearchWrites, Written, encode,
+    search_rowid, session_from_row,
 };
 use super::text::escape;
 use crate::domain::{
@@ -59,9 +59,10 @@ const ROWS_PER_STATEMENT: usize = 500;
 pub async fn append_all(
     conn: &mut AnyConnection,
     dialect: Dialect,
+    search: SearchWrites,
     requests: &[(&str, &NewExchange)],
 ) -> std::result::Result<Vec<Outcome>, sqlx::Error> {
-    let mut run = Run::new(dialect, requests);
+    let mut run = Run::new(dialect, search, requests);
     for statement in run.session_reads() {
         for row in bind(&statement).fetch_all(&mut *conn).await? {
             run.add_session(&row).map_err(decode_error)?;
@@ -116,15 +117,21 @@ pub enum Value {
 /// gives each request's outcome and the statements that write them.
 pub struct Run<'a> {
     dialect: Dialect,
+    search: SearchWrites,
     requests: &'a [(&'a str, &'a NewExchange)],
     sessions: HashMap<SessionKey, State>,
     stored_keys: Vec<(String, String)>,
 }
 
 impl<'a> Run<'a> {
-    pub fn new(dialect: Dialect, requests: &'a [(&'a str, &'a NewExchange)]) -> Self {
+    pub fn new(
+        dialect: Dialect,
+        search: SearchWrites,
+        requests: &'a [(&'a str, &'a NewExchange)],
+    ) -> Self {
         Run {
             dialect,
+            search,
             requests,
             sessions: HashMap::with_capacity(requests.len()),
             stored_keys: Vec::new(),
@@ -220,7 +227,7 @@ impl<'a> Run<'a> {
     /// Decides every request, in order, against the rows read: one outcome
     /// per request, and the statements writing what was accepted.
     pub fn decide(mut self, now: Timestamp) -> (Vec<Outcome>, Vec<Statement>) {
-        let dialect = self.dialect;
+        let (dialect, search) = (self.dialect, self.search);
         let mut rows = Rows::default();
         let mut outcomes = Vec::with_capacity(self.requests.len());
         let mut seen_keys: Vec<(&str, &str)> = Vec::new();
@@ -256,7 +263,9 @@ impl<'a> Run<'a> {
                         state.deferred = true;
                         Outcome::Deferred
                     } else {
-                        Outcome::Done(append_one(state, tenant, exchange, now, dialect, &mut rows))
+                        Outcome::Done(append_one(
+                            state, tenant, exchange, now, dialect, search, &mut rows,
+                        ))
                     }
                 }
             };
@@ -293,6 +302,7 @@ fn append_one(
     exchange: &NewExchange,
     now: Timestamp,
     dialect: Dialect,
+    search: SearchWrites,
     rows: &mut Rows,
 ) -> Result<Applied> {
     let active = &state.session.active_run_id;
@@ -334,9 +344,11 @@ fn append_one(
             encode(message)?,
             now,
         );
-        let text = control::search_text(message);
-        if !text.trim().is_empty() {
-            rows.search(state.key, sequence, text);
+        if search == SearchWrites::Inline {
+            let text = control::search_text(message);
+            if !text.trim().is_empty() {
+                rows.search(state.key, sequence, text);
+            }
         }
         stored.push(StoredMessage {
             id,
@@ -349,6 +361,9 @@ fn append_one(
         });
     }
     let added = i64::try_from(stored.len()).map_err(Error::storage)?;
+    if search == SearchWrites::Logged && added > 0 {
+        rows.changed(state.key, state.next_sequence, state.next_sequence + added);
+    }
     if let Some(call) = &call {
         rows.call(state.key, call);
         state.added_calls += 1;
@@ -403,8 +418,12 @@ fn append_one(
 struct Rows {
     calls: Vec<Value>,
     messages: Vec<Value>,
-    /// Session key, sequence and text of each searchable message.
+    /// Session key, sequence and text of each searchable message
+    /// ([`SearchWrites::Inline`]).
     search: Vec<(i64, i64, String)>,
+    /// Session key and sequence range of the messages added
+    /// ([`SearchWrites::Logged`]).
+    changed: Vec<(i64, i64, i64)>,
     events: Vec<Value>,
     keys: Vec<Value>,
     hints: Vec<String>,
@@ -450,6 +469,10 @@ impl Rows {
 
     fn search(&mut self, session_key: i64, sequence: i64, text: String) {
         self.search.push((session_key, sequence, text));
+    }
+
+    fn changed(&mut self, session_key: i64, from: i64, until: i64) {
+        self.changed.push((session_key, from, until));
     }
 
     fn event(&mut self, session_key: i64, revision: i64, now: Timestamp, body: String) {
@@ -505,7 +528,7 @@ impl Rows {
         let mut search = self.search;
         search.sort_unstable_by_key(|(session_key, sequence, _)| (*session_key, *sequence));
         let (head, columns) = match dialect {
-            Dialect::Sqlite => ("INSERT INTO message_search (rowid, text) VALUES ", 2),
+            Dialect::Sqlite => ("INSERT INTO search.message_search (rowid, text) VALUES ", 2),
             Dialect::Postgres => (
                 "INSERT INTO message_search (session_key, sequence, text) VALUES ",
                 3,
@@ -524,6 +547,27 @@ impl Rows {
             values.push(Value::Text(text));
         }
         insert(&mut statements, head, columns, values);
+        // One range per session: its appends in a run are contiguous.
+        let mut changed = self.changed;
+        changed.sort_unstable();
+        let mut ranges: Vec<(i64, i64, i64)> = Vec::with_capacity(changed.len());
+        for (key, from, until) in changed {
+            match ranges.last_mut() {
+                Some(last) if last.0 == key && last.2 >= from => last.2 = last.2.max(until),
+                _ => ranges.push((key, from, until)),
+            }
+        }
+        insert(
+            &mut statements,
+            "INSERT INTO search_log (session_key, from_sequence, until_sequence) VALUES ",
+            3,
+            ranges
+                .into_iter()
+                .flat_map(|(key, from, until)| {
+                    [Value::Int(key), Value::Int(from), Value::Int(until)]
+                })
+                .collect(),
+        );
         let mut changed: Vec<&State> = sessions.values().filter(|s| s.changed).collect();
         changed.sort_unstable_by_key(|s| s.key);
         update_sessions(&mut statements, &changed);

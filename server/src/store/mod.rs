@@ -23,6 +23,7 @@ mod sqlite;
 mod sqlite_appends;
 mod sqlite_checkpoints;
 mod sqlite_reads;
+mod sqlite_search;
 mod text;
 
 pub use export::ExportStart;

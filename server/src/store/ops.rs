@@ -26,6 +26,22 @@ pub enum Dialect {
     Postgres,
 }
 
+/// Where writes put what the search index needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SearchWrites {
+    /// The words, into the search table, in the write's own transaction
+    /// (PostgreSQL, and SQLite in memory).
+    Inline,
+    /// The message ranges that changed, into `search_log`, which the
+    /// SQLite indexer thread re-indexes into the search file (SQLite file
+    /// databases; `sqlite_search.rs`).
+    Logged,
+}
+
+/// Records a changed message range for the SQLite indexer thread.
+pub const LOG_SEARCH: &str =
+    "INSERT INTO search_log (session_key, from_sequence, until_sequence) VALUES ($1, $2, $3)";
+
 /// A write request.
 #[derive(Clone)]
 pub enum WriteOp {
@@ -77,12 +93,14 @@ pub struct Applied {
 pub async fn apply(
     conn: &mut AnyConnection,
     dialect: Dialect,
+    search: SearchWrites,
     tenant: &str,
     op: WriteOp,
 ) -> Result<Applied> {
     let mut tx = Tx {
         conn,
         dialect,
+        search,
         now: Timestamp::now(),
         events: Vec::new(),
     };
@@ -204,6 +222,7 @@ impl NewRow {
 struct Tx<'c> {
     conn: &'c mut AnyConnection,
     dialect: Dialect,
+    search: SearchWrites,
     /// The time of every revision this request makes.
     now: Timestamp,
     /// The events this request recorded, with their session keys.
@@ -372,13 +391,16 @@ impl Tx<'_> {
 
     /// Adds a message's words to the search index.
     async fn index(&mut self, session_key: i64, sequence: i64, message: &Message) -> Result<()> {
+        if self.search == SearchWrites::Logged {
+            return self.log_search(session_key, sequence, sequence + 1).await;
+        }
         let text = control::search_text(message);
         if text.trim().is_empty() {
             return Ok(());
         }
         let query = match self.dialect {
             Dialect::Sqlite => {
-                sqlx::query("INSERT INTO message_search (rowid, text) VALUES ($1, $2)")
+                sqlx::query("INSERT INTO search.message_search (rowid, text) VALUES ($1, $2)")
                     .bind(search_rowid(session_key, sequence))
                     .bind(text)
             }
@@ -395,9 +417,12 @@ impl Tx<'_> {
 
     /// Removes the words of messages `from..until` from the search index.
     async fn unindex(&mut self, session_key: i64, from: i64, until: i64) -> Result<()> {
+        if self.search == SearchWrites::Logged {
+            return self.log_search(session_key, from, until).await;
+        }
         let query = match self.dialect {
             Dialect::Sqlite => {
-                sqlx::query("DELETE FROM message_search WHERE rowid >= $1 AND rowid < $2")
+                sqlx::query("DELETE FROM search.message_search WHERE rowid >= $1 AND rowid < $2")
                     .bind(search_rowid(session_key, from))
                     .bind(search_rowid(session_key, until))
             }
@@ -409,6 +434,18 @@ impl Tx<'_> {
             .bind(until),
         };
         query.execute(&mut *self.conn).await?;
+        Ok(())
+    }
+
+    /// Records that messages `from..until` changed, for the indexer thread
+    /// to re-index ([`SearchWrites::Logged`]).
+    async fn log_search(&mut self, session_key: i64, from: i64, until: i64) -> Result<()> {
+        sqlx::query(LOG_SEARCH)
+            .bind(session_key)
+            .bind(from)
+            .bind(until)
+            .execute(&mut *self.conn)
+            .await?;
         Ok(())
     }
 

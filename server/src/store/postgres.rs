@@ -32,7 +32,7 @@ use sqlx::{Any, AnyPool, Connection as _, Executor, Row};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::batch;
-use super::ops::{self, Dialect, NOTIFY_CHANNEL, WriteOp, Written};
+use super::ops::{self, Dialect, NOTIFY_CHANNEL, SearchWrites, WriteOp, Written};
 use super::sql::{Inner, Publisher, SqlStore, WritePath, next_batch, publish, queue_and_wait};
 use super::{CommitSink, OpenError, StoreOptions};
 use crate::domain::{Ephemeral, Error, NewExchange, Result, Timestamp};
@@ -110,6 +110,7 @@ pub(super) async fn open(
         closing,
         replica,
         engine_reads: None,
+        search_indexer: None,
     }))
 }
 
@@ -240,7 +241,9 @@ async fn commit_appends(
                 None => held.insert(pool.acquire().await?),
             };
             let mut tx = connection.begin().await?;
-            let outcomes = batch::append_all(&mut tx, Dialect::Postgres, &requests).await?;
+            let outcomes =
+                batch::append_all(&mut tx, Dialect::Postgres, SearchWrites::Inline, &requests)
+                    .await?;
             if jobs.iter().any(|job| job.reply.is_closed()) {
                 tx.rollback().await?;
                 return Ok(None);
@@ -307,7 +310,14 @@ pub(super) async fn write(
     loop {
         let result = async {
             let mut tx = pool.begin().await?;
-            let applied = ops::apply(&mut tx, Dialect::Postgres, tenant, op.clone()).await?;
+            let applied = ops::apply(
+                &mut tx,
+                Dialect::Postgres,
+                SearchWrites::Inline,
+                tenant,
+                op.clone(),
+            )
+            .await?;
             tx.commit().await?;
             Ok::<_, Error>(applied)
         }

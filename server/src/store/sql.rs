@@ -14,6 +14,7 @@ use super::ops::{
     stored_message_from_row, text_col,
 };
 use super::sqlite_reads::{self, EngineReads};
+use super::sqlite_search::SearchIndexer;
 use super::text::{escape, escape_ordered, unescape_ordered};
 use super::{
     CommitSink, ListedCall, SearchQuery, SessionHandle, Store, SweepCandidate, postgres, sqlite,
@@ -41,6 +42,8 @@ pub(super) struct Inner {
     pub(super) replica: String,
     /// Message reads through the SQLite engine itself (file databases only).
     pub(super) engine_reads: Option<Arc<EngineReads>>,
+    /// The thread writing the search file (SQLite file databases only).
+    pub(super) search_indexer: Option<Arc<SearchIndexer>>,
 }
 
 /// How writes reach the database.
@@ -446,7 +449,7 @@ impl Store for SqlStore {
                 format!(
                     "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, \
                      snippet(message_search, 0, '**', '**', '…', 16) AS snippet \
-                     FROM message_search f \
+                     FROM search.message_search f \
                      JOIN messages m ON m.session_key = (f.rowid >> 32) \
                       AND m.sequence = (f.rowid & 4294967295) \
                      JOIN sessions s ON s.key = m.session_key \
@@ -474,6 +477,13 @@ impl Store for SqlStore {
                 query.words.join(" "),
             ),
         };
+        if let Some(indexer) = &self.inner.search_indexer {
+            // Every write acknowledged so far is indexed before the query.
+            let logged: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM search_log")
+                .fetch_one(&self.inner.pool)
+                .await?;
+            indexer.caught_up(logged).await?;
+        }
         let mut q = sqlx::query(&sql)
             .bind(words)
             .bind(escape(tenant))
@@ -574,6 +584,9 @@ impl Store for SqlStore {
             .unwrap_or_default();
         for task in tasks {
             let _ = task.await;
+        }
+        if let Some(indexer) = &self.inner.search_indexer {
+            indexer.stop().await;
         }
         if let Some(engine) = &self.inner.engine_reads {
             engine.close();

@@ -19,7 +19,9 @@
 //! `sqlite::memory:` runs the very same code on a one-connection pool, the
 //! connection kept open for the store's lifetime.
 
+use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,11 +32,12 @@ use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
 use tokio::sync::{mpsc, oneshot};
 
 use super::batch;
-use super::ops::{self, Dialect, WriteOp, Written};
+use super::ops::{self, Dialect, SearchWrites, WriteOp, Written};
 use super::sql::{Inner, SqlStore, WritePath, next_batch, publish, queue_and_wait};
 use super::sqlite_appends::{EngineAppends, WAL_SIZE_LIMIT};
 use super::sqlite_checkpoints::Checkpointer;
 use super::sqlite_reads::EngineReads;
+use super::sqlite_search::{self, SearchIndexer};
 use super::{CommitSink, OpenError};
 use crate::domain::{Error, NewExchange, Result};
 
@@ -67,9 +70,30 @@ fn with_create_mode(url: &str) -> String {
     }
 }
 
-pub(super) async fn connect(url: &str) -> Result<AnyPool, sqlx::Error> {
+/// The database file a file URL names.
+fn file_path(url: &str) -> Result<PathBuf, sqlx::Error> {
+    Ok(sqlx::sqlite::SqliteConnectOptions::from_str(url)?
+        .get_filename()
+        .to_path_buf())
+}
+
+/// A pool on the database `url` names, every connection configured and
+/// with the search index attached as `search`: the search file beside a
+/// database file (created here if missing), or an in-memory one.
+pub(super) async fn connect(url: &str) -> Result<AnyPool, OpenError> {
     sqlx::any::install_default_drivers();
     let in_memory = is_in_memory(url);
+    let attach_search: Arc<str> = if in_memory {
+        format!(
+            "ATTACH DATABASE ':memory:' AS search; {}",
+            sqlite_search::CREATE_INDEX
+        )
+        .into()
+    } else {
+        let path = file_path(url)?;
+        sqlite_search::prepare(&path)?;
+        sqlite_search::attach(&sqlite_search::search_path(&path)).into()
+    };
     let options = if in_memory {
         // One connection, never recycled: it *is* the database.
         AnyPoolOptions::new()
@@ -87,6 +111,7 @@ pub(super) async fn connect(url: &str) -> Result<AnyPool, sqlx::Error> {
         // worker thread) before every batch.
         .test_before_acquire(false)
         .after_connect(move |conn, _| {
+            let attach_search = Arc::clone(&attach_search);
             Box::pin(async move {
                 if !in_memory {
                     // FULL: an acknowledged commit survives power loss, not just a crash.
@@ -105,29 +130,34 @@ pub(super) async fn connect(url: &str) -> Result<AnyPool, sqlx::Error> {
                      PRAGMA cache_size = -32768; PRAGMA temp_store = MEMORY",
                 )
                 .await?;
+                conn.execute(&*attach_search).await?;
                 Ok(())
             })
         })
         .connect(&with_create_mode(url))
         .await
+        .map_err(OpenError::from)
 }
 
 /// Opens (creating if missing) and migrates the database, then starts the writer.
 pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStore, OpenError> {
     let pool = connect(url).await?;
     MIGRATOR.run(&pool).await?;
-    let (engine_reads, engine_appends, checkpointer) = if is_in_memory(url) {
-        (None, None, None)
+    let (engine_reads, engine_appends, checkpointer, indexer) = if is_in_memory(url) {
+        (None, None, None, None)
     } else {
-        let path = sqlx::sqlite::SqliteConnectOptions::from_str(url)?
-            .get_filename()
-            .to_path_buf();
-        let appends = EngineAppends::start(&path)?;
+        let path = file_path(url)?;
+        // The last search log id indexed: the append thread deletes the
+        // log rows before it.
+        let indexed = Arc::new(AtomicI64::new(0));
+        let indexer = Arc::new(SearchIndexer::start(&path, Arc::clone(&indexed))?);
+        let appends = EngineAppends::start(&path, indexed)?;
         let checkpointer = Checkpointer::start(&path, appends.checkpoints())?;
         (
             Some(EngineReads::new(path.clone())),
             Some(appends),
             Some(checkpointer),
+            Some(indexer),
         )
     };
     let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
@@ -136,6 +166,7 @@ pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStor
         jobs,
         Arc::clone(&sink),
         engine_appends,
+        indexer.clone(),
     ));
     let closing = tokio::sync::watch::Sender::new(false);
     let mut tasks = vec![writer];
@@ -150,6 +181,7 @@ pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStor
         closing,
         replica: String::new(),
         engine_reads,
+        search_indexer: indexer,
     }))
 }
 
@@ -177,8 +209,16 @@ async fn run_writer(
     mut queue: mpsc::Receiver<Option<Job>>,
     sink: Arc<dyn CommitSink>,
     engine: Option<EngineAppends>,
+    indexer: Option<Arc<SearchIndexer>>,
 ) {
     let keep_connection = engine.is_some();
+    // A file database's search index is written by the indexer thread,
+    // from the ranges writes log; in memory, by the writes themselves.
+    let search = if indexer.is_some() {
+        SearchWrites::Logged
+    } else {
+        SearchWrites::Inline
+    };
     let mut kept: Option<PoolConnection<Any>> = None;
     while let Some((batch, stopping)) = next_batch(&mut queue, MAX_BATCH).await {
         if stopping {
@@ -195,6 +235,9 @@ async fn run_writer(
             batch = append_through_engine(engine, &sink, batch).await;
         }
         if batch.is_empty() {
+            if let Some(indexer) = &indexer {
+                indexer.wake();
+            }
             continue;
         }
         let mut conn = match kept.take() {
@@ -207,9 +250,12 @@ async fn run_writer(
                 }
             },
         };
-        let healthy = commit_batch(&mut conn, sink.as_ref(), batch).await;
+        let healthy = commit_batch(&mut conn, search, sink.as_ref(), batch).await;
         if keep_connection && healthy {
             kept = Some(conn);
+        }
+        if let Some(indexer) = &indexer {
+            indexer.wake();
         }
     }
     if let Some(engine) = engine {
@@ -300,7 +346,12 @@ fn batch_failed(what: &'static str) -> Error {
 
 /// Commits one batch on `conn`; `false` if the connection failed and
 /// should go back to the pool rather than be kept.
-async fn commit_batch(conn: &mut AnyConnection, sink: &dyn CommitSink, jobs: Vec<Job>) -> bool {
+async fn commit_batch(
+    conn: &mut AnyConnection,
+    search: SearchWrites,
+    sink: &dyn CommitSink,
+    jobs: Vec<Job>,
+) -> bool {
     let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
         Ok(tx) => tx,
         Err(error) => {
@@ -317,9 +368,9 @@ async fn commit_batch(conn: &mut AnyConnection, sink: &dyn CommitSink, jobs: Vec
             while let Some(next) = jobs.next_if(|job| matches!(job.op, WriteOp::Append(_))) {
                 run.push(next);
             }
-            apply_appends(&mut tx, run, &mut results).await
+            apply_appends(&mut tx, search, run, &mut results).await
         } else {
-            apply_one(&mut tx, job, &mut results).await
+            apply_one(&mut tx, search, job, &mut results).await
         };
         if let Err((broken, unanswered)) = applied {
             // The savepoint machinery itself failed: the transaction is unusable.
@@ -354,10 +405,11 @@ type Broken = (sqlx::Error, Vec<Reply>);
 /// Applies one request in its own savepoint.
 async fn apply_one(
     conn: &mut AnyConnection,
+    search: SearchWrites,
     job: Job,
     results: &mut Vec<(Reply, Result<ops::Applied>)>,
 ) -> std::result::Result<(), Broken> {
-    match apply_in_savepoint(conn, &job.tenant, job.op).await {
+    match apply_in_savepoint(conn, search, &job.tenant, job.op).await {
         Ok(result) => {
             results.push((job.reply, result));
             Ok(())
@@ -371,6 +423,7 @@ async fn apply_one(
 /// through the general path.
 async fn apply_appends(
     conn: &mut AnyConnection,
+    search: SearchWrites,
     run: Vec<Job>,
     results: &mut Vec<(Reply, Result<ops::Applied>)>,
 ) -> std::result::Result<(), Broken> {
@@ -381,7 +434,7 @@ async fn apply_appends(
             _ => None,
         })
         .collect();
-    let outcomes = match bulk_in_savepoint(conn, &requests).await {
+    let outcomes = match bulk_in_savepoint(conn, search, &requests).await {
         Ok(outcomes) => outcomes,
         Err(broken) => return Err((broken, run.into_iter().map(|job| job.reply).collect())),
     };
@@ -393,7 +446,9 @@ async fn apply_appends(
                 match outcome {
                     batch::Outcome::Done(result) => results.push((job.reply, result)),
                     batch::Outcome::Deferred => {
-                        if let Err((broken, mut unanswered)) = apply_one(conn, job, results).await {
+                        if let Err((broken, mut unanswered)) =
+                            apply_one(conn, search, job, results).await
+                        {
                             unanswered.extend(run.map(|job| job.reply));
                             return Err((broken, unanswered));
                         }
@@ -403,7 +458,7 @@ async fn apply_appends(
         }
         None => {
             while let Some(job) = run.next() {
-                if let Err((broken, mut unanswered)) = apply_one(conn, job, results).await {
+                if let Err((broken, mut unanswered)) = apply_one(conn, search, job, results).await {
                     unanswered.extend(run.map(|job| job.reply));
                     return Err((broken, unanswered));
                 }
@@ -417,10 +472,11 @@ async fn apply_appends(
 /// back; nothing written). The outer `Err` means the savepoint itself failed.
 async fn bulk_in_savepoint(
     conn: &mut AnyConnection,
+    search: SearchWrites,
     requests: &[(&str, &NewExchange)],
 ) -> Result<Option<Vec<batch::Outcome>>, sqlx::Error> {
     let mut savepoint = conn.begin().await?;
-    match batch::append_all(&mut savepoint, Dialect::Sqlite, requests).await {
+    match batch::append_all(&mut savepoint, Dialect::Sqlite, search, requests).await {
         Ok(outcomes) => {
             savepoint.commit().await?;
             Ok(Some(outcomes))
@@ -447,11 +503,12 @@ fn fail_all(jobs: Vec<Job>, error: &sqlx::Error) {
 /// outer `Err` means the savepoint machinery itself failed.
 async fn apply_in_savepoint(
     conn: &mut AnyConnection,
+    search: SearchWrites,
     tenant: &str,
     op: WriteOp,
 ) -> Result<Result<ops::Applied>, sqlx::Error> {
     let mut savepoint = conn.begin().await?;
-    let result = ops::apply(&mut savepoint, Dialect::Sqlite, tenant, op).await;
+    let result = ops::apply(&mut savepoint, Dialect::Sqlite, search, tenant, op).await;
     match result {
         Ok(applied) => {
             savepoint.commit().await?;

@@ -30,13 +30,15 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{mpsc, oneshot};
 
 use super::OpenError;
 use super::batch::{Outcome, Run, Statement, Value};
-use super::ops::{Columns, Dialect};
+use super::ops::{Columns, Dialect, SearchWrites};
 use crate::domain::{Error, NewExchange, Result, Timestamp};
 
 /// A run's requests: tenant and exchange, in arrival order.
@@ -102,7 +104,9 @@ pub(super) struct EngineAppends {
 impl EngineAppends {
     /// Opens a writing connection to the (migrated) database at `path`,
     /// configured as sqlx's are, and starts its thread.
-    pub(super) fn start(path: &Path) -> Result<Self, OpenError> {
+    /// `indexed` is the last search log id the indexer has applied; the
+    /// thread deletes the log rows before it now and then.
+    pub(super) fn start(path: &Path, indexed: Arc<AtomicI64>) -> Result<Self, OpenError> {
         let engine = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
         let conn = Connection::open_with_flags(
             path,
@@ -127,6 +131,10 @@ impl EngineAppends {
         std::thread::Builder::new()
             .name("sqlite-appends".into())
             .spawn(move || {
+                let mut log = SearchLog {
+                    indexed,
+                    deleted_before: 0,
+                };
                 while let Some(work) = queue.blocking_recv() {
                     match work {
                         Work::Append { requests, reply } => {
@@ -135,7 +143,7 @@ impl EngineAppends {
                                     .iter()
                                     .map(|(tenant, exchange)| (tenant.as_str(), exchange.as_ref()))
                                     .collect();
-                                append_run(&conn, &borrowed)
+                                append_run(&conn, &mut log, &borrowed)
                             };
                             let _ = reply.send((requests, outcome));
                         }
@@ -288,10 +296,14 @@ fn thread_gone() -> Error {
 }
 
 /// One run in one transaction: rolled back (writing nothing) on any error.
-fn append_run(conn: &Connection, requests: &[(&str, &NewExchange)]) -> Result<Vec<Outcome>> {
+fn append_run(
+    conn: &Connection,
+    log: &mut SearchLog,
+    requests: &[(&str, &NewExchange)],
+) -> Result<Vec<Outcome>> {
     let result = (|| {
         conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        let mut run = Run::new(Dialect::Sqlite, requests);
+        let mut run = Run::new(Dialect::Sqlite, SearchWrites::Logged, requests);
         for statement in run.session_reads() {
             let mut prepared = prepare(conn, &statement)?;
             let mut rows = prepared.raw_query();
@@ -310,7 +322,9 @@ fn append_run(conn: &Connection, requests: &[(&str, &NewExchange)]) -> Result<Ve
         for statement in &writes {
             prepare(conn, statement)?.raw_execute()?;
         }
+        let deleted_before = log.trim(conn)?;
         conn.prepare_cached("COMMIT")?.execute([])?;
+        log.deleted_before = deleted_before;
         Ok(outcomes)
     })();
     if result.is_err()
@@ -320,6 +334,32 @@ fn append_run(conn: &Connection, requests: &[(&str, &NewExchange)]) -> Result<Ve
         tracing::error!(%error, "rolling back a failed append run failed");
     }
     result
+}
+
+/// Search log rows the indexer has applied, deleted in the append runs.
+struct SearchLog {
+    /// The last id the indexer applied (and synced).
+    indexed: Arc<AtomicI64>,
+    /// Rows before this id are deleted.
+    deleted_before: i64,
+}
+
+impl SearchLog {
+    /// Applied rows deleted at once, at least.
+    const TRIM_ROWS: i64 = 4096;
+
+    /// Deletes the applied rows, once there are enough of them, in the
+    /// run's transaction, keeping the last applied one so the log's end is
+    /// known (`sqlite_search.rs`). The id deleted before, if committed.
+    fn trim(&self, conn: &Connection) -> rusqlite::Result<i64> {
+        let indexed = self.indexed.load(Ordering::Acquire);
+        if indexed - self.deleted_before < Self::TRIM_ROWS {
+            return Ok(self.deleted_before);
+        }
+        conn.prepare_cached("DELETE FROM search_log WHERE id < ?1")?
+            .execute([indexed])?;
+        Ok(indexed)
+    }
 }
 
 /// `statement` prepared (from the cache) with its parameters bound. Its

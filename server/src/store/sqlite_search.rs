@@ -1,0 +1,403 @@
+//! The SQLite search index: an FTS5 table in a database file of its own
+//! (`<database>-search`), written by a thread of its own.
+//!
+//! **Why.** Indexing two 1 KB messages is most of an append's work on
+//! SQLite's one writer: `perf` of the append thread put FTS5 (tokenizing,
+//! flushing each run's terms to a segment, merging segments) at about 45%
+//! of it (BENCHMARKS.md). A second file has a second writer, so indexing
+//! runs beside the appends, on the other core, and in larger passes
+//! (larger segments, fewer merges per message).
+//!
+//! **How.** A write that changes searchable messages records the changed
+//! range (`session key, from..until` sequences) in the main database's
+//! `search_log`, in its own transaction; an append run records one row per
+//! session. This thread reads the log past the id it last applied and, in
+//! one transaction of the search file, deletes the index rows of each range
+//! and indexes the range's messages as they are in the same snapshot of the
+//! main database (so an edit, redaction, rollback or delete is simply a
+//! range whose current messages are fewer or different), then records the
+//! last id applied. Applying a range twice changes nothing, so a crash
+//! between the two files only means a range is applied again.
+//!
+//! **Search sees every committed write.** `SearchMessages` reads the log's
+//! last id, wakes this thread and waits until that id is applied before it
+//! queries, so a search after an acknowledged write finds it.
+//!
+//! **Recovery.** The search file is derived data. This thread rebuilds it
+//! from all messages when it is new (the first start after the migration
+//! that moved the index here, or the file deleted by hand), when it records
+//! an id past the log's end (the main database lost its last commits in a
+//! power loss while the search file kept them), or when it is behind rows
+//! already deleted from the log (an older search file). The append thread
+//! deletes applied log rows, keeping the last one, so both are detectable.
+//!
+//! `sqlite::memory:` keeps the index inline (a `search` schema attached in
+//! memory, written in each write's transaction): there is no second file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use tokio::sync::watch;
+
+use super::OpenError;
+use super::ops::{decode, search_rowid};
+use super::sqlite_appends::WAL_SIZE_LIMIT;
+use crate::domain::{Error, Message, Result, control};
+
+/// The FTS5 table, in the schema `search` (this file, or memory).
+pub(super) const CREATE_INDEX: &str = "CREATE VIRTUAL TABLE IF NOT EXISTS search.message_search \
+     USING fts5 (text, tokenize = 'unicode61 remove_diacritics 2')";
+
+/// The last `search_log` id applied (one row, absent until built).
+const CREATE_APPLIED: &str = "CREATE TABLE IF NOT EXISTS search.search_applied \
+     (id INTEGER PRIMARY KEY CHECK (id = 1), log_id INTEGER NOT NULL)";
+
+/// Log rows applied per pass at most.
+const PASS_ROWS: i64 = 4096;
+
+/// How long the thread sleeps when nothing wakes it.
+const IDLE_POLL: Duration = Duration::from_secs(1);
+
+/// How long a search waits for the index to catch up before failing.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The search file of the database file at `path`.
+pub(super) fn search_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-search");
+    PathBuf::from(name)
+}
+
+/// The statement a connection runs to see the index (as `search`).
+pub(super) fn attach(path: &Path) -> String {
+    let quoted = path.to_string_lossy().replace('\'', "''");
+    format!("ATTACH DATABASE '{quoted}' AS search")
+}
+
+/// Creates the search file of the database at `path` (if missing) in WAL
+/// mode, with its tables, before any other connection attaches it.
+pub(super) fn prepare(path: &Path) -> Result<(), OpenError> {
+    let failed = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
+    let conn = Connection::open_in_memory().map_err(failed)?;
+    conn.execute_batch(&attach(&search_path(path)))
+        .map_err(failed)?;
+    conn.query_row("PRAGMA search.journal_mode = WAL", [], |_| Ok(()))
+        .map_err(failed)?;
+    conn.execute_batch(&format!("{CREATE_INDEX}; {CREATE_APPLIED};"))
+        .map_err(failed)
+}
+
+/// The indexer thread's handle.
+pub(super) struct SearchIndexer {
+    wake: SyncSender<()>,
+    /// How far the thread has got.
+    applied: watch::Receiver<Progress>,
+    /// Set to stop the thread.
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Where the indexer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Progress {
+    /// Building the index from every message.
+    Building,
+    /// Applied the log through this id.
+    Applied(i64),
+}
+
+impl SearchIndexer {
+    /// Opens a connection to the (migrated) database at `path` with its
+    /// search file attached and starts the thread. `applied` tells the
+    /// append thread which log rows it may delete.
+    pub(super) fn start(path: &Path, applied: Arc<AtomicI64>) -> Result<Self, OpenError> {
+        let failed = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(failed)?;
+        conn.execute_batch(&attach(&search_path(path)))
+            .map_err(failed)?;
+        // FULL: the log rows an applied id covers are deleted afterwards,
+        // so that id must be on disk first. The main database is only read
+        // here (and never checkpointed by this connection).
+        conn.execute_batch(
+            "PRAGMA search.synchronous = FULL; PRAGMA busy_timeout = 10000; \
+             PRAGMA cache_size = -16384; PRAGMA temp_store = MEMORY",
+        )
+        .map_err(failed)?;
+        conn.pragma_update(
+            Some(rusqlite::DatabaseName::Attached("search")),
+            "journal_size_limit",
+            WAL_SIZE_LIMIT,
+        )
+        .map_err(failed)?;
+        let start = check_applied(&conn).map_err(failed)?;
+        if let Some(id) = start {
+            applied.store(id, Ordering::Release);
+        }
+        let (progress, watching) =
+            watch::channel(start.map_or(Progress::Building, Progress::Applied));
+        let (wake, woken) = mpsc::sync_channel(1);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("sqlite-search".into())
+            .spawn(move || run(&conn, &progress, &applied, &woken, &stopping))
+            .map_err(|error| OpenError::Engine(Box::new(error)))?;
+        Ok(SearchIndexer {
+            wake,
+            applied: watching,
+            stop,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Tells the thread the log has new rows.
+    pub(super) fn wake(&self) {
+        match self.wake.try_send(()) {
+            Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
+        }
+    }
+
+    /// Waits until the log is applied through `log_id`.
+    pub(super) async fn caught_up(&self, log_id: i64) -> Result<()> {
+        self.wake();
+        let mut applied = self.applied.clone();
+        let wait = applied.wait_for(|progress| match progress {
+            Progress::Building => false,
+            Progress::Applied(id) => *id >= log_id,
+        });
+        match tokio::time::timeout(CATCH_UP_TIMEOUT, wait).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(Error::storage(std::io::Error::other(
+                "the search indexer stopped",
+            ))),
+            Err(_) => Err(Error::storage(std::io::Error::other(
+                "the search index did not catch up in time",
+            ))),
+        }
+    }
+
+    /// Stops the thread and waits for it (its pass, if one runs, finishes).
+    pub(super) async fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.wake();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+}
+
+/// The id the index has applied through, or `None` if it must be built:
+/// never built; past the log's end (see the module notes); or behind rows
+/// already deleted from the log (a search file older than the database,
+/// as when one is restored from a backup and the other is not).
+fn check_applied(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    let applied: Option<i64> = conn
+        .query_row("SELECT log_id FROM search.search_applied", [], |row| {
+            row.get(0)
+        })
+        .optional()?;
+    let (first, end): (Option<i64>, i64) = conn.query_row(
+        "SELECT min(id), coalesce(max(id), 0) FROM main.search_log",
+        [],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    let Some(applied) = applied else {
+        return Ok(None);
+    };
+    // The log keeps the last row it was trimmed to, so ids after it are
+    // all there, and none after its end was ever written.
+    let deleted_unapplied = first.is_some_and(|first| applied + 1 < first);
+    if applied > end || deleted_unapplied {
+        tracing::warn!(
+            applied,
+            log_first = first,
+            log_end = end,
+            "the search index does not match the database (a lost commit, or a restored file); rebuilding it"
+        );
+        conn.execute("DELETE FROM search.search_applied", [])?;
+        return Ok(None);
+    }
+    Ok(Some(applied))
+}
+
+fn run(
+    conn: &Connection,
+    progress: &watch::Sender<Progress>,
+    applied: &AtomicI64,
+    woken: &mpsc::Receiver<()>,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        let more = match pass(conn) {
+            Ok(Some(id)) => {
+                applied.store(id, Ordering::Release);
+                progress.send_replace(Progress::Applied(id));
+                true
+            }
+            Ok(None) => false,
+            Err(error) => {
+                tracing::error!(%error, "indexing messages for search failed; retrying");
+                false
+            }
+        };
+        if more {
+            // Whatever was logged during that pass goes in the next one.
+            continue;
+        }
+        match woken.recv_timeout(IDLE_POLL) {
+            Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// One pass in one transaction: the id applied through, or `None` if the
+/// log had nothing new.
+fn pass(conn: &Connection) -> Result<Option<i64>> {
+    // Deferred: the main database is only read (one snapshot for the log
+    // and the messages); the write lock taken is the search file's.
+    conn.execute_batch("BEGIN")?;
+    let result = apply_log(conn);
+    let finished = match &result {
+        Ok(Some(_)) => conn.execute_batch("COMMIT"),
+        _ => conn.execute_batch("ROLLBACK"),
+    };
+    match (result, finished) {
+        (Ok(applied), Ok(())) => Ok(applied),
+        (Err(error), _) => Err(error),
+        (Ok(_), Err(error)) => {
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            Err(error.into())
+        }
+    }
+}
+
+fn apply_log(conn: &Connection) -> Result<Option<i64>> {
+    let applied: Option<i64> = conn
+        .query_row("SELECT log_id FROM search.search_applied", [], |row| {
+            row.get(0)
+        })
+        .optional()?;
+    let Some(applied) = applied else {
+        return rebuild(conn).map(Some);
+    };
+    let mut ranges: Vec<(i64, i64, i64)> = Vec::new();
+    let mut last = applied;
+    {
+        let mut log = conn.prepare_cached(
+            "SELECT id, session_key, from_sequence, until_sequence FROM main.search_log \
+             WHERE id > ?1 ORDER BY id LIMIT ?2",
+        )?;
+        let mut rows = log.query([applied, PASS_ROWS])?;
+        while let Some(row) = rows.next()? {
+            last = row.get(0)?;
+            ranges.push((row.get(1)?, row.get(2)?, row.get(3)?));
+        }
+    }
+    if ranges.is_empty() {
+        return Ok(None);
+    }
+    let mut delete =
+        conn.prepare_cached("DELETE FROM search.message_search WHERE rowid >= ?1 AND rowid < ?2")?;
+    let mut read = conn.prepare_cached(
+        "SELECT sequence, body FROM main.messages \
+         WHERE session_key = ?1 AND sequence >= ?2 AND sequence < ?3 AND redacted = 0",
+    )?;
+    // Every range's old rows out first, then the current messages of all
+    // of them in row id order (FTS5 starts a new segment whenever a row id
+    // goes back), each once.
+    let mut texts = BTreeMap::new();
+    for &(key, from, until) in &ranges {
+        delete.execute([search_rowid(key, from), search_rowid(key, until)])?;
+        let mut rows = read.query([key, from, until])?;
+        while let Some(row) = rows.next()? {
+            let sequence: i64 = row.get(0)?;
+            let body = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
+            texts.insert(search_rowid(key, sequence), text_of(body)?);
+        }
+    }
+    insert_texts(conn, texts)?;
+    conn.prepare_cached("UPDATE search.search_applied SET log_id = ?1")?
+        .execute([last])?;
+    Ok(Some(last))
+}
+
+/// The index built anew from every message, through the log's end.
+fn rebuild(conn: &Connection) -> Result<i64> {
+    let end: i64 = conn.query_row(
+        "SELECT coalesce(max(id), 0) FROM main.search_log",
+        [],
+        |row| row.get(0),
+    )?;
+    conn.execute_batch(&format!(
+        "DROP TABLE IF EXISTS search.message_search; {CREATE_INDEX};"
+    ))?;
+    let mut count = 0_u64;
+    {
+        let mut read = conn.prepare(
+            "SELECT session_key, sequence, body FROM main.messages WHERE redacted = 0 \
+             ORDER BY session_key, sequence",
+        )?;
+        let mut insert =
+            conn.prepare("INSERT INTO search.message_search (rowid, text) VALUES (?1, ?2)")?;
+        let mut rows = read.query([])?;
+        while let Some(row) = rows.next()? {
+            let body = row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
+            let text = text_of(body)?;
+            if !text.is_empty() {
+                insert.execute(rusqlite::params![
+                    search_rowid(row.get(0)?, row.get(1)?),
+                    text
+                ])?;
+                count += 1;
+            }
+        }
+    }
+    conn.execute(
+        "INSERT OR REPLACE INTO search.search_applied (id, log_id) VALUES (1, ?1)",
+        [end],
+    )?;
+    tracing::info!(messages = count, "built the search index");
+    Ok(end)
+}
+
+/// The searchable text of a stored message body ("" if none).
+fn text_of(body: &str) -> Result<String> {
+    let message: Message = decode(body)?;
+    let text = control::search_text(&message);
+    Ok(if text.trim().is_empty() {
+        String::new()
+    } else {
+        text
+    })
+}
+
+fn insert_texts(conn: &Connection, texts: BTreeMap<i64, String>) -> Result<()> {
+    let mut insert =
+        conn.prepare_cached("INSERT INTO search.message_search (rowid, text) VALUES (?1, ?2)")?;
+    for (rowid, text) in texts {
+        if !text.is_empty() {
+            insert.execute(rusqlite::params![rowid, text])?;
+        }
+    }
+    Ok(())
+}
