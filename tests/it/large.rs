@@ -258,25 +258,22 @@ async fn the_sqlite_wal_stays_bounded_under_steady_writes() {
     );
 }
 
-/// SQLite's search index is written beside the appends from a log of the
-/// message ranges they changed; the append thread deletes the log rows the
-/// indexer has applied (keeping the last), and searches stay right across.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sqlite_search_log_is_trimmed_once_indexed() {
-    use sqlx::Connection as _;
+/// Writers for the search-log tests: on SQLite each append run logs a
+/// range per session, so this many appends log about as many rows.
+const LOG_CLIENTS: usize = 8;
+const LOG_APPENDS_EACH: usize = 600;
 
-    const CLIENTS: usize = 8;
-    const APPENDS_EACH: usize = 600;
-    let storage = Storage::new(Backend::File).await;
-    let url = storage.url.clone();
-    let server = TestServer::start_on(storage, |_| {}).await;
+/// Appends [`LOG_APPENDS_EACH`] exchanges from each of [`LOG_CLIENTS`]
+/// clients, each on its session `ses_log_<n>` (created here), the user
+/// message naming its writer and index (`w<n>x<i>`).
+async fn append_logged(server: &TestServer) {
     let mut client = server.client().await;
     let mut writers = tokio::task::JoinSet::new();
-    for writer in 0..CLIENTS {
+    for writer in 0..LOG_CLIENTS {
         let session = create(&mut client, &format!("ses_log_{writer}")).await.id;
         let mut client = server.client().await;
         writers.spawn(async move {
-            for index in 0..APPENDS_EACH {
+            for index in 0..LOG_APPENDS_EACH {
                 let request = pb::AppendExchangeRequest {
                     session_id: session.clone(),
                     messages: vec![user(&format!("question w{writer}x{index}"))],
@@ -291,40 +288,54 @@ async fn the_sqlite_search_log_is_trimmed_once_indexed() {
     while let Some(done) = writers.join_next().await {
         done.expect("writer");
     }
-    let searcher = client.clone();
-    let found = |word: String| {
-        let mut client = searcher.clone();
-        async move {
-            client
-                .search_messages(pb::SearchMessagesRequest {
-                    query: word,
-                    ..Default::default()
-                })
-                .await
-                .expect("search")
-                .into_inner()
-                .hits
-                .len()
-        }
-    };
-    // Everything indexed (a search waits for it).
-    assert_eq!(found("w0x0".into()).await, 1);
-    assert_eq!(found(format!("w7x{}", APPENDS_EACH - 1)).await, 1);
-    let request = pb::AppendExchangeRequest {
-        session_id: "ses_log_0".into(),
-        messages: vec![user("the last word")],
-        ..Default::default()
-    };
-    client.append_exchange(request).await.expect("append");
-    let mut db = sqlx::SqliteConnection::connect(&url).await.expect("open");
-    let (rows, last): (i64, i64) =
-        sqlx::query_as("SELECT count(*), coalesce(max(id), 0) FROM search_log")
-            .fetch_one(&mut db)
-            .await
-            .expect("count");
+}
+
+/// How many messages a search for `word` finds.
+async fn found(server: &TestServer, word: &str) -> usize {
+    server
+        .client()
+        .await
+        .search_messages(pb::SearchMessagesRequest {
+            query: word.to_owned(),
+            ..Default::default()
+        })
+        .await
+        .expect("search")
+        .into_inner()
+        .hits
+        .len()
+}
+
+/// `search_log`'s row count and last id.
+async fn search_log(url: &str) -> (i64, i64) {
+    use sqlx::Connection as _;
+    let mut db = sqlx::SqliteConnection::connect(url).await.expect("open");
+    let counted = sqlx::query_as("SELECT count(*), coalesce(max(id), 0) FROM search_log")
+        .fetch_one(&mut db)
+        .await
+        .expect("count");
     db.close().await.expect("close");
+    counted
+}
+
+/// SQLite's search index is written beside the appends from a log of the
+/// message ranges they changed; the append thread deletes the log rows the
+/// indexer has applied (keeping the last), and searches stay right across.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_search_log_is_trimmed_once_indexed() {
+    let storage = Storage::new(Backend::File).await;
+    let url = storage.url.clone();
+    let server = TestServer::start_on(storage, |_| {}).await;
+    append_logged(&server).await;
+    // Everything indexed (a search waits for it).
+    assert_eq!(found(&server, "w0x0").await, 1);
+    assert_eq!(
+        found(&server, &format!("w7x{}", LOG_APPENDS_EACH - 1)).await,
+        1
+    );
+    let (rows, last) = search_log(&url).await;
     assert!(
-        last >= (CLIENTS * APPENDS_EACH) as i64 / 2,
+        last >= (LOG_CLIENTS * LOG_APPENDS_EACH) as i64 / 2,
         "a log row per session per run: {last}"
     );
     // Deleted once 4,096 are applied: every row before the last applied.
@@ -332,12 +343,49 @@ async fn the_sqlite_search_log_is_trimmed_once_indexed() {
         last - rows >= 4095 && rows < 4096,
         "applied rows deleted: {rows} left of {last}"
     );
-    for word in [
-        "w3x17".to_owned(),
-        "last".to_owned(),
-        format!("w5x{}", APPENDS_EACH - 2),
-    ] {
-        assert_eq!(found(word).await, 1);
+    for word in ["w3x17".to_owned(), format!("w5x{}", LOG_APPENDS_EACH - 2)] {
+        assert_eq!(found(&server, &word).await, 1);
+    }
+    server.stop().await.expect("stop");
+}
+
+/// A search file older than the database (restored from a backup taken
+/// before log rows it never applied were deleted) is rebuilt at start,
+/// rather than missing those messages for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_sqlite_search_file_is_rebuilt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("sessions.db");
+    let url = format!("sqlite://{}", db.display());
+    let search = std::path::PathBuf::from(format!("{}-search", db.display()));
+    let old = dir.path().join("old-search");
+
+    let server = TestServer::start_with(url.clone(), None, |_| {}).await;
+    let mut client = server.client().await;
+    create(&mut client, "ses_first").await;
+    crate::support::exchange(&mut client, "ses_first", "the first word", "reply").await;
+    assert_eq!(found(&server, "first").await, 1);
+    server.stop().await.expect("stop");
+    // Closed cleanly: the search file holds everything, its WAL is gone.
+    std::fs::copy(&search, &old).expect("copy");
+
+    let server = TestServer::start_with(url.clone(), None, |_| {}).await;
+    append_logged(&server).await;
+    assert_eq!(found(&server, "w2x3").await, 1);
+    server.stop().await.expect("stop");
+    let (rows, last) = search_log(&url).await;
+    assert!(
+        last - rows >= 4095,
+        "applied rows deleted: {rows} left of {last}"
+    );
+
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", search.display()));
+    }
+    std::fs::copy(&old, &search).expect("restore");
+    let server = TestServer::start_with(url, None, |_| {}).await;
+    for word in ["first", "w2x3", "w6x100"] {
+        assert_eq!(found(&server, word).await, 1, "{word}");
     }
     server.stop().await.expect("stop");
 }
