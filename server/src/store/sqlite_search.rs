@@ -36,10 +36,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use tokio::sync::watch;
@@ -62,6 +62,11 @@ const PASS_ROWS: i64 = 4096;
 
 /// How long the thread sleeps when nothing wakes it.
 const IDLE_POLL: Duration = Duration::from_secs(1);
+
+/// How long the thread lets the log gather after a pass that applied
+/// rows, unless a search is waiting: larger passes write larger segments,
+/// which FTS5 merges fewer times.
+const GATHER: Duration = Duration::from_millis(20);
 
 /// How long a search waits for the index to catch up before failing.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -99,6 +104,8 @@ pub(super) struct SearchIndexer {
     applied: watch::Receiver<Progress>,
     /// Set to stop the thread.
     stop: Arc<std::sync::atomic::AtomicBool>,
+    /// Searches waiting for the index to catch up.
+    searching: Arc<AtomicUsize>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -146,15 +153,21 @@ impl SearchIndexer {
             watch::channel(start.map_or(Progress::Building, Progress::Applied));
         let (wake, woken) = mpsc::sync_channel(1);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stopping = Arc::clone(&stop);
+        let searching = Arc::new(AtomicUsize::new(0));
+        let waits = Waits {
+            woken,
+            stop: Arc::clone(&stop),
+            searching: Arc::clone(&searching),
+        };
         let thread = std::thread::Builder::new()
             .name("sqlite-search".into())
-            .spawn(move || run(&conn, &progress, &applied, &woken, &stopping))
+            .spawn(move || run(&conn, &progress, &applied, &waits))
             .map_err(|error| OpenError::Engine(Box::new(error)))?;
         Ok(SearchIndexer {
             wake,
             applied: watching,
             stop,
+            searching,
             thread: Mutex::new(Some(thread)),
         })
     }
@@ -168,13 +181,16 @@ impl SearchIndexer {
 
     /// Waits until the log is applied through `log_id`.
     pub(super) async fn caught_up(&self, log_id: i64) -> Result<()> {
-        self.wake();
         let mut applied = self.applied.clone();
         let wait = applied.wait_for(|progress| match progress {
             Progress::Building => false,
             Progress::Applied(id) => *id >= log_id,
         });
-        match tokio::time::timeout(CATCH_UP_TIMEOUT, wait).await {
+        self.searching.fetch_add(1, Ordering::AcqRel);
+        self.wake();
+        let waited = tokio::time::timeout(CATCH_UP_TIMEOUT, wait).await;
+        self.searching.fetch_sub(1, Ordering::AcqRel);
+        match waited {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(_)) => Err(Error::storage(std::io::Error::other(
                 "the search indexer stopped",
@@ -234,15 +250,45 @@ fn check_applied(conn: &Connection) -> rusqlite::Result<Option<i64>> {
     Ok(Some(applied))
 }
 
-fn run(
-    conn: &Connection,
-    progress: &watch::Sender<Progress>,
-    applied: &AtomicI64,
-    woken: &mpsc::Receiver<()>,
-    stop: &std::sync::atomic::AtomicBool,
-) {
+/// What the thread waits on between passes.
+struct Waits {
+    woken: mpsc::Receiver<()>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    searching: Arc<AtomicUsize>,
+}
+
+impl Waits {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Waits for a wake-up (or [`IDLE_POLL`]); `false` once the store is gone.
+    fn idle(&self) -> bool {
+        !matches!(
+            self.woken.recv_timeout(IDLE_POLL),
+            Err(RecvTimeoutError::Disconnected)
+        )
+    }
+
+    /// Lets the log gather for [`GATHER`], unless a search is waiting or
+    /// the thread is stopping.
+    fn gather(&self) {
+        let until = Instant::now() + GATHER;
+        while self.searching.load(Ordering::Acquire) == 0 && !self.stopping() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            if let Err(RecvTimeoutError::Disconnected) = self.woken.recv_timeout(left) {
+                return;
+            }
+        }
+    }
+}
+
+fn run(conn: &Connection, progress: &watch::Sender<Progress>, applied: &AtomicI64, waits: &Waits) {
     loop {
-        if stop.load(Ordering::Acquire) {
+        if waits.stopping() {
             return;
         }
         let more = match pass(conn) {
@@ -258,12 +304,10 @@ fn run(
             }
         };
         if more {
-            // Whatever was logged during that pass goes in the next one.
-            continue;
-        }
-        match woken.recv_timeout(IDLE_POLL) {
-            Ok(()) | Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return,
+            // Whatever is logged meanwhile goes in the next pass.
+            waits.gather();
+        } else if !waits.idle() {
+            return;
         }
     }
 }
