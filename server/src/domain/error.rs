@@ -76,6 +76,11 @@ pub enum Error {
     #[error("unauthenticated: {0}")]
     Unauthenticated(&'static str),
 
+    /// The search index has not caught up with the writes before the
+    /// search in time (SQLite, while it is being rebuilt); retry later.
+    #[error("the search index is still being built; retry in a few seconds")]
+    SearchIndexBehind,
+
     /// The server is shutting down and takes no more writes.
     #[error("the server is shutting down")]
     ShuttingDown,

@@ -131,11 +131,33 @@ impl From<Error> for Status {
             }
             Error::Unauthenticated(_) => (Code::Unauthenticated, info("UNAUTHENTICATED", &[])),
             Error::ShuttingDown => (Code::Unavailable, info("SHUTTING_DOWN", &[])),
+            Error::SearchIndexBehind => {
+                let mut details = info("SEARCH_INDEX_BEHIND", &[]);
+                details.set_retry_info(Some(std::time::Duration::from_secs(5)));
+                (Code::Unavailable, details)
+            }
             Error::Storage(source) => {
                 tracing::error!(error = %source, "storage error");
                 (Code::Internal, info("STORAGE_ERROR", &[]))
             }
         };
         Status::with_error_details(code, message, details)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_search_index_still_building_is_unavailable_with_a_retry_delay() {
+        let status = Status::from(Error::SearchIndexBehind);
+        assert_eq!(status.code(), Code::Unavailable);
+        let details = status.get_error_details();
+        let info = details.error_info().expect("error info");
+        assert_eq!(info.reason, "SEARCH_INDEX_BEHIND");
+        assert_eq!(info.domain, ERROR_DOMAIN);
+        let retry = details.retry_info().expect("retry info");
+        assert_eq!(retry.retry_delay, Some(std::time::Duration::from_secs(5)));
     }
 }

@@ -195,9 +195,7 @@ impl SearchIndexer {
             Ok(Err(_)) => Err(Error::storage(std::io::Error::other(
                 "the search indexer stopped",
             ))),
-            Err(_) => Err(Error::storage(std::io::Error::other(
-                "the search index did not catch up in time",
-            ))),
+            Err(_) => Err(Error::SearchIndexBehind),
         }
     }
 
