@@ -154,10 +154,14 @@ mod tests {
         let status = Status::from(Error::SearchIndexBehind);
         assert_eq!(status.code(), Code::Unavailable);
         let details = status.get_error_details();
-        let info = details.error_info().expect("error info");
-        assert_eq!(info.reason, "SEARCH_INDEX_BEHIND");
-        assert_eq!(info.domain, ERROR_DOMAIN);
-        let retry = details.retry_info().expect("retry info");
-        assert_eq!(retry.retry_delay, Some(std::time::Duration::from_secs(5)));
+        let info = details.error_info();
+        assert_eq!(
+            info.map(|info| (info.reason.as_str(), info.domain.as_str())),
+            Some(("SEARCH_INDEX_BEHIND", ERROR_DOMAIN))
+        );
+        assert_eq!(
+            details.retry_info().and_then(|retry| retry.retry_delay),
+            Some(std::time::Duration::from_secs(5))
+        );
     }
 }
