@@ -1832,31 +1832,23 @@ async fn the_sqlite_search_file_is_rebuilt_when_missing_or_ahead() {
     let db = dir.path().join("sessions.db");
     let url = format!("sqlite://{}", db.display());
     let with_suffix = |suffix: &str| std::path::PathBuf::from(format!("{}{suffix}", db.display()));
-    let hits = |client: &mut Client, word: &'static str| {
+    // The sequences a search finds (all in `ses_sea`).
+    let found = |client: &Client, word: &'static str| {
         let mut client = client.clone();
         async move {
             search_all(&mut client, word, "")
                 .await
                 .iter()
-                .map(|hit| (hit.session_id.clone(), hit.sequence))
+                .inspect(|hit| assert_eq!(hit.session_id, "ses_sea"))
+                .map(|hit| hit.sequence)
                 .collect::<Vec<_>>()
         }
     };
-
     let server = TestServer::start_with(url.clone(), None, |_| {}).await;
     let mut client = server.client().await;
     create(&mut client, "ses_sea").await;
-    exchange(
-        &mut client,
-        "ses_sea",
-        "the walrus said",
-        "the time has come",
-    )
-    .await;
-    assert_eq!(
-        hits(&mut client, "walrus").await,
-        [("ses_sea".to_owned(), 0)]
-    );
+    exchange(&mut client, "ses_sea", "the walrus said", "it is time").await;
+    assert_eq!(found(&client, "walrus").await, [0]);
     server.stop().await.unwrap();
     assert!(
         with_suffix("-search").exists(),
@@ -1871,21 +1863,9 @@ async fn the_sqlite_search_file_is_rebuilt_when_missing_or_ahead() {
     }
     let server = TestServer::start_with(url.clone(), None, |_| {}).await;
     let mut client = server.client().await;
-    assert_eq!(
-        hits(&mut client, "walrus").await,
-        [("ses_sea".to_owned(), 0)]
-    );
-    exchange(
-        &mut client,
-        "ses_sea",
-        "of shoes and ships",
-        "and sealing wax",
-    )
-    .await;
-    assert_eq!(
-        hits(&mut client, "sealing").await,
-        [("ses_sea".to_owned(), 3)]
-    );
+    assert_eq!(found(&client, "walrus").await, [0]);
+    exchange(&mut client, "ses_sea", "shoes, ships", "sealing wax").await;
+    assert_eq!(found(&client, "sealing").await, [3]);
     server.stop().await.unwrap();
 
     // Ahead: the database goes back to before the second exchange, the
@@ -1896,17 +1876,11 @@ async fn the_sqlite_search_file_is_rebuilt_when_missing_or_ahead() {
     std::fs::copy(with_suffix(".before"), &db).unwrap();
     let server = TestServer::start_with(url, None, |_| {}).await;
     let mut client = server.client().await;
-    assert!(hits(&mut client, "sealing").await.is_empty());
-    assert_eq!(
-        hits(&mut client, "walrus").await,
-        [("ses_sea".to_owned(), 0)]
-    );
+    assert!(found(&client, "sealing").await.is_empty());
+    assert_eq!(found(&client, "walrus").await, [0]);
     // And it goes on indexing.
     exchange(&mut client, "ses_sea", "and cabbages", "and kings").await;
-    assert_eq!(
-        hits(&mut client, "cabbages").await,
-        [("ses_sea".to_owned(), 2)]
-    );
+    assert_eq!(found(&client, "cabbages").await, [2]);
     server.stop().await.unwrap();
 }
 

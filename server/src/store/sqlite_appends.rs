@@ -33,12 +33,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::OpenError;
 use super::batch::{Outcome, Run, Statement, Value};
 use super::ops::{Columns, Dialect, SearchWrites};
+use super::sqlite_reads::open_engine;
 use crate::domain::{Error, NewExchange, Result, Timestamp};
 
 /// A run's requests: tenant and exchange, in arrival order.
@@ -108,11 +109,7 @@ impl EngineAppends {
     /// thread deletes the log rows before it now and then.
     pub(super) fn start(path: &Path, indexed: Arc<AtomicI64>) -> Result<Self, OpenError> {
         let engine = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(engine)?;
+        let conn = open_engine(path).map_err(engine)?;
         // As sqlx's connections (sqlite.rs), but NORMAL: the syncer, not
         // COMMIT, fsyncs the WAL (see the module notes); the checkpointer
         // task copies the WAL back.

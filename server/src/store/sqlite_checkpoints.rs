@@ -31,10 +31,11 @@ use std::path::Path;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OpenFlags, ffi};
+use rusqlite::{Connection, ffi};
 
 use super::OpenError;
 use super::sqlite_appends::{Checkpointed, WAL_SIZE_LIMIT, WalCheckpoints};
+use super::sqlite_reads::open_engine;
 
 /// How often the WAL is copied back into the database file.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
@@ -54,11 +55,7 @@ impl Checkpointer {
     /// and starts checkpointing it.
     pub(super) fn start(path: &Path, engine: WalCheckpoints) -> Result<Self, OpenError> {
         let failed = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(failed)?;
+        let conn = open_engine(path).map_err(failed)?;
         conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
             .map_err(failed)?;
         conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)

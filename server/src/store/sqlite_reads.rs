@@ -13,7 +13,7 @@
 //! The connections are read-only (`query_only`) and WAL lets them read
 //! beside the writer, as sqlx's read pool does.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -40,6 +40,16 @@ pub(super) fn unplanned(sql: &str) -> String {
     sql.replace("$1", "(?1 + 0)")
         .replace("$2", "(?2 + 0)")
         .replace('$', "?")
+}
+
+/// An engine connection of this thread's own to the (existing) database
+/// file at `path`: read-write, without SQLite's per-connection mutex (one
+/// thread uses it at a time). Each user adds its own settings.
+pub(super) fn open_engine(path: &Path) -> rusqlite::Result<Connection> {
+    Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
 }
 
 /// Idle connections kept for the next read.
@@ -162,10 +172,7 @@ impl EngineReads {
     }
 
     fn open(&self) -> rusqlite::Result<Connection> {
-        let conn = Connection::open_with_flags(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
+        let conn = open_engine(&self.path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.execute_batch("PRAGMA query_only = ON")?;
         Ok(conn)

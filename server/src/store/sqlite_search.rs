@@ -41,12 +41,13 @@ use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension};
 use tokio::sync::watch;
 
 use super::OpenError;
 use super::ops::{decode, search_rowid};
 use super::sqlite_appends::WAL_SIZE_LIMIT;
+use super::sqlite_reads::open_engine;
 use crate::domain::{Error, Message, Result, control};
 
 /// The FTS5 table, in the schema `search` (this file, or memory).
@@ -124,11 +125,7 @@ impl SearchIndexer {
     /// append thread which log rows it may delete.
     pub(super) fn start(path: &Path, applied: Arc<AtomicI64>) -> Result<Self, OpenError> {
         let failed = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(failed)?;
+        let conn = open_engine(path).map_err(failed)?;
         conn.execute_batch(&attach(&search_path(path)))
             .map_err(failed)?;
         // FULL: the log rows an applied id covers are deleted afterwards,
