@@ -1850,6 +1850,7 @@ async fn the_sqlite_search_file_is_rebuilt_when_missing_or_ahead() {
     exchange(&mut client, "ses_sea", "the walrus said", "it is time").await;
     assert_eq!(found(&client, "walrus").await, [0]);
     server.stop().await.unwrap();
+    assert_eq!(open_files_under(dir.path()), [] as [std::path::PathBuf; 0]);
     assert!(
         with_suffix("-search").exists(),
         "the index has a file of its own"
@@ -1867,6 +1868,7 @@ async fn the_sqlite_search_file_is_rebuilt_when_missing_or_ahead() {
     exchange(&mut client, "ses_sea", "shoes, ships", "sealing wax").await;
     assert_eq!(found(&client, "sealing").await, [3]);
     server.stop().await.unwrap();
+    assert_eq!(open_files_under(dir.path()), [] as [std::path::PathBuf; 0]);
 
     // Ahead: the database goes back to before the second exchange, the
     // index keeps it. The index must not find what the database lost.

@@ -255,6 +255,19 @@ impl Storage {
     }
 }
 
+/// The files under `dir` this process still has open (read from
+/// `/proc/self/fd`; empty where there is no `/proc`). A stopped server must
+/// have closed its database: a test that copies or restores its files
+/// right after relies on it.
+pub fn open_files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|path| path.starts_with(dir))
+        .collect()
+}
+
 pub async fn connect(endpoint: &str) -> SessionStoreClient<Channel> {
     let channel = Channel::from_shared(endpoint.to_owned())
         .expect("endpoint")

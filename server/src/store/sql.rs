@@ -591,7 +591,26 @@ impl Store for SqlStore {
         if let Some(engine) = &self.inner.engine_reads {
             engine.close();
         }
-        self.inner.pool.close().await;
+        close_pool(&self.inner.pool).await;
+    }
+}
+
+/// Closes every connection of `pool` before returning. sqlx's `close` can
+/// return with one still open: a connection dropped just before (the
+/// writer's own, a finished read's) goes back to the pool from a task of
+/// its own after a ping, and if that lands while `close` waits for the
+/// last permits, it is left idle, open until the pool itself is dropped.
+/// On SQLite that connection then closes last, after the caller has gone
+/// on, so the WAL is not yet copied back when `close` returns (a restart in
+/// the same process, or a copy of the file, saw the database as it was).
+async fn close_pool(pool: &AnyPool) {
+    loop {
+        pool.close().await;
+        if pool.size() == 0 {
+            return;
+        }
+        // Let the returning connection's task get as far as the pool.
+        tokio::task::yield_now().await;
     }
 }
 
