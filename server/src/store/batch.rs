@@ -505,19 +505,34 @@ impl Rows {
     /// [`ROWS_PER_STATEMENT`] rows), the sessions' UPDATE included.
     fn statements(self, dialect: Dialect, sessions: &HashMap<SessionKey, State>) -> Vec<Statement> {
         let mut statements = Vec::new();
+        // On SQLite, `OR FAIL` rather than the default `ABORT`: a statement
+        // that may abort halfway must keep a statement journal, a copy of
+        // every page it changes that the transaction had already changed
+        // (about 8% of the engine's append thread, BENCHMARKS.md). A failed
+        // statement keeps the rows it wrote before failing, but every caller
+        // rolls the whole run back on any error (the engine's transaction,
+        // sqlx's savepoint), so they are never committed.
+        let insert_into = match dialect {
+            Dialect::Sqlite => "INSERT OR FAIL INTO",
+            Dialect::Postgres => "INSERT INTO",
+        };
         // Calls before the messages that reference them.
         insert(
             &mut statements,
-            "INSERT INTO provider_calls (id, session_key, request_id, provider, model, \
+            &format!(
+                "{insert_into} provider_calls (id, session_key, request_id, provider, model, \
              requested_provider, requested_model, prompt_tokens, completion_tokens, \
-             total_tokens, cost_micros_usd, create_time) VALUES ",
+             total_tokens, cost_micros_usd, create_time) VALUES "
+            ),
             12,
             self.calls,
         );
         insert(
             &mut statements,
-            "INSERT INTO messages (session_key, sequence, id, produced_by_call_id, body, \
-             create_time, redacted) VALUES ",
+            &format!(
+                "{insert_into} messages (session_key, sequence, id, produced_by_call_id, body, \
+             create_time, redacted) VALUES "
+            ),
             7,
             self.messages,
         );
@@ -559,7 +574,9 @@ impl Rows {
         }
         insert(
             &mut statements,
-            "INSERT INTO search_log (session_key, from_sequence, until_sequence) VALUES ",
+            &format!(
+                "{insert_into} search_log (session_key, from_sequence, until_sequence) VALUES "
+            ),
             3,
             ranges
                 .into_iter()
@@ -570,17 +587,19 @@ impl Rows {
         );
         let mut changed: Vec<&State> = sessions.values().filter(|s| s.changed).collect();
         changed.sort_unstable_by_key(|s| s.key);
-        update_sessions(&mut statements, &changed);
+        update_sessions(&mut statements, dialect, &changed);
         insert(
             &mut statements,
-            "INSERT INTO events (session_key, revision, time, body) VALUES ",
+            &format!("{insert_into} events (session_key, revision, time, body) VALUES "),
             4,
             self.events,
         );
         insert(
             &mut statements,
-            "INSERT INTO idempotency_keys (tenant, request_id, session_key, fingerprint, \
-             revision) VALUES ",
+            &format!(
+                "{insert_into} idempotency_keys (tenant, request_id, session_key, fingerprint, \
+             revision) VALUES "
+            ),
             5,
             self.keys,
         );
@@ -644,11 +663,15 @@ fn renumbered(sql: &str, offset: usize) -> String {
 /// counters grown by what the run added (totals saturate, as in the general
 /// path) and, if the run recorded a call on it, the last call's fields.
 /// `VALUES` columns are `column1…` on both engines.
-fn update_sessions(statements: &mut Vec<Statement>, changed: &[&State]) {
+fn update_sessions(statements: &mut Vec<Statement>, dialect: Dialect, changed: &[&State]) {
     const COLUMNS: usize = 13;
+    let update = match dialect {
+        Dialect::Sqlite => "UPDATE OR FAIL",
+        Dialect::Postgres => "UPDATE",
+    };
     for chunk in changed.chunks(ROWS_PER_STATEMENT) {
         let sql = format!(
-            "UPDATE sessions SET revision = v.column2, next_sequence = v.column3, \
+            "{update} sessions SET revision = v.column2, next_sequence = v.column3, \
              message_count = message_count + v.column4, update_time = v.column5, \
              provider_call_count = provider_call_count + v.column6, \
              total_tokens = CASE WHEN total_tokens > 9223372036854775807 - v.column7 \
@@ -659,8 +682,8 @@ fn update_sessions(statements: &mut Vec<Statement>, changed: &[&State]) {
              last_provider = CASE WHEN v.column9 = 1 THEN v.column11 ELSE last_provider END, \
              last_cost_micros_usd = CASE WHEN v.column9 = 1 THEN v.column12 ELSE last_cost_micros_usd END, \
              last_request_id = CASE WHEN v.column9 = 1 THEN v.column13 ELSE last_request_id END \
-             FROM (VALUES {}) AS v WHERE sessions.key = v.column1",
-            placeholders(chunk.len(), COLUMNS)
+             FROM (VALUES {values}) AS v WHERE sessions.key = v.column1",
+            values = placeholders(chunk.len(), COLUMNS)
         );
         let mut params = Vec::with_capacity(chunk.len() * COLUMNS);
         for state in chunk {

@@ -112,9 +112,16 @@ impl EngineAppends {
         let conn = open_engine(path).map_err(engine)?;
         // As sqlx's connections (sqlite.rs), but NORMAL: the syncer, not
         // COMMIT, fsyncs the WAL (see the module notes); the checkpointer
-        // task copies the WAL back.
+        // task copies the WAL back. And without foreign key checks: a run
+        // reads the session rows it writes under in its own `BEGIN
+        // IMMEDIATE` (no other writer can delete them meanwhile) and writes
+        // the provider calls its messages reference itself, so they could
+        // never fail; and an immediate check makes SQLite keep a statement
+        // journal for every multi-row statement (`batch.rs`, `OR FAIL`).
+        // Deletes, and their cascades, go through sqlx's connections, which
+        // keep the checks.
         conn.execute_batch(
-            "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
+            "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF; PRAGMA busy_timeout = 10000; \
              PRAGMA cache_size = -32768; PRAGMA temp_store = MEMORY; \
              PRAGMA wal_autocheckpoint = 0",
         )
