@@ -6,6 +6,11 @@ use clap::Parser as _;
 use sessionstore_server::config::{Cli, Command, ServeConfig, TelemetryConfig};
 use sessionstore_server::{cli, server, telemetry};
 
+/// mimalloc rather than glibc's malloc: a run of appends allocates and
+/// frees many small buffers on several threads (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let command = Cli::parse()
         .command
