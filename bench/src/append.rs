@@ -147,7 +147,14 @@ pub async fn service(
         });
     }
     let mut searcher = server.connect().await?;
-    let mut run = run_load(workers, timing).await?;
+    // The server's CPU is read when the measured window opens and again
+    // once the search below has waited for the index.
+    let cpu_at_window = async {
+        tokio::time::sleep(timing.warmup).await;
+        server.cpu_time()
+    };
+    let (run, cpu_before) = tokio::join!(run_load(workers, timing), cpu_at_window);
+    let mut run = run?;
     // On SQLite the service indexes messages for search beside the
     // appends, not in them. A search waits until every acknowledged
     // append is indexed; the time that takes after the run counts as part
@@ -162,6 +169,7 @@ pub async fn service(
         .await
         .context("SearchMessages after the run")?;
     run.window += began.elapsed();
+    run.server_cpu = Some(server.cpu_time()?.saturating_sub(cpu_before?));
     Ok(run)
 }
 

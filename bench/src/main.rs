@@ -430,6 +430,16 @@ async fn append_case(
         };
     }
     report.push(figure);
+    if let Some(cpu) = service.cpu_micros {
+        report.push(Figure::new(
+            "append server CPU",
+            backend,
+            "sessionstore",
+            &case,
+            "µs CPU/exchange",
+            cpu,
+        ));
+    }
     if writers == Writers::Many {
         let best = best_append.entry(backend).or_insert(0.0);
         *best = best.max(service.per_second.median);

@@ -7,7 +7,8 @@ use crate::stats::{Latency, Spread};
 /// One measured figure.
 #[derive(Clone, Debug, Serialize)]
 pub struct Figure {
-    /// `append`, `export`, `list`, `watch`, `memory`, `peer append`, `peer read`.
+    /// `append`, `append server CPU`, `export`, `list`, `watch`, `memory`,
+    /// `peer append`, `peer read`.
     pub benchmark: String,
     /// `sqlite` or `postgres`.
     pub backend: String,
@@ -198,7 +199,7 @@ impl Report {
 }
 
 fn decimals(unit: &str) -> usize {
-    if unit.ends_with("/s") || unit.starts_with("bytes") {
+    if unit.ends_with("/s") || unit.starts_with("bytes") || unit.starts_with("µs") {
         0
     } else {
         2

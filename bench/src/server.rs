@@ -229,6 +229,21 @@ impl Server {
         Ok(kib * 1024)
     }
 
+    /// The CPU time the server has used so far, user and system, from
+    /// `/proc` (Linux only; `/proc` counts in units of 10 ms, `USER_HZ`).
+    pub fn cpu_time(&self) -> anyhow::Result<Duration> {
+        let pid = self.child.id().context("the server has exited")?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        // The fields after the command name, which is in parentheses and
+        // may hold spaces: state, ..., utime (11th), stime (12th).
+        let (_, rest) = stat.rsplit_once(')').context("no command name")?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| -> anyhow::Result<u64> {
+            Ok(fields.get(i).context("short /proc stat")?.parse::<u64>()?)
+        };
+        Ok(Duration::from_millis((ticks(11)? + ticks(12)?) * 10))
+    }
+
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
     }

@@ -19,11 +19,20 @@ pub struct Run {
     pub ops: u64,
     pub window: Duration,
     pub latencies: Vec<Duration>,
+    /// The server's CPU time over the measured window (and whatever the
+    /// run counts after it), where the run measured it.
+    pub server_cpu: Option<Duration>,
 }
 
 impl Run {
     pub fn rate(&self) -> f64 {
         self.ops as f64 / self.window.as_secs_f64()
+    }
+
+    /// The server's CPU time per operation, in microseconds.
+    pub fn cpu_micros_per_op(&self) -> Option<f64> {
+        let cpu = self.server_cpu?;
+        (self.ops > 0).then(|| cpu.as_secs_f64() * 1e6 / self.ops as f64)
     }
 }
 
@@ -100,15 +109,19 @@ impl Latency {
 pub struct Throughput {
     pub per_second: Spread,
     pub latency: Latency,
+    /// The server's CPU time per operation (µs), where the runs measured it.
+    pub cpu_micros: Option<Spread>,
 }
 
 impl Throughput {
     pub fn of(runs: Vec<Run>) -> Throughput {
         let rates: Vec<f64> = runs.iter().map(Run::rate).collect();
+        let cpu: Vec<f64> = runs.iter().filter_map(Run::cpu_micros_per_op).collect();
         let mut latencies: Vec<Duration> = runs.into_iter().flat_map(|r| r.latencies).collect();
         Throughput {
             per_second: Spread::of(&rates),
             latency: Latency::of(&mut latencies),
+            cpu_micros: (!cpu.is_empty()).then(|| Spread::of(&cpu)),
         }
     }
 }
