@@ -348,18 +348,20 @@ async fn core_benchmarks(
             let mut took = reads::list_pages(&server, &token, plan.list_samples).await?;
             let ms: Vec<f64> = took.iter().map(|d| d.as_secs_f64() * 1e3).collect();
             let latency = Latency::of(&mut took);
-            report.push(
-                Figure::new(
-                    "list",
-                    backend,
-                    "sessionstore",
-                    &format!("{case}, {page} of {}", reads::PAGE_SIZE),
-                    "ms",
-                    Spread::of(&ms),
-                )
-                .latency(latency)
-                .target("p99 < 5 ms", latency.p99_ms < 5.0),
-            );
+            let mut figure = Figure::new(
+                "list",
+                backend,
+                "sessionstore",
+                &format!("{case}, {page} of {}", reads::PAGE_SIZE),
+                "ms",
+                Spread::of(&ms),
+            )
+            .latency(latency);
+            // The target is for 100,000 sessions, not the smoke run's few.
+            if plan.list.sessions >= 100_000 {
+                figure = figure.target("p99 < 5 ms", latency.p99_ms < 5.0);
+            }
+            report.push(figure);
         }
     }
     server.stop().await;
@@ -649,7 +651,11 @@ async fn memory_benchmark(
         "bytes/stream",
         Spread::of(&[per_stream]),
     );
-    figure = figure.target("≤ 10 KB", per_stream <= 10_240.0);
+    // The target is for 10,000 streams: with fewer (the smoke run's 200),
+    // the server's fixed growth is shared by too few to mean anything.
+    if plan.idle_streams >= 10_000 {
+        figure = figure.target("≤ 10 KB", per_stream <= 10_240.0);
+    }
     report.push(figure);
     Ok(())
 }
