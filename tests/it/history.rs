@@ -1855,6 +1855,7 @@ async fn the_sqlite_search_file_is_rebuilt_when_missing_or_ahead() {
         with_suffix("-search").exists(),
         "the index has a file of its own"
     );
+    assert_eq!(automerge(&with_suffix("-search")).await, 8);
     // The database as it was, closed cleanly (its WAL copied back).
     std::fs::copy(&db, with_suffix(".before")).unwrap();
 
@@ -1869,6 +1870,7 @@ async fn the_sqlite_search_file_is_rebuilt_when_missing_or_ahead() {
     assert_eq!(found(&client, "sealing").await, [3]);
     server.stop().await.unwrap();
     assert_eq!(open_files_under(dir.path()), [] as [std::path::PathBuf; 0]);
+    assert_eq!(automerge(&with_suffix("-search")).await, 8);
 
     // Ahead: the database goes back to before the second exchange, the
     // index keeps it. The index must not find what the database lost.
@@ -1884,6 +1886,20 @@ async fn the_sqlite_search_file_is_rebuilt_when_missing_or_ahead() {
     exchange(&mut client, "ses_sea", "and cabbages", "and kings").await;
     assert_eq!(found(&client, "cabbages").await, [2]);
     server.stop().await.unwrap();
+}
+
+/// The FTS5 `automerge` setting the search file at `path` holds: how many
+/// segments of a level gather before they are merged.
+async fn automerge(path: &std::path::Path) -> i64 {
+    use sqlx::Connection as _;
+    let url = format!("sqlite://{}", path.display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let value = sqlx::query_scalar("SELECT v FROM message_search_config WHERE k = 'automerge'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    value
 }
 
 // ---------------------------------------------------------------------------
