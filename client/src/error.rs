@@ -194,7 +194,10 @@ pub enum Error {
         status: Status,
     },
     /// The server could not be reached, is shutting down (reason
-    /// `SHUTTING_DOWN`), or the connection broke during the call. Transient.
+    /// `SHUTTING_DOWN`: reconnect, possibly to another replica), cannot
+    /// reach its database (reason `STORAGE_UNAVAILABLE`, with a
+    /// `RetryInfo` delay), or the connection broke during the call.
+    /// Transient.
     ///
     /// Besides `UNAVAILABLE` from the server this covers a status that
     /// tonic made locally from a transport failure (a status with an error
@@ -276,10 +279,15 @@ impl Error {
         matches!(self, Error::Unavailable { .. } | Error::RateLimited { .. })
     }
 
-    /// How long the server asked to wait before retrying, if it said.
+    /// How long the server asked to wait before retrying, if it said (a
+    /// rate limit, or an unavailable database: `google.rpc.RetryInfo`).
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Error::RateLimited { retry_after, .. } => *retry_after,
+            Error::Unavailable { status, .. } => status
+                .get_error_details()
+                .retry_info()
+                .and_then(|retry| retry.retry_delay),
             _ => None,
         }
     }
@@ -556,6 +564,24 @@ mod tests {
         let error = Error::from(status);
         assert_eq!(error.retry_after(), Some(Duration::from_millis(250)));
         assert!(error.is_transient());
+    }
+
+    #[test]
+    fn an_unavailable_database_is_transient_with_the_servers_delay() {
+        let mut details =
+            ErrorDetails::with_error_info("STORAGE_UNAVAILABLE", "sessionstore", HashMap::new());
+        details.set_retry_info(Some(Duration::from_secs(1)));
+        let status = Status::with_error_details(Code::Unavailable, "database down", details);
+        let error = Error::from(status);
+        assert!(matches!(
+            error,
+            Error::Unavailable {
+                shutting_down: false,
+                ..
+            }
+        ));
+        assert!(error.is_transient());
+        assert_eq!(error.retry_after(), Some(Duration::from_secs(1)));
     }
 
     #[test]

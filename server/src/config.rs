@@ -85,6 +85,12 @@ pub struct ServeConfig {
     #[arg(long, env = "SESSIONSTORE_SWEEP_INTERVAL_MS", default_value_t = 1_000)]
     pub sweep_interval_ms: u64,
 
+    /// How long a shutdown (SIGTERM, SIGINT) may take: in-flight calls
+    /// finish and watch streams end within it, and the process exits at
+    /// its end even if some client never reads again (e.g. `10s`).
+    #[arg(long, env = "SESSIONSTORE_SHUTDOWN_GRACE", value_parser = parse_age, default_value = "10s")]
+    pub shutdown_grace: Duration,
+
     /// Bearer tokens: a file of `TENANT SHA256_HEX` lines (the hex SHA-256
     /// of each token). Reloaded when it changes. Without it, calls are
     /// unauthenticated and belong to the tenant `default`.

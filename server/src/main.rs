@@ -68,6 +68,9 @@ fn main() -> ExitCode {
         let _runtime = runtime.enter();
         drop(telemetry);
     }
+    // Whatever is left (a connection whose peer stopped reading, a read on
+    // a blocking thread) must not hold the exit: the grace period is over.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     code
 }
 

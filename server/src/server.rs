@@ -8,16 +8,17 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use futures_util::StreamExt as _;
-use sessionstore_client::v1::session_store_server::SessionStoreServer;
 use tokio::net::TcpListener;
 use tonic::transport::ServerTlsConfig;
 use tonic::transport::server::TcpIncoming;
+use tonic_health::ServingStatus;
 
 use crate::admission::{Admission, RateLimiter, WatchPermits};
 use crate::auth::Authenticator;
 use crate::config::ServeConfig;
 use crate::connection::Coalesced;
 use crate::grpc::{EncodedWatch, ServiceOptions, SessionStoreService};
+use crate::health::{self, ProbeOptions};
 use crate::metrics::{self, Metrics, MetricsLayer};
 use crate::store::{self, Store, StoreOptions};
 use crate::sweep::{self, SweepOptions};
@@ -140,9 +141,7 @@ async fn serve_store<S: Store>(
         RateLimiter::new(config.limits.max_requests_per_second),
     );
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<SessionStoreServer<SessionStoreService<S>>>()
-        .await;
+    health::set_all(&health, ServingStatus::Serving).await;
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(sessionstore_client::FILE_DESCRIPTOR_SET)
@@ -179,7 +178,8 @@ async fn serve_store<S: Store>(
         "sessionstore serving"
     );
 
-    let (stop_sweeper, sweeper_closing) = tokio::sync::watch::channel(false);
+    // Turns true when shutdown begins: the sweeper and the health probe stop.
+    let (stopping, _) = tokio::sync::watch::channel(false);
     let sweeper = tokio::spawn(sweep::run(
         store.clone(),
         Arc::clone(&hub),
@@ -187,23 +187,46 @@ async fn serve_store<S: Store>(
             interval: config.sweep_interval(),
             max_idle_age: config.max_idle_age,
         },
-        sweeper_closing,
+        stopping.subscribe(),
+    ));
+    let prober = tokio::spawn(health::follow_database(
+        store.clone(),
+        health.clone(),
+        ProbeOptions::default(),
+        stopping.subscribe(),
     ));
 
     // Reads a session's missed events once for all its watchers; stops with the hub.
     let fetcher = hub.start_fetcher(store.clone());
 
     let stopping_hub = Arc::clone(&hub);
+    let grace = config.shutdown_grace;
+    let (began, shutdown_began) = tokio::sync::oneshot::channel();
     let signal = async move {
         shutdown.await;
-        let _ = stop_sweeper.send(true);
-        tracing::info!("shutting down: ending watch streams, finishing in-flight calls");
-        health
-            .set_not_serving::<SessionStoreServer<SessionStoreService<S>>>()
-            .await;
+        let _ = began.send(tokio::time::Instant::now());
+        let _ = stopping.send(true);
+        tracing::info!(
+            ?grace,
+            "shutting down: ending watch streams, finishing in-flight calls"
+        );
+        health::set_all(&health, ServingStatus::NotServing).await;
         stopping_hub.close();
     };
-    let result = builder
+    // Connections get three quarters of the grace period to finish their
+    // calls; then the server stops waiting for them (a peer that never
+    // reads again cannot take its stream's last frames), and the rest of
+    // the period is the store's to finish its writes.
+    let deadline = async {
+        match shutdown_began.await {
+            Ok(began) => {
+                tokio::time::sleep_until(began + grace.mul_f64(0.75)).await;
+                began + grace
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let serving = builder
         .layer(MetricsLayer(Arc::clone(&metrics)))
         .add_service(health_service)
         .add_service(reflection_v1)
@@ -220,11 +243,23 @@ async fn serve_store<S: Store>(
                 .with_nodelay(Some(true))
                 .map(|accepted| accepted.map(Coalesced::new)),
             signal,
-        )
-        .await;
+        );
+    let mut close_by = None;
+    let result = tokio::select! {
+        result = serving => result,
+        end = deadline => {
+            tracing::warn!(
+                ?grace,
+                "connections still open late in the shutdown grace period: closing them"
+            );
+            close_by = Some(end);
+            Ok(())
+        }
+    };
     // Usually stopped by the signal already; this covers a failed server.
     sweeper.abort();
     let _ = sweeper.await;
+    prober.abort();
     fetcher.abort();
     if let Some(reloader) = reloader {
         reloader.abort();
@@ -232,7 +267,19 @@ async fn serve_store<S: Store>(
     if let Some(metrics_server) = metrics_server {
         metrics_server.abort();
     }
-    store.close().await;
+    // Every acknowledged write is already on disk; closing finishes the
+    // writes still queued. Past the grace period the process exits anyway,
+    // as after a kill, which loses nothing acknowledged.
+    let close_by = close_by.unwrap_or_else(|| tokio::time::Instant::now() + grace);
+    if tokio::time::timeout_at(close_by, store.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?grace,
+            "the store did not close within the shutdown grace period"
+        );
+    }
     tracing::info!("sessionstore stopped");
     result.context("the gRPC server failed")
 }

@@ -148,6 +148,7 @@ impl TestServer {
             recheck_interval_ms: 5_000,
             max_idle_age: None,
             sweep_interval_ms: 1_000,
+            shutdown_grace: Duration::from_secs(10),
             auth_tokens: None,
             insecure_no_auth: false,
             tls: Default::default(),
@@ -718,4 +719,25 @@ async fn copy_server_log(
             let _ = ready.send(port);
         }
     }
+}
+
+/// The Prometheus text a server's `/metrics` serves.
+pub async fn scrape(addr: SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to /metrics");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("ask for /metrics");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("read /metrics");
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
 }

@@ -85,6 +85,18 @@ pub enum Error {
     #[error("the server is shutting down")]
     ShuttingDown,
 
+    /// The database cannot be reached right now (refused or broken
+    /// connections, no connection within the acquire timeout, the database
+    /// shutting down). Transient: the same call may succeed shortly. The
+    /// source is logged, never sent to clients.
+    #[error("the database is unavailable; retry shortly")]
+    StorageUnavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+
+    /// The database's disk is full: writes are refused until space is
+    /// freed; reads keep working.
+    #[error("the database's disk is full; writes resume once space is freed")]
+    StorageFull(#[source] Box<dyn std::error::Error + Send + Sync>),
+
     /// The database failed. The source is logged, never sent to clients.
     #[error("storage error")]
     Storage(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -102,6 +114,25 @@ impl Error {
     /// Wraps a storage-layer error.
     pub fn storage(source: impl std::error::Error + Send + Sync + 'static) -> Self {
         Error::Storage(Box::new(source))
+    }
+
+    /// Wraps a storage-layer error that means the database cannot be reached.
+    pub fn unavailable(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::StorageUnavailable(Box::new(source))
+    }
+
+    /// Wraps a storage-layer error that means the disk is full.
+    pub fn full(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::StorageFull(Box::new(source))
+    }
+
+    /// Whether this is a storage fault (unreachable database, full disk, or
+    /// any other database failure) rather than an answer about the request.
+    pub fn is_storage_fault(&self) -> bool {
+        matches!(
+            self,
+            Error::StorageUnavailable(_) | Error::StorageFull(_) | Error::Storage(_)
+        )
     }
 }
 

@@ -12,6 +12,10 @@ use crate::domain::Error;
 /// The `ErrorInfo.domain` of every error this service returns.
 pub const ERROR_DOMAIN: &str = "sessionstore";
 
+/// The `RetryInfo` delay of a `STORAGE_UNAVAILABLE` answer: about how often
+/// the health probe retries the database.
+const STORAGE_RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn info(reason: &str, metadata: &[(&str, String)]) -> ErrorDetails {
     let metadata: HashMap<String, String> = metadata
         .iter()
@@ -135,6 +139,16 @@ impl From<Error> for Status {
                 let mut details = info("SEARCH_INDEX_BEHIND", &[]);
                 details.set_retry_info(Some(std::time::Duration::from_secs(5)));
                 (Code::Unavailable, details)
+            }
+            Error::StorageUnavailable(source) => {
+                tracing::warn!(error = %source, "database unavailable");
+                let mut details = info("STORAGE_UNAVAILABLE", &[]);
+                details.set_retry_info(Some(STORAGE_RETRY_DELAY));
+                (Code::Unavailable, details)
+            }
+            Error::StorageFull(source) => {
+                tracing::warn!(error = %source, "database disk full");
+                (Code::ResourceExhausted, info("STORAGE_FULL", &[]))
             }
             Error::Storage(source) => {
                 tracing::error!(error = %source, "storage error");

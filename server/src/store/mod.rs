@@ -16,6 +16,7 @@ use crate::domain::{
 
 mod batch;
 mod export;
+mod fault;
 mod ops;
 mod postgres;
 mod sql;
@@ -346,6 +347,10 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// The connection pool's figures, for metrics.
     fn pool_status(&self) -> crate::metrics::PoolStatus;
+
+    /// Asks the database one trivial question: does it answer? The health
+    /// reporter's probe.
+    fn probe(&self) -> impl Future<Output = Result<()>> + Send;
 
     /// Finishes queued writes and closes the database.
     fn close(&self) -> impl Future<Output = ()> + Send;

@@ -122,12 +122,6 @@ pub async fn apply(
     })
 }
 
-impl From<sqlx::Error> for Error {
-    fn from(error: sqlx::Error) -> Self {
-        Error::storage(error)
-    }
-}
-
 pub fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(Error::storage)
 }
@@ -1297,7 +1291,7 @@ fn taken_or(error: sqlx::Error, id: &str) -> Error {
         sqlx::Error::Database(db) if db.is_unique_violation() => {
             Error::SessionExists(id.to_owned())
         }
-        _ => Error::storage(error),
+        _ => Error::from(error),
     }
 }
 

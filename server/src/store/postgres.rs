@@ -31,10 +31,10 @@ use sqlx::postgres::PgListener;
 use sqlx::{Any, AnyPool, Connection as _, Executor, Row};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::batch;
 use super::ops::{self, Dialect, NOTIFY_CHANNEL, SearchWrites, WriteOp, Written};
 use super::sql::{Inner, Publisher, SqlStore, WritePath, next_batch, publish, queue_and_wait};
 use super::{CommitSink, OpenError, StoreOptions};
+use super::{batch, fault};
 use crate::domain::{Ephemeral, Error, NewExchange, Result, Timestamp};
 
 /// The channel carrying ephemeral changes between replicas.
@@ -47,6 +47,10 @@ const SPILL_TTL_MICROS: i64 = 5 * 60 * 1_000_000;
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
 
+/// The longest a call waits for a pool connection before it is answered
+/// STORAGE_UNAVAILABLE.
+pub(super) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Attempts per write when it loses a race to another writer.
 const WRITE_ATTEMPTS: usize = 3;
 /// Watched sessions whose heads are read per query when re-syncing.
@@ -57,7 +61,10 @@ pub(super) async fn connect(url: &str, max_connections: u32) -> Result<AnyPool, 
     AnyPoolOptions::new()
         .max_connections(max_connections.max(2))
         .min_connections(1)
-        .acquire_timeout(Duration::from_secs(10))
+        // A database that is down makes sqlx retry refused connections
+        // until this timeout: it is how long a call waits before it is
+        // answered STORAGE_UNAVAILABLE.
+        .acquire_timeout(ACQUIRE_TIMEOUT)
         .idle_timeout(Some(Duration::from_secs(600)))
         .after_connect(|conn, _| {
             Box::pin(async move {
@@ -258,8 +265,18 @@ async fn commit_appends(
             Err(error) => {
                 // It may be the connection that failed.
                 *held = None;
-                // A race with another replica is expected; anything else is worth a warning.
                 let error = Error::from(error);
+                // An unreachable database (or a full disk) fails every
+                // append alike: answer them now rather than each after its
+                // own wait for the same fault.
+                if fault::is_shared(&error) {
+                    tracing::warn!(%error, appends = jobs.len(), "bulk append failed");
+                    for job in jobs {
+                        let _ = job.reply.send(Err(fault::again(&error)));
+                    }
+                    return;
+                }
+                // A race with another replica is expected; anything else is worth a warning.
                 if ops::is_retryable(&error) {
                     tracing::debug!(%error, "bulk append lost a race; writing the appends one by one");
                 } else {

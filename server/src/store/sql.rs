@@ -554,6 +554,11 @@ impl Store for SqlStore {
         }
     }
 
+    async fn probe(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.inner.pool).await?;
+        Ok(())
+    }
+
     fn pool_status(&self) -> crate::metrics::PoolStatus {
         let pool = &self.inner.pool;
         crate::metrics::PoolStatus {

@@ -178,9 +178,3 @@ impl EngineReads {
         Ok(conn)
     }
 }
-
-impl From<rusqlite::Error> for Error {
-    fn from(error: rusqlite::Error) -> Self {
-        Error::storage(error)
-    }
-}
