@@ -365,3 +365,217 @@ async fn sigterm_with_a_stalled_watcher_exits_within_the_grace_period() {
     assert_eq!(messages.len(), 8, "every acknowledged write survives");
     restarted.kill().await;
 }
+
+/// A small filesystem of its own (tmpfs), unmounted on drop. Mounting
+/// needs root: without it the disk-full test is skipped loudly, or fails
+/// when `SESSIONSTORE_REQUIRE_DISK_FULL` is set (as `.ci/run` does).
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(test: &str, bytes: u64) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}")])
+            .arg("tmpfs")
+            .arg(dir.path())
+            .stderr(std::process::Stdio::piped())
+            .output();
+        match mounted {
+            Ok(output) if output.status.success() => Some(SmallDisk { dir }),
+            other => {
+                let why = match other {
+                    Ok(output) => String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+                    Err(error) => error.to_string(),
+                };
+                if std::env::var_os("SESSIONSTORE_REQUIRE_DISK_FULL").is_some() {
+                    panic!("{test}: cannot mount a small tmpfs (needs root): {why}");
+                }
+                eprintln!("\n!!! SKIPPED {test}: cannot mount a small tmpfs (needs root): {why}\n");
+                None
+            }
+        }
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Every stored message of a session, in small pages (its messages are large).
+async fn stored_messages(
+    client: &mut sessionstore_client::SessionStoreClient<tonic::transport::Channel>,
+    id: &str,
+) -> Vec<pb::StoredMessage> {
+    let mut out = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_messages(pb::ListMessagesRequest {
+                session_id: id.to_owned(),
+                page_size: 8,
+                page_token,
+                ..Default::default()
+            })
+            .await
+            .expect("list messages")
+            .into_inner();
+        out.extend(page.messages);
+        if page.next_page_token.is_empty() {
+            return out;
+        }
+        page_token = page.next_page_token;
+    }
+}
+
+fn assert_storage_full(status: &tonic::Status, what: &str) {
+    assert_eq!(status.code(), Code::ResourceExhausted, "{what}: {status:?}");
+    let (reason, _) = error_details(status);
+    assert_eq!(
+        reason.as_deref(),
+        Some("STORAGE_FULL"),
+        "{what}: {status:?}"
+    );
+}
+
+/// SQLite on a full disk: writes are RESOURCE_EXHAUSTED / STORAGE_FULL,
+/// reads keep working (also after a restart while full), acknowledged data
+/// is intact, and writes resume by themselves once space is freed.
+#[tokio::test]
+async fn sqlite_on_a_full_disk_refuses_writes_serves_reads_and_recovers() {
+    let test = "sqlite_on_a_full_disk_refuses_writes_serves_reads_and_recovers";
+    let Some(disk) = SmallDisk::mount(test, 24 << 20) else {
+        return;
+    };
+    // Space to give back later.
+    let ballast = disk.path().join("ballast");
+    std::fs::write(&ballast, vec![7_u8; 6 << 20]).unwrap();
+    let url = format!("sqlite://{}/sessions.db", disk.path().display());
+    let binary = crate::support::sessionstore_binary();
+    let logs = tempfile::tempdir().unwrap();
+    let start = |log: &str| {
+        crate::support::ServerProcess::start(
+            &binary,
+            &url,
+            "127.0.0.1:0",
+            logs.path().join(log),
+            &[],
+        )
+    };
+    let mut server = start("first.log").await;
+    let mut client = crate::support::connect(&server.endpoint()).await;
+    crate::support::create(&mut client, "ses_full").await;
+
+    let body = "y".repeat(256 * 1024);
+    let mut acknowledged = 0;
+    let mut refused = None;
+    for i in 0..400 {
+        let mut request = exchange("ses_full", &format!("fill-{i}"));
+        request.messages[0].content = body.clone();
+        match client.append_exchange(request).await {
+            Ok(_) => acknowledged += 1,
+            Err(status) => {
+                refused = Some(status);
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("the disk fills up");
+    assert_storage_full(&refused, "AppendExchange on a full disk");
+    assert!(acknowledged > 0);
+    // Other writes are refused the same way (or fit), never INTERNAL.
+    for i in 0..3 {
+        let created = client
+            .create_session(pb::CreateSessionRequest {
+                session_id: format!("ses_more_{i}"),
+                system_prompt: body.clone(),
+                ..Default::default()
+            })
+            .await;
+        if let Err(status) = created {
+            assert_storage_full(&status, "CreateSession on a full disk");
+        }
+    }
+    // Reads work.
+    let messages = stored_messages(&mut client, "ses_full").await;
+    assert_eq!(messages.len(), acknowledged * 2);
+    let exported = crate::support::export(
+        &mut client,
+        pb::ExportHistoryRequest {
+            session_id: "ses_full".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(exported.len(), acknowledged * 2);
+
+    // A restart while the disk is still full serves reads.
+    let stopped = server.terminate().await;
+    assert!(stopped.success(), "the server stops cleanly on a full disk");
+    let mut server = start("second.log").await;
+    let mut client = crate::support::connect(&server.endpoint()).await;
+    let messages = stored_messages(&mut client, "ses_full").await;
+    assert_eq!(
+        messages.len(),
+        acknowledged * 2,
+        "acknowledged data is intact after a restart on a full disk"
+    );
+    let mut request = exchange("ses_full", "still-full");
+    request.messages[0].content = body.clone();
+    if let Err(status) = client.append_exchange(request).await {
+        assert_storage_full(&status, "AppendExchange after a restart on a full disk");
+    }
+
+    // Space comes back: writes resume by themselves, ahead of the
+    // server's own background work.
+    std::fs::remove_file(&ballast).unwrap();
+    let small = format!("afterwards {}", "z".repeat(16 * 1024));
+    let before = stored_messages(&mut client, "ses_full").await.len();
+    for i in 0..20 {
+        let mut request = exchange("ses_full", &format!("after-{i}"));
+        request.messages[0].content = small.clone();
+        client
+            .append_exchange(request)
+            .await
+            .unwrap_or_else(|status| panic!("append {i} after space was freed: {status:?}"));
+    }
+    let messages = stored_messages(&mut client, "ses_full").await;
+    assert_eq!(messages.len(), before + 40);
+    // The search index, held back while the disk was full, catches up.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last;
+    loop {
+        let found = client
+            .search_messages(pb::SearchMessagesRequest {
+                query: "afterwards".into(),
+                page_size: 100,
+                ..Default::default()
+            })
+            .await;
+        match found {
+            Ok(found) if found.get_ref().hits.len() == 20 => break,
+            Ok(found) => last = format!("{} hits", found.get_ref().hits.len()),
+            Err(status) => {
+                assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+                last = format!("{status:?}");
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the search index never caught up: {last}\n--- server log ---\n{}",
+            std::fs::read_to_string(&server.log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(server.terminate().await.success());
+}

@@ -56,9 +56,44 @@ impl From<rusqlite::Error> for Error {
     }
 }
 
-/// Whether `error` says the disk is full (a write failed for want of space).
-pub fn is_full(error: &Error) -> bool {
-    matches!(error, Error::StorageFull(_))
+/// When writes last failed for want of disk space. The server's own
+/// background work (search indexing, WAL checkpoints) holds back while
+/// they fail and for [`DiskSpace::HOLD_BACK`] after, so that space freed
+/// on a full disk goes to the callers' writes first.
+#[derive(Debug, Default)]
+pub struct DiskSpace {
+    last_full: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl DiskSpace {
+    /// How long background work waits after the last write that found the
+    /// disk full.
+    pub const HOLD_BACK: std::time::Duration = std::time::Duration::from_secs(5);
+
+    /// Notes a caller's write's failure, if it was for want of space.
+    pub fn note(&self, error: &Error) {
+        if matches!(error, Error::StorageFull(_)) {
+            *self
+                .last_full
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some(std::time::Instant::now());
+        }
+    }
+
+    /// Whether background work should wait: a write found the disk full
+    /// less than [`Self::HOLD_BACK`] ago.
+    pub fn holding_back(&self) -> bool {
+        self.last_full
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() < Self::HOLD_BACK)
+    }
+}
+
+/// Whether a SQLite error is `SQLITE_FULL`.
+pub fn is_disk_full(error: &rusqlite::Error) -> bool {
+    error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
 }
 
 /// Whether `error` is the database's state rather than the request's

@@ -233,6 +233,9 @@ async fn commit_appends(
     publisher: &Publisher,
     mut jobs: Vec<AppendJob>,
 ) {
+    // A kept connection may have died since the last batch (the database
+    // restarted): its failure is retried once on a fresh one.
+    let mut kept = held.is_some();
     let outcomes = loop {
         jobs.retain(|job| !job.reply.is_closed());
         if jobs.is_empty() {
@@ -269,6 +272,10 @@ async fn commit_appends(
                 // An unreachable database (or a full disk) fails every
                 // append alike: answer them now rather than each after its
                 // own wait for the same fault.
+                if std::mem::take(&mut kept) && matches!(error, Error::StorageUnavailable(_)) {
+                    tracing::debug!(%error, "the kept connection failed; retrying on a fresh one");
+                    continue;
+                }
                 if fault::is_shared(&error) {
                     tracing::warn!(%error, appends = jobs.len(), "bulk append failed");
                     for job in jobs {

@@ -32,6 +32,7 @@ use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
 use tokio::sync::{mpsc, oneshot};
 
 use super::batch;
+use super::fault::{self, DiskSpace};
 use super::ops::{self, Dialect, SearchWrites, WriteOp, Written};
 use super::sql::{Inner, SqlStore, WritePath, next_batch, publish, queue_and_wait};
 use super::sqlite_appends::{EngineAppends, WAL_SIZE_LIMIT};
@@ -143,6 +144,7 @@ pub(super) async fn connect(url: &str) -> Result<AnyPool, OpenError> {
 pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStore, OpenError> {
     let pool = connect(url).await?;
     MIGRATOR.run(&pool).await?;
+    let space = Arc::new(DiskSpace::default());
     let (engine_reads, engine_appends, checkpointer, indexer) = if is_in_memory(url) {
         (None, None, None, None)
     } else {
@@ -150,9 +152,13 @@ pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStor
         // The last search log id indexed: the append thread deletes the
         // log rows before it.
         let indexed = Arc::new(AtomicI64::new(0));
-        let indexer = Arc::new(SearchIndexer::start(&path, Arc::clone(&indexed))?);
+        let indexer = Arc::new(SearchIndexer::start(
+            &path,
+            Arc::clone(&indexed),
+            Arc::clone(&space),
+        )?);
         let appends = EngineAppends::start(&path, indexed)?;
-        let checkpointer = Checkpointer::start(&path, appends.checkpoints())?;
+        let checkpointer = Checkpointer::start(&path, appends.checkpoints(), Arc::clone(&space))?;
         (
             Some(EngineReads::new(path.clone())),
             Some(appends),
@@ -167,6 +173,7 @@ pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStor
         Arc::clone(&sink),
         engine_appends,
         indexer.clone(),
+        space,
     ));
     let closing = tokio::sync::watch::Sender::new(false);
     let mut tasks = vec![writer];
@@ -210,6 +217,7 @@ async fn run_writer(
     sink: Arc<dyn CommitSink>,
     engine: Option<EngineAppends>,
     indexer: Option<Arc<SearchIndexer>>,
+    space: Arc<DiskSpace>,
 ) {
     let keep_connection = engine.is_some();
     // A file database's search index is written by the indexer thread,
@@ -232,7 +240,7 @@ async fn run_writer(
             .filter(|job| !job.reply.is_closed())
             .collect();
         if let Some(engine) = &engine {
-            batch = append_through_engine(engine, &sink, batch).await;
+            batch = append_through_engine(engine, &sink, &space, batch).await;
         }
         if batch.is_empty() {
             if let Some(indexer) = &indexer {
@@ -245,14 +253,22 @@ async fn run_writer(
             None => match pool.acquire().await {
                 Ok(conn) => conn,
                 Err(error) => {
-                    fail_all(batch, &error);
+                    fail_all(batch, error);
                     continue;
                 }
             },
         };
-        let healthy = commit_batch(&mut conn, search, sink.as_ref(), batch).await;
-        if keep_connection && healthy {
-            kept = Some(conn);
+        let healthy = commit_batch(&mut conn, search, sink.as_ref(), &space, batch).await;
+        if keep_connection {
+            if healthy {
+                kept = Some(conn);
+            } else {
+                // A failed COMMIT can leave the connection inside a
+                // transaction SQLite has already rolled back (sqlx then
+                // counts one still open): close it rather than hand it on.
+                // (In memory the one connection is the database: kept.)
+                let _ = conn.detach().close().await;
+            }
         }
         if let Some(indexer) = &indexer {
             indexer.wake();
@@ -274,6 +290,7 @@ async fn run_writer(
 async fn append_through_engine(
     engine: &EngineAppends,
     sink: &Arc<dyn CommitSink>,
+    space: &DiskSpace,
     batch: Vec<Job>,
 ) -> Vec<Job> {
     let mut jobs = batch.into_iter().peekable();
@@ -318,6 +335,14 @@ async fn append_through_engine(
                 }
             }));
         }
+        Err(error) if fault::is_shared(&error) => {
+            // A full disk fails the general path alike.
+            space.note(&error);
+            tracing::warn!(%error, appends = replies.len(), "bulk append failed");
+            for reply in replies {
+                let _ = reply.send(Err(fault::again(&error)));
+            }
+        }
         Err(error) if requests.len() == replies.len() => {
             tracing::warn!(%error, "bulk append failed; applying the requests one by one");
             for ((tenant, exchange), reply) in requests.into_iter().zip(replies) {
@@ -350,12 +375,13 @@ async fn commit_batch(
     conn: &mut AnyConnection,
     search: SearchWrites,
     sink: &dyn CommitSink,
+    space: &DiskSpace,
     jobs: Vec<Job>,
 ) -> bool {
     let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
         Ok(tx) => tx,
         Err(error) => {
-            fail_all(jobs, &error);
+            fail_all(jobs, error);
             return false;
         }
     };
@@ -374,25 +400,33 @@ async fn commit_batch(
         };
         if let Err((broken, unanswered)) = applied {
             // The savepoint machinery itself failed: the transaction is unusable.
-            tracing::error!(error = %broken, "write transaction broken; rolling back the batch");
+            let error = Error::from(broken);
+            space.note(&error);
+            tracing::error!(%error, "write transaction broken; rolling back the batch");
             drop(tx);
             for (reply, _) in results {
-                let _ = reply.send(Err(batch_failed("batch rolled back")));
+                let _ = reply.send(Err(fault::again(&error)));
             }
             for reply in unanswered.into_iter().chain(jobs.map(|job| job.reply)) {
-                let _ = reply.send(Err(batch_failed("batch rolled back")));
+                let _ = reply.send(Err(fault::again(&error)));
             }
             return false;
         }
     }
     if let Err(error) = tx.commit().await {
+        // A full disk, typically: nothing of the batch is written.
+        let error = Error::from(error);
+        space.note(&error);
         tracing::error!(%error, "commit failed");
         for (reply, result) in results {
-            let _ = reply.send(result.and(Err(batch_failed("commit failed"))));
+            let _ = reply.send(result.and(Err(fault::again(&error))));
         }
         return false;
     }
     for (reply, result) in results {
+        if let Err(error) = &result {
+            space.note(error);
+        }
         let _ = reply.send(result.map(|applied| publish(sink, applied)));
     }
     true
@@ -489,12 +523,11 @@ async fn bulk_in_savepoint(
     }
 }
 
-fn fail_all(jobs: Vec<Job>, error: &sqlx::Error) {
+fn fail_all(jobs: Vec<Job>, error: sqlx::Error) {
+    let error = Error::from(error);
     tracing::error!(%error, "cannot start a write transaction");
     for job in jobs {
-        let _ = job
-            .reply
-            .send(Err(batch_failed("cannot start a write transaction")));
+        let _ = job.reply.send(Err(fault::again(&error)));
     }
 }
 

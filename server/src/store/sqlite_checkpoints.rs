@@ -28,12 +28,14 @@
 //! drops every POSIX lock the process holds on it, SQLite's included.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ffi};
 
 use super::OpenError;
+use super::fault::{self, DiskSpace};
 use super::sqlite_appends::{Checkpointed, WAL_SIZE_LIMIT, WalCheckpoints};
 use super::sqlite_reads::open_engine;
 
@@ -53,7 +55,11 @@ pub(super) struct Checkpointer {
 impl Checkpointer {
     /// Opens a connection of its own to the (migrated) database at `path`
     /// and starts checkpointing it.
-    pub(super) fn start(path: &Path, engine: WalCheckpoints) -> Result<Self, OpenError> {
+    pub(super) fn start(
+        path: &Path,
+        engine: WalCheckpoints,
+        space: Arc<DiskSpace>,
+    ) -> Result<Self, OpenError> {
         let failed = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
         let conn = open_engine(path).map_err(failed)?;
         conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
@@ -63,7 +69,7 @@ impl Checkpointer {
         let (stop, stopping) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("sqlite-checkpoints".into())
-            .spawn(move || run(&conn, &engine, &stopping))
+            .spawn(move || run(&conn, &engine, &stopping, &space))
             .map_err(|error| OpenError::Engine(Box::new(error)))?;
         Ok(Checkpointer { stop, thread })
     }
@@ -81,11 +87,30 @@ impl Checkpointer {
     }
 }
 
-fn run(conn: &Connection, engine: &WalCheckpoints, stopping: &mpsc::Receiver<()>) {
+fn run(
+    conn: &Connection,
+    engine: &WalCheckpoints,
+    stopping: &mpsc::Receiver<()>,
+    space: &DiskSpace,
+) {
+    // After a checkpoint that found the disk full, the next waits as long
+    // as writes make background work wait.
+    let mut full_at: Option<Instant> = None;
     while let Err(RecvTimeoutError::Timeout) = stopping.recv_timeout(CHECKPOINT_INTERVAL) {
+        // A checkpoint grows the database file: it waits while writes find
+        // the disk full, so freed space goes to them first.
+        if space.holding_back() || full_at.is_some_and(|at| at.elapsed() < DiskSpace::HOLD_BACK) {
+            continue;
+        }
         let copied = match Checkpointed::passive(conn) {
-            Ok(copied) => copied,
+            Ok(copied) => {
+                full_at = None;
+                copied
+            }
             Err(error) => {
+                if fault::is_disk_full(&error) {
+                    full_at = Some(Instant::now());
+                }
                 tracing::warn!(%error, "WAL checkpoint failed");
                 continue;
             }

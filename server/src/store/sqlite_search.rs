@@ -45,6 +45,7 @@ use rusqlite::{Connection, OptionalExtension};
 use tokio::sync::watch;
 
 use super::OpenError;
+use super::fault::{self, DiskSpace};
 use super::ops::{decode, search_rowid};
 use super::sqlite_appends::WAL_SIZE_LIMIT;
 use super::sqlite_reads::open_engine;
@@ -103,8 +104,27 @@ pub(super) fn prepare(path: &Path) -> Result<(), OpenError> {
         .map_err(failed)?;
     conn.query_row("PRAGMA search.journal_mode = WAL", [], |_| Ok(()))
         .map_err(failed)?;
-    conn.execute_batch(&format!("{CREATE_INDEX}; {CREATE_APPLIED};"))
-        .map_err(failed)
+    let created = conn.execute_batch(&format!("{CREATE_INDEX}; {CREATE_APPLIED};"));
+    match created {
+        // On a full disk a search file made earlier is used as it is (its
+        // settings were written when it was made): the server must start
+        // and serve reads until space returns.
+        Err(error) if fault::is_disk_full(&error) && tables_exist(&conn).unwrap_or(false) => {
+            tracing::warn!(%error, "the disk is full: using the search file as it is");
+            Ok(())
+        }
+        other => other.map_err(failed),
+    }
+}
+
+/// Whether the search file already holds its tables.
+fn tables_exist(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT count(*) = 2 FROM search.sqlite_master \
+         WHERE name IN ('message_search', 'search_applied')",
+        [],
+        |row| row.get(0),
+    )
 }
 
 /// The indexer thread's handle.
@@ -132,7 +152,11 @@ impl SearchIndexer {
     /// Opens a connection to the (migrated) database at `path` with its
     /// search file attached and starts the thread. `applied` tells the
     /// append thread which log rows it may delete.
-    pub(super) fn start(path: &Path, applied: Arc<AtomicI64>) -> Result<Self, OpenError> {
+    pub(super) fn start(
+        path: &Path,
+        applied: Arc<AtomicI64>,
+        space: Arc<DiskSpace>,
+    ) -> Result<Self, OpenError> {
         let failed = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
         let conn = open_engine(path).map_err(failed)?;
         conn.execute_batch(&attach(&search_path(path)))
@@ -167,7 +191,7 @@ impl SearchIndexer {
         };
         let thread = std::thread::Builder::new()
             .name("sqlite-search".into())
-            .spawn(move || run(&conn, &progress, &applied, &waits))
+            .spawn(move || run(&conn, &progress, &applied, &waits, &space))
             .map_err(|error| OpenError::Engine(Box::new(error)))?;
         Ok(SearchIndexer {
             wake,
@@ -290,20 +314,42 @@ impl Waits {
     }
 }
 
-fn run(conn: &Connection, progress: &watch::Sender<Progress>, applied: &AtomicI64, waits: &Waits) {
+fn run(
+    conn: &Connection,
+    progress: &watch::Sender<Progress>,
+    applied: &AtomicI64,
+    waits: &Waits,
+    space: &DiskSpace,
+) {
+    // Log rows per pass: fewer after a pass that found the disk full.
+    let mut rows = PASS_ROWS;
     loop {
         if waits.stopping() {
             return;
         }
-        let more = match pass(conn) {
+        // The index waits while writes find the disk full: freed space
+        // goes to them first. (Searches meanwhile may answer
+        // SEARCH_INDEX_BEHIND.)
+        if space.holding_back() {
+            if !waits.idle() {
+                return;
+            }
+            continue;
+        }
+        let more = match pass(conn, rows) {
             Ok(Some(id)) => {
                 applied.store(id, Ordering::Release);
                 progress.send_replace(Progress::Applied(id));
+                rows = (rows * 2).min(PASS_ROWS);
                 true
             }
             Ok(None) => false,
             Err(error) => {
-                tracing::error!(%error, "indexing messages for search failed; retrying");
+                // Short of space, smaller passes still fit.
+                if matches!(error, crate::domain::Error::StorageFull(_)) {
+                    rows = (rows / 4).max(1);
+                }
+                tracing::error!(%error, rows, "indexing messages for search failed; retrying");
                 false
             }
         };
@@ -318,11 +364,11 @@ fn run(conn: &Connection, progress: &watch::Sender<Progress>, applied: &AtomicI6
 
 /// One pass in one transaction: the id applied through, or `None` if the
 /// log had nothing new.
-fn pass(conn: &Connection) -> Result<Option<i64>> {
+fn pass(conn: &Connection, rows: i64) -> Result<Option<i64>> {
     // Deferred: the main database is only read (one snapshot for the log
     // and the messages); the write lock taken is the search file's.
     conn.execute_batch("BEGIN")?;
-    let result = apply_log(conn);
+    let result = apply_log(conn, rows);
     let finished = match &result {
         Ok(Some(_)) => conn.execute_batch("COMMIT"),
         _ => conn.execute_batch("ROLLBACK"),
@@ -339,7 +385,7 @@ fn pass(conn: &Connection) -> Result<Option<i64>> {
     }
 }
 
-fn apply_log(conn: &Connection) -> Result<Option<i64>> {
+fn apply_log(conn: &Connection, pass_rows: i64) -> Result<Option<i64>> {
     let applied: Option<i64> = conn
         .query_row("SELECT log_id FROM search.search_applied", [], |row| {
             row.get(0)
@@ -355,7 +401,7 @@ fn apply_log(conn: &Connection) -> Result<Option<i64>> {
             "SELECT id, session_key, from_sequence, until_sequence FROM main.search_log \
              WHERE id > ?1 ORDER BY id LIMIT ?2",
         )?;
-        let mut rows = log.query([applied, PASS_ROWS])?;
+        let mut rows = log.query([applied, pass_rows])?;
         while let Some(row) = rows.next()? {
             last = row.get(0)?;
             ranges.push((row.get(1)?, row.get(2)?, row.get(3)?));
