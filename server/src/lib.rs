@@ -10,6 +10,7 @@ pub mod config;
 pub mod connection;
 pub mod domain;
 pub mod grpc;
+pub mod inflight;
 pub mod metrics;
 pub mod server;
 pub mod store;
