@@ -26,11 +26,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             fds.encode_to_vec(),
         )?;
     }
-    let server = std::env::var_os("CARGO_FEATURE_SERVER").is_some();
+    // The messages and the client, with tonic-prost's codec.
     tonic_prost_build::configure()
         .build_client(true)
-        .build_server(server)
+        .build_server(false)
         .btree_map(".")
-        .compile_fds(fds)?;
+        .compile_fds(fds.clone())?;
+    // The server trait (the `server` feature) on its own, over the messages
+    // above and with `ServerCodec`, which answers a request that does not
+    // decode with INVALID_ARGUMENT instead of INTERNAL.
+    if std::env::var_os("CARGO_FEATURE_SERVER").is_some() {
+        let server_dir = out_dir.join("server");
+        std::fs::create_dir_all(&server_dir)?;
+        tonic_prost_build::configure()
+            .build_client(false)
+            .build_server(true)
+            .btree_map(".")
+            .extern_path(".sessionstore.v1", "crate::v1")
+            .codec_path("crate::server_codec::ServerCodec")
+            .out_dir(&server_dir)
+            .compile_fds(fds)?;
+    }
     Ok(())
 }

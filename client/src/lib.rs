@@ -6,12 +6,16 @@
 pub mod v1 {
     #![allow(missing_docs, clippy::all, clippy::pedantic)]
     tonic::include_proto!("sessionstore.v1");
+    #[cfg(feature = "server")]
+    include!(concat!(env!("OUT_DIR"), "/server/sessionstore.v1.rs"));
 }
 
 mod client;
 mod error;
 mod requests;
 mod retry;
+#[cfg(feature = "server")]
+pub mod server_codec;
 mod watch;
 
 /// The encoded `FileDescriptorSet` of the `sessionstore.v1` protos, for

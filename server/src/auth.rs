@@ -131,12 +131,7 @@ impl Authenticator {
         let token = header
             .to_str()
             .ok()
-            .and_then(|h| {
-                h.strip_prefix("Bearer ")
-                    .or_else(|| h.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
+            .and_then(bearer_token)
             .ok_or(Error::Unauthenticated(
                 "the authorization header is not \"Bearer TOKEN\"",
             ))?;
@@ -149,6 +144,13 @@ impl Authenticator {
             .cloned()
             .ok_or(Error::Unauthenticated("the bearer token is not valid"))
     }
+}
+
+/// The token of an `authorization` value `Bearer TOKEN`: the scheme in any
+/// case (RFC 7235), then exactly one space; the rest, as sent, is the token.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 async fn reload(path: PathBuf, tokens: Arc<RwLock<Tokens>>) {
@@ -164,10 +166,18 @@ async fn reload(path: PathBuf, tokens: Arc<RwLock<Tokens>>) {
         match tokio::fs::read_to_string(&path).await {
             Ok(text) => {
                 let fresh = parse_tokens(&text, &path);
-                tracing::info!(path = %path.display(), tokens = fresh.len(), "reloaded bearer tokens");
-                *tokens
+                let mut current = tokens
                     .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if fresh.is_empty() && !current.is_empty() {
+                    tracing::error!(
+                        path = %path.display(),
+                        "the reloaded token file has no valid token lines: every call will now be refused as unauthenticated"
+                    );
+                } else {
+                    tracing::info!(path = %path.display(), tokens = fresh.len(), "reloaded bearer tokens");
+                }
+                *current = fresh;
                 last = now;
             }
             Err(error) => {
@@ -192,5 +202,17 @@ mod tests {
         assert_eq!(tokens.len(), 2);
         let test_digest: [u8; 32] = Sha256::digest(b"test").into();
         assert_eq!(tokens.get(&test_digest).map(String::as_str), Some("acme"));
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_any_case_and_the_token_is_as_sent() {
+        for value in ["Bearer tok", "bearer tok", "BEARER tok", "BeArEr tok"] {
+            assert_eq!(bearer_token(value), Some("tok"), "{value:?}");
+        }
+        assert_eq!(bearer_token("Bearer  tok"), Some(" tok"));
+        assert_eq!(bearer_token("Bearer tok "), Some("tok "));
+        for value in ["Bearer", "Bearer ", "Basic tok", "Bearertok", "Bearer\ttok"] {
+            assert_eq!(bearer_token(value), None, "{value:?}");
+        }
     }
 }

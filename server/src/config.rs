@@ -173,6 +173,26 @@ pub struct LimitsConfig {
         default_value_t = 0
     )]
     pub max_requests_per_second: u32,
+
+    /// Most request bytes the server holds at once, over all requests: a
+    /// request counts its bytes as they arrive, or the whole of a message
+    /// once its gRPC length prefix has (up to --max-request-bytes). A
+    /// request that would pass it is refused with RESOURCE_EXHAUSTED.
+    #[arg(
+        long,
+        env = "SESSIONSTORE_MAX_REQUEST_BYTES_IN_FLIGHT",
+        default_value_t = 256 * 1024 * 1024
+    )]
+    pub max_request_bytes_in_flight: usize,
+
+    /// Most concurrent streams (calls) on one HTTP/2 connection
+    /// (SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(
+        long,
+        env = "SESSIONSTORE_MAX_CONCURRENT_STREAMS_PER_CONNECTION",
+        default_value_t = 2048
+    )]
+    pub max_concurrent_streams_per_connection: u32,
 }
 
 impl Default for LimitsConfig {
@@ -184,6 +204,8 @@ impl Default for LimitsConfig {
             max_page_size: 1000,
             max_watch_streams_per_tenant: 10_000,
             max_requests_per_second: 0,
+            max_request_bytes_in_flight: 256 * 1024 * 1024,
+            max_concurrent_streams_per_connection: 2048,
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod connection;
 pub mod domain;
 pub mod grpc;
 pub mod health;
+pub mod inflight;
 pub mod metrics;
 pub mod server;
 pub mod store;

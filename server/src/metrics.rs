@@ -1,6 +1,7 @@
 //! Prometheus metrics. A tower layer around every gRPC service counts each
 //! call by method and status code and times it to its end (the trailers of
-//! a stream); gauges (watch streams, database pool) are read at scrape time.
+//! a stream); gauges (watch streams, request bytes in flight, database
+//! pool) are read at scrape time.
 //! `GET /metrics` on `--metrics-listen` serves them as Prometheus text.
 //!
 //! Method labels come from a fixed list built at start, so a client cannot
@@ -81,6 +82,7 @@ pub struct PoolStatus {
 }
 
 type PoolProbe = Box<dyn Fn() -> PoolStatus + Send + Sync>;
+type BytesProbe = Box<dyn Fn() -> usize + Send + Sync>;
 
 /// Every figure the server reports.
 pub struct Metrics {
@@ -91,6 +93,7 @@ pub struct Metrics {
     appended_messages: AtomicU64,
     watch_streams: AtomicU64,
     pool: OnceLock<PoolProbe>,
+    request_bytes: OnceLock<BytesProbe>,
 }
 
 impl Metrics {
@@ -138,12 +141,18 @@ impl Metrics {
             appended_messages: AtomicU64::new(0),
             watch_streams: AtomicU64::new(0),
             pool: OnceLock::new(),
+            request_bytes: OnceLock::new(),
         }
     }
 
     /// Where pool figures come from (set once, when the store is open).
     pub fn set_pool_probe(&self, probe: impl Fn() -> PoolStatus + Send + Sync + 'static) {
         let _ = self.pool.set(Box::new(probe));
+    }
+
+    /// Where the request bytes in flight are read (set once, at start).
+    pub fn set_request_bytes_probe(&self, probe: impl Fn() -> usize + Send + Sync + 'static) {
+        let _ = self.request_bytes.set(Box::new(probe));
     }
 
     /// Counts one committed AppendExchange of `messages` messages.
@@ -250,6 +259,14 @@ impl Metrics {
             "Open WatchSession streams.",
             self.watch_streams.load(Ordering::Relaxed),
         );
+        if let Some(probe) = self.request_bytes.get() {
+            gauge(
+                &mut out,
+                "sessionstore_request_bytes_in_flight",
+                "Request bytes the server holds (counted as they arrive, or reserved from gRPC length prefixes).",
+                probe() as u64,
+            );
+        }
         if let Some(probe) = self.pool.get() {
             let pool = probe();
             gauge(

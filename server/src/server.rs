@@ -19,11 +19,21 @@ use crate::config::ServeConfig;
 use crate::connection::Coalesced;
 use crate::grpc::{EncodedWatch, ServiceOptions, SessionStoreService};
 use crate::health::{self, ProbeOptions};
+use crate::inflight::{self, InFlight, InFlightLayer};
 use crate::metrics::{self, Metrics, MetricsLayer};
 use crate::store::{self, Store, StoreOptions};
 use crate::sweep::{self, SweepOptions};
 use crate::tls;
 use crate::watch::{Hub, WatchOptions};
+
+/// Streams of one connection the server may reset for a client's errors
+/// before it ends the connection (hyper's default).
+const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
+/// Streams of one connection a client may reset before the server has
+/// accepted them, before the connection is ended (h2's default).
+const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
+/// Largest header list (the call's metadata) a request may carry.
+const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 
 /// Creates the directory a `sqlite://PATH` URL's file lives in.
 pub fn prepare_sqlite_path(url: &str) -> anyhow::Result<()> {
@@ -117,6 +127,19 @@ async fn serve_store<S: Store>(
     ]));
     let pool_store = store.clone();
     metrics.set_pool_probe(move || pool_store.pool_status());
+    let in_flight = InFlight::new(
+        config.limits.max_request_bytes_in_flight,
+        config.max_request_bytes,
+    );
+    let in_flight_gauge = Arc::clone(&in_flight);
+    metrics.set_request_bytes_probe(move || in_flight_gauge.bytes());
+    let in_flight = InFlightLayer::new(
+        in_flight,
+        inflight::single_message_methods(&[
+            sessionstore_client::FILE_DESCRIPTOR_SET,
+            tonic_health::pb::FILE_DESCRIPTOR_SET,
+        ]),
+    );
     let service = SessionStoreService::new(
         store.clone(),
         Arc::clone(&hub),
@@ -150,7 +173,17 @@ async fn serve_store<S: Store>(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(config.limits.max_concurrent_streams_per_connection)
+        // tonic turns hyper's default (1,024) off unless given one; a client
+        // that makes the server reset streams (RUSTSEC-2024-0003) is sent
+        // GOAWAY past it.
+        .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESET_STREAMS))
+        // Streams a client resets before the server accepts them (rapid
+        // reset, CVE-2023-44487), as h2's default, but stated.
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESET_STREAMS))
+        // Header lists (metadata) up to 16 KiB, as hyper's default, but stated.
+        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES);
     let tls_enabled = listeners.tls.is_some();
     if let Some(tls) = listeners.tls {
         builder = builder
@@ -228,6 +261,7 @@ async fn serve_store<S: Store>(
     };
     let serving = builder
         .layer(MetricsLayer(Arc::clone(&metrics)))
+        .layer(in_flight)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

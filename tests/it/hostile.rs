@@ -2055,7 +2055,7 @@ async fn validation_case(mut client: Client, requests: Vec<Req>) -> Result<(), T
 
 /// The server answers health checks SERVING and serves a plain
 /// create + append + export, within [`PATIENCE`].
-async fn assert_serving(endpoint: &str, tag: &str) {
+pub(crate) async fn assert_serving(endpoint: &str, tag: &str) {
     let work = async {
         let channel = Channel::from_shared(endpoint.to_owned())
             .expect("endpoint")
@@ -2543,7 +2543,7 @@ async fn garbage_connections(backend: Backend) {
 }
 
 /// A gRPC message frame whose 5-byte prefix says `flag` and `claimed` length.
-fn grpc_frame(flag: u8, claimed: u32, body: &[u8]) -> Vec<u8> {
+pub(crate) fn grpc_frame(flag: u8, claimed: u32, body: &[u8]) -> Vec<u8> {
     let mut out = vec![flag];
     out.extend(claimed.to_be_bytes());
     out.extend(body);
@@ -2552,14 +2552,14 @@ fn grpc_frame(flag: u8, claimed: u32, body: &[u8]) -> Vec<u8> {
 
 /// What a raw HTTP/2 request got back.
 #[derive(Debug)]
-struct RawAnswer {
-    http_status: u16,
-    grpc_status: Option<Code>,
+pub(crate) struct RawAnswer {
+    pub(crate) http_status: u16,
+    pub(crate) grpc_status: Option<Code>,
 }
 
 /// One request on its own raw HTTP/2 connection; dropping it drops the
 /// connection.
-struct RawStream {
+pub(crate) struct RawStream {
     response: Option<h2::client::ResponseFuture>,
     _stream: h2::SendStream<Bytes>,
     driver: tokio::task::JoinHandle<()>,
@@ -2573,7 +2573,7 @@ impl Drop for RawStream {
 
 /// Opens a connection and sends one request with `body` as its DATA,
 /// ending the stream unless `keep_open`.
-async fn raw_h2(
+pub(crate) async fn raw_h2(
     addr: SocketAddr,
     path: &str,
     content_type: &str,
@@ -2609,7 +2609,7 @@ async fn raw_h2(
 }
 
 /// The status line and grpc-status of a raw request's answer.
-async fn raw_answer(raw: &mut RawStream) -> Result<RawAnswer, String> {
+pub(crate) async fn raw_answer(raw: &mut RawStream) -> Result<RawAnswer, String> {
     let response = raw.response.take().ok_or("already answered")?;
     let work = async {
         let response = response.await.map_err(|e| e.to_string())?;
@@ -2641,7 +2641,7 @@ async fn raw_answer(raw: &mut RawStream) -> Result<RawAnswer, String> {
 }
 
 /// Sends one request on a fresh connection and reads its answer.
-async fn raw_call(
+pub(crate) async fn raw_call(
     addr: SocketAddr,
     path: &str,
     content_type: &str,
@@ -2653,13 +2653,13 @@ async fn raw_call(
 
 /// Passes bytes through untouched, so a test can send any protobuf at all.
 #[derive(Clone, Copy, Debug, Default)]
-struct RawCodec;
+pub(crate) struct RawCodec;
 
 #[derive(Debug)]
-struct RawEncoder;
+pub(crate) struct RawEncoder;
 
 #[derive(Debug)]
-struct RawDecoder;
+pub(crate) struct RawDecoder;
 
 impl Encoder for RawEncoder {
     type Item = Vec<u8>;
@@ -2698,7 +2698,7 @@ impl Codec for RawCodec {
 }
 
 /// Calls `method` of SessionStore with `body` as the encoded request.
-async fn raw_unary(
+pub(crate) async fn raw_unary(
     channel: Channel,
     method: &str,
     body: Vec<u8>,
@@ -2715,7 +2715,7 @@ async fn raw_unary(
 }
 
 /// Protobuf varint.
-fn varint(mut n: u64) -> Vec<u8> {
+pub(crate) fn varint(mut n: u64) -> Vec<u8> {
     let mut out = Vec::new();
     while n >= 0x80 {
         out.push((n as u8) | 0x80);
@@ -2771,9 +2771,10 @@ async fn malformed_grpc(backend: Backend) {
 
     // Lying or broken 5-byte prefixes in an otherwise ordinary call. A claim
     // over --max-request-bytes is RESOURCE_EXHAUSTED (SPEC: "request over the
-    // configured size limits"); a body that is cut short is tonic's INTERNAL.
+    // configured size limits"); a body that is cut short, a bad flag or no
+    // message at all is malformed: INVALID_ARGUMENT, never INTERNAL.
     let oversize = [Code::ResourceExhausted, Code::InvalidArgument];
-    let broken = [Code::InvalidArgument, Code::Internal];
+    let broken = [Code::InvalidArgument];
     let cases: Vec<(&str, Vec<u8>, &[Code])> = vec![
         (
             "claims 4 GB",
@@ -2887,14 +2888,32 @@ async fn malformed_grpc(backend: Backend) {
                 tokio::time::timeout(PATIENCE, raw_unary(channel.clone(), method, body.clone()))
                     .await
                     .unwrap_or_else(|_| panic!("{method} with {what}: no answer"));
+            let undecodable = [
+                "session_id not UTF-8",
+                "length past the end",
+                "overlong varint",
+                "wire type 7",
+                "field number 0",
+                "unterminated group",
+                "deeply nested groups",
+            ];
             let Err(status) = result else {
+                assert!(!undecodable.contains(&what), "{method} accepted {what}");
                 continue;
             };
             let (reason, _) = error_details(&status);
+            if undecodable.contains(&what) {
+                assert_eq!(
+                    (status.code(), reason.as_deref()),
+                    (Code::InvalidArgument, Some("MALFORMED_REQUEST")),
+                    "{method} with {what}: {status:?}"
+                );
+            }
+            // Undecodable protobuf is INVALID_ARGUMENT, never INTERNAL.
             let ok = SPEC_CODES.contains(&status.code())
-                // tonic's own decoding errors carry no details; a service
-                // INTERNAL (a storage error) would carry an ErrorInfo.
-                || (status.code() == Code::Internal && reason.is_none());
+                && (status.code() != Code::InvalidArgument
+                    || reason.as_deref() == Some("MALFORMED_REQUEST")
+                    || reason.as_deref() == Some("INVALID_ARGUMENT"));
             assert!(
                 ok,
                 "{method} with {what} ({body:02x?}): {:?} {:?} {reason:?}",

@@ -12,6 +12,7 @@ mod concurrency;
 mod core;
 mod crash;
 mod faults;
+mod faults_edge;
 mod history;
 mod hostile;
 mod large;

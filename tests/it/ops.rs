@@ -573,7 +573,7 @@ async fn metered(storage: Storage) -> (TestServer, std::net::SocketAddr) {
     (server, metrics)
 }
 
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+pub(crate) async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream
         .write_all(
@@ -588,7 +588,7 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
 }
 
 /// The value of the sample line that starts with `prefix` (labels included).
-fn sample(text: &str, prefix: &str) -> Option<f64> {
+pub(crate) fn sample(text: &str, prefix: &str) -> Option<f64> {
     text.lines()
         .find(|line| line.starts_with(prefix))
         .and_then(|line| line.rsplit(' ').next())

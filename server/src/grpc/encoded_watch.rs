@@ -28,6 +28,7 @@ use bytes::{BufMut as _, Bytes, BytesMut};
 use futures_util::StreamExt as _;
 use http_body::Frame;
 use prost::Message;
+use sessionstore_client::server_codec::RequestDecoder;
 use sessionstore_client::v1 as pb;
 use sessionstore_client::v1::session_store_server::{SERVICE_NAME, SessionStoreServer};
 use tonic::codec::{Codec, EncodeBuf, Encoder};
@@ -220,7 +221,8 @@ impl http_body::Body for FramedBody {
     }
 }
 
-/// Decodes requests with prost. It encodes nothing: tonic's response
+/// Decodes requests as the generated server does (a request that does not
+/// decode is INVALID_ARGUMENT). It encodes nothing: tonic's response
 /// stream is empty ([`Infallible`] items), the events go out through
 /// [`FramedBody`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -230,14 +232,14 @@ impl Codec for WatchCodec {
     type Encode = Infallible;
     type Decode = pb::WatchSessionRequest;
     type Encoder = NoEncoder;
-    type Decoder = tonic_prost::ProstDecoder<pb::WatchSessionRequest>;
+    type Decoder = RequestDecoder<pb::WatchSessionRequest>;
 
     fn encoder(&mut self) -> Self::Encoder {
         NoEncoder
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        tonic_prost::ProstDecoder::default()
+        RequestDecoder::default()
     }
 }
 

@@ -34,7 +34,7 @@ pub mod convert;
 mod status;
 
 pub use encoded_watch::EncodedWatch;
-pub use status::ERROR_DOMAIN;
+pub use status::{ERROR_DOMAIN, limit_exceeded};
 
 /// The tenant of unauthenticated calls.
 pub const DEFAULT_TENANT: &str = "default";

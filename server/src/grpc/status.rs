@@ -159,6 +159,17 @@ impl From<Error> for Status {
     }
 }
 
+/// RESOURCE_EXHAUSTED for a limit of the whole server, not of one field:
+/// `ErrorInfo` reason `LIMIT_EXCEEDED` naming the flag (in snake case) in
+/// `metadata.limit`, as [`Error::LimitExceeded`] does.
+pub fn limit_exceeded(limit: &str, message: String) -> Status {
+    Status::with_error_details(
+        Code::ResourceExhausted,
+        message,
+        info("LIMIT_EXCEEDED", &[("limit", limit.to_owned())]),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
