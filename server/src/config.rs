@@ -167,6 +167,17 @@ pub struct LimitsConfig {
         default_value_t = 0
     )]
     pub max_requests_per_second: u32,
+
+    /// Most bytes all streams (ExportHistory, ExportTranscript, WatchSession
+    /// replays) may hold read ahead of their readers, together. A new
+    /// stream that cannot get its share (256 KiB) is refused; a running
+    /// one reads less far ahead.
+    #[arg(
+        long,
+        env = "SESSIONSTORE_MAX_STREAM_BUFFER_BYTES",
+        default_value_t = 512 * 1024 * 1024
+    )]
+    pub max_stream_buffer_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -178,6 +189,7 @@ impl Default for LimitsConfig {
             max_page_size: 1000,
             max_watch_streams_per_tenant: 10_000,
             max_requests_per_second: 0,
+            max_stream_buffer_bytes: 512 * 1024 * 1024,
         }
     }
 }

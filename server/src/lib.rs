@@ -11,6 +11,7 @@ pub mod connection;
 pub mod domain;
 pub mod grpc;
 pub mod metrics;
+pub mod read_ahead;
 pub mod server;
 pub mod store;
 pub mod sweep;

@@ -91,6 +91,7 @@ pub struct Metrics {
     appended_messages: AtomicU64,
     watch_streams: AtomicU64,
     pool: OnceLock<PoolProbe>,
+    stream_buffer: OnceLock<Box<dyn Fn() -> usize + Send + Sync>>,
 }
 
 impl Metrics {
@@ -138,12 +139,18 @@ impl Metrics {
             appended_messages: AtomicU64::new(0),
             watch_streams: AtomicU64::new(0),
             pool: OnceLock::new(),
+            stream_buffer: OnceLock::new(),
         }
     }
 
     /// Where pool figures come from (set once, when the store is open).
     pub fn set_pool_probe(&self, probe: impl Fn() -> PoolStatus + Send + Sync + 'static) {
         let _ = self.pool.set(Box::new(probe));
+    }
+
+    /// Where the bytes streams hold read ahead come from (set once).
+    pub fn set_stream_buffer_probe(&self, probe: impl Fn() -> usize + Send + Sync + 'static) {
+        let _ = self.stream_buffer.set(Box::new(probe));
     }
 
     /// Counts one committed AppendExchange of `messages` messages.
@@ -250,6 +257,15 @@ impl Metrics {
             "Open WatchSession streams.",
             self.watch_streams.load(Ordering::Relaxed),
         );
+        if let Some(probe) = self.stream_buffer.get() {
+            gauge(
+                &mut out,
+                "sessionstore_stream_buffered_bytes",
+                "Bytes read ahead by ExportHistory, ExportTranscript and WatchSession replays, \
+                 reserved from --max-stream-buffer-bytes.",
+                probe() as u64,
+            );
+        }
         if let Some(probe) = self.pool.get() {
             let pool = probe();
             gauge(
