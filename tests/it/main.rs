@@ -11,6 +11,7 @@ mod client;
 mod concurrency;
 mod core;
 mod crash;
+mod faults_streams;
 mod history;
 mod hostile;
 mod large;
