@@ -348,11 +348,10 @@ impl<T: Send + 'static> ReadAhead<T> {
     /// Starts a read after `after` of up to `allowance` bytes (taken from
     /// the share).
     fn start(&self, after: i64, allowance: usize, at_least_one: bool) -> Reading<T> {
-        let estimate = if self.seen_rows == 0 {
-            FIRST_ROW_ESTIMATE
-        } else {
-            (self.seen_bytes / self.seen_rows).max(1)
-        };
+        let estimate = self
+            .seen_bytes
+            .checked_div(self.seen_rows)
+            .map_or(FIRST_ROW_ESTIMATE, |average| average.max(1));
         let bound = ReadBound {
             rows: (allowance / estimate + 1).min(RANGE_ROWS),
             bytes: allowance,

@@ -500,7 +500,7 @@ async fn stalled_streams_add_little_resident_memory(backend: Backend) {
         "RSS {} MiB → {} MiB with {streams} stalled streams: {} KiB each",
         before >> 20,
         during >> 20,
-        added / streams >> 10
+        (added / streams) >> 10
     );
     assert!(
         added <= streams * PER_STREAM_BOUND as u64,
