@@ -105,6 +105,10 @@ struct Plan {
     watch_appends: usize,
     watch_interval: Duration,
     idle_streams: usize,
+    /// Stalled replays in the memory case, and the messages (250 KB each)
+    /// of the session they replay.
+    stalled_streams: usize,
+    stalled_messages: usize,
     idle_sessions: usize,
     benches: Vec<Bench>,
 }
@@ -170,6 +174,8 @@ impl Plan {
             watch_appends: if quick { 10 } else { 200 },
             watch_interval: Duration::from_millis(if quick { 2 } else { 10 }),
             idle_streams: if quick { 200 } else { 10_000 },
+            stalled_streams: if quick { 4 } else { 10 },
+            stalled_messages: if quick { 40 } else { 600 },
             idle_sessions: if quick { 2 } else { 100 },
             benches,
         }
@@ -657,6 +663,30 @@ async fn memory_benchmark(
         figure = figure.target("≤ 10 KB", per_stream <= 10_240.0);
     }
     report.push(figure);
+
+    let (streams, messages, message_bytes) = (plan.stalled_streams, plan.stalled_messages, 250_000);
+    eprintln!("== memory: {streams} stalled WatchSession replays");
+    let server = Server::start(binary, &db.url(), &[]).await?;
+    let (per_stream, before, after) =
+        watch::stalled_replay_memory(&server, streams, messages, message_bytes).await?;
+    server.stop().await;
+    report.push(
+        Figure::new(
+            "memory",
+            db.backend(),
+            "sessionstore",
+            &format!(
+                "{streams} stalled WatchSession replays from revision 0, 64 KB window, of {messages} \
+                 messages of {} KB (RSS {:.1} → {:.1} MiB)",
+                message_bytes / 1000,
+                before as f64 / 1048576.0,
+                after as f64 / 1048576.0
+            ),
+            "bytes/stalled stream",
+            Spread::of(&[per_stream]),
+        )
+        .target("≤ 16 MiB", per_stream <= 16.0 * 1048576.0),
+    );
     Ok(())
 }
 

@@ -170,3 +170,80 @@ async fn settled_rss(server: &Server) -> anyhow::Result<u64> {
         last = now;
     }
 }
+
+/// Server memory per stalled replay: resident memory before and after
+/// `streams` WatchSession replays from revision 0 of a session of
+/// `messages` messages of `message_bytes` each, opened by clients that
+/// never read (a 64 KB HTTP/2 window, one connection each). Returns bytes
+/// per stream, and the two readings.
+pub async fn stalled_replay_memory(
+    server: &Server,
+    streams: usize,
+    messages: usize,
+    message_bytes: usize,
+) -> anyhow::Result<(f64, u64, u64)> {
+    let mut client = server.connect().await?;
+    let session = "bench-stalled";
+    workload::create_session(&mut client, session, "bench", 0, 0).await?;
+    let text = "stalled reader ".repeat(message_bytes / 15 + 1);
+    let message = |role: pb::Role| pb::Message {
+        role: role.into(),
+        content: text[..message_bytes].to_owned(),
+        ..Default::default()
+    };
+    for _ in 0..messages / 2 {
+        client
+            .append_exchange(pb::AppendExchangeRequest {
+                session_id: session.to_owned(),
+                messages: vec![message(pb::Role::User), message(pb::Role::User)],
+                ..Default::default()
+            })
+            .await
+            .context("AppendExchange")?;
+    }
+    // One replay read to the end first (what the first reads of a session
+    // cost once belongs in the baseline).
+    let mut warm = watch_stream(server, session).await?;
+    while let Some(event) = warm.next().await {
+        if matches!(event?.event, Some(pb::session_event::Event::CaughtUp(_))) {
+            break;
+        }
+    }
+    drop(warm);
+    let before = settled_rss(server).await?;
+    let mut stalled = Vec::with_capacity(streams);
+    for _ in 0..streams {
+        stalled.push(watch_stream(server, session).await?);
+    }
+    // Each stream's replay runs until its window and the server's bounds
+    // stop it; then RSS stops moving.
+    let after = settled_rss(server).await?;
+    drop(stalled);
+    Ok((
+        after.saturating_sub(before) as f64 / streams as f64,
+        before,
+        after,
+    ))
+}
+
+/// A WatchSession replay from revision 0 on a connection of its own with
+/// a 64 KB window, which is released only as the stream is read.
+async fn watch_stream(
+    server: &Server,
+    session: &str,
+) -> anyhow::Result<tonic::Streaming<pb::SessionEvent>> {
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())?
+        .initial_stream_window_size(65_535)
+        .initial_connection_window_size(65_535)
+        .connect()
+        .await?;
+    let mut client = SessionStoreClient::new(channel).max_decoding_message_size(64 * 1024 * 1024);
+    Ok(client
+        .watch_session(pb::WatchSessionRequest {
+            session_id: session.to_owned(),
+            ..Default::default()
+        })
+        .await
+        .context("WatchSession")?
+        .into_inner())
+}

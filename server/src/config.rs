@@ -193,6 +193,17 @@ pub struct LimitsConfig {
         default_value_t = 2048
     )]
     pub max_concurrent_streams_per_connection: u32,
+
+    /// Most bytes all streams (ExportHistory, ExportTranscript, WatchSession
+    /// replays) may hold read ahead of their readers, together. A new
+    /// stream that cannot get its share (256 KiB) is refused; a running
+    /// one reads less far ahead.
+    #[arg(
+        long,
+        env = "SESSIONSTORE_MAX_STREAM_BUFFER_BYTES",
+        default_value_t = 512 * 1024 * 1024
+    )]
+    pub max_stream_buffer_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -206,6 +217,7 @@ impl Default for LimitsConfig {
             max_requests_per_second: 0,
             max_request_bytes_in_flight: 256 * 1024 * 1024,
             max_concurrent_streams_per_connection: 2048,
+            max_stream_buffer_bytes: 512 * 1024 * 1024,
         }
     }
 }

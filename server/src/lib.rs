@@ -13,6 +13,7 @@ pub mod grpc;
 pub mod health;
 pub mod inflight;
 pub mod metrics;
+pub mod read_ahead;
 pub mod server;
 pub mod store;
 pub mod sweep;

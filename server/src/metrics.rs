@@ -94,6 +94,7 @@ pub struct Metrics {
     watch_streams: AtomicU64,
     pool: OnceLock<PoolProbe>,
     request_bytes: OnceLock<BytesProbe>,
+    stream_buffer: OnceLock<BytesProbe>,
 }
 
 impl Metrics {
@@ -142,6 +143,7 @@ impl Metrics {
             watch_streams: AtomicU64::new(0),
             pool: OnceLock::new(),
             request_bytes: OnceLock::new(),
+            stream_buffer: OnceLock::new(),
         }
     }
 
@@ -153,6 +155,11 @@ impl Metrics {
     /// Where the request bytes in flight are read (set once, at start).
     pub fn set_request_bytes_probe(&self, probe: impl Fn() -> usize + Send + Sync + 'static) {
         let _ = self.request_bytes.set(Box::new(probe));
+    }
+
+    /// Where the bytes streams hold read ahead come from (set once).
+    pub fn set_stream_buffer_probe(&self, probe: impl Fn() -> usize + Send + Sync + 'static) {
+        let _ = self.stream_buffer.set(Box::new(probe));
     }
 
     /// Counts one committed AppendExchange of `messages` messages.
@@ -264,6 +271,15 @@ impl Metrics {
                 &mut out,
                 "sessionstore_request_bytes_in_flight",
                 "Request bytes the server holds (counted as they arrive, or reserved from gRPC length prefixes).",
+                probe() as u64,
+            );
+        }
+        if let Some(probe) = self.stream_buffer.get() {
+            gauge(
+                &mut out,
+                "sessionstore_stream_buffered_bytes",
+                "Bytes read ahead by ExportHistory, ExportTranscript and WatchSession replays, \
+                 reserved from --max-stream-buffer-bytes.",
                 probe() as u64,
             );
         }

@@ -13,6 +13,7 @@ mod core;
 mod crash;
 mod faults;
 mod faults_edge;
+mod faults_streams;
 mod history;
 mod hostile;
 mod large;

@@ -20,9 +20,10 @@ use crate::domain::paging::{decode_token, encode_token, page_size, token_int};
 use crate::domain::session::require_session_id;
 use crate::domain::{
     Control, Controlled, Ephemeral, EphemeralKind, Error, Fork, Message, NewExchange, NewSession,
-    Result, Role, SessionCursor, SessionPatch, SessionQuery, Timestamp,
+    Result, Role, SessionCursor, SessionPatch, SessionQuery, StoredMessage, Timestamp,
 };
 use crate::metrics::Metrics;
+use crate::read_ahead::{ReadAhead, ReadPage, Share, StreamBudget};
 use crate::store::{ExportStart, SearchQuery, Store};
 use crate::watch::{self, Hub, WatchItem, WatchOptions, WatchRequest};
 
@@ -42,10 +43,6 @@ pub const DEFAULT_TENANT: &str = "default";
 /// Export chunks stay below this many encoded bytes (a single larger
 /// message travels alone).
 pub const EXPORT_CHUNK_BYTES: usize = 1024 * 1024;
-/// Messages read from storage per step of an export.
-const EXPORT_PAGE: usize = 256;
-/// Export pages being read at once.
-const EXPORT_READS_AHEAD: usize = 2;
 
 /// The tenant a request acts for, as set by the authentication layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +62,8 @@ pub struct SessionStoreService<S> {
     store: S,
     hub: Arc<Hub>,
     options: ServiceOptions,
+    /// What the streams' read-ahead may hold, all together.
+    stream_budget: Arc<StreamBudget>,
 }
 
 /// How the service behaves, beyond its store.
@@ -95,6 +94,12 @@ impl<S: Store> SessionStoreService<S> {
             }
             let session = self.store.resolve(&tenant, &req.session_id).await?;
             let permit = self.options.watch_permits.acquire(&tenant)?;
+            // Only a replay reads ahead: a watcher at the head needs no share.
+            let share = if req.after_revision < session.revision {
+                Some(self.stream_budget.admit()?)
+            } else {
+                None
+            };
             let request = WatchRequest {
                 after_revision: req.after_revision,
                 include_active_deltas: req.include_active_deltas,
@@ -105,6 +110,8 @@ impl<S: Store> SessionStoreService<S> {
                 session,
                 request,
                 self.options.watch,
+                Arc::clone(&self.stream_budget),
+                share,
             )?;
             Ok((events, permit))
         }
@@ -136,10 +143,16 @@ fn item_to_pb(item: &WatchItem) -> pb::SessionEvent {
 
 impl<S: Store> SessionStoreService<S> {
     pub fn new(store: S, hub: Arc<Hub>, options: ServiceOptions) -> Self {
+        let stream_budget = StreamBudget::new(options.limits.max_stream_buffer_bytes);
+        let gauge = Arc::clone(&stream_budget);
+        options
+            .metrics
+            .set_stream_buffer_probe(move || gauge.buffered());
         SessionStoreService {
             store,
             hub,
             options,
+            stream_budget,
         }
     }
 }
@@ -450,7 +463,14 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 && req.after_sequence.is_none()
                 && !session.system_prompt.is_empty())
             .then(|| Message::text(Role::System, session.system_prompt.clone()));
-            Ok::<_, Error>(export_stream(self.store.clone(), session, start, prompt))
+            let share = self.stream_budget.admit()?;
+            Ok::<_, Error>(export_stream(
+                self.store.clone(),
+                session,
+                start,
+                prompt,
+                share,
+            ))
         }
         .instrument(span)
         .await?;
@@ -745,11 +765,13 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             };
             let handle = self.store.resolve(&tenant, &req.session_id).await?;
             let session = self.store.get_session(&tenant, &req.session_id).await?;
+            let share = self.stream_budget.admit()?;
             Ok::<_, Error>(transcript::stream(
                 self.store.clone(),
                 handle,
                 session,
                 format,
+                share,
             ))
         }
         .instrument(span)
@@ -957,6 +979,21 @@ fn next_session_token<T>(
     })
 }
 
+/// A session's messages, a page at a time, for [`ReadAhead`].
+pub(crate) fn message_pages<S: Store>(
+    store: S,
+    session: crate::store::SessionHandle,
+) -> ReadPage<StoredMessage> {
+    Arc::new(move |after, bound| {
+        let (store, session) = (store.clone(), session.clone());
+        Box::pin(async move { store.read_messages_bounded(&session, after, bound).await })
+    })
+}
+
+pub(crate) fn sequence_of(stored: &StoredMessage) -> i64 {
+    stored.sequence
+}
+
 /// Streams messages after `start`, up to the session's length when the
 /// export began, packed into chunks of at most [`EXPORT_CHUNK_BYTES`].
 fn export_stream<S: Store>(
@@ -964,6 +1001,7 @@ fn export_stream<S: Store>(
     session: crate::store::SessionHandle,
     start: ExportStart,
     prompt: Option<Message>,
+    share: Share,
 ) -> impl Stream<Item = Result<pb::ExportHistoryResponse>> + Send + 'static {
     async_stream::try_stream! {
         let end = session.next_sequence;
@@ -974,38 +1012,19 @@ fn export_stream<S: Store>(
             chunk_bytes += message.encoded_len() + 8;
             chunk.messages.push(message);
         }
-        // Pages are fixed sequence ranges, read (and decoded) up to
-        // EXPORT_READS_AHEAD at a time while earlier ones are converted
-        // and sent. A range holds at most EXPORT_PAGE sequences, so the
-        // first EXPORT_PAGE rows after its start cover it, gaps or not.
-        // A stream dropped midway leaves at most those reads to finish.
-        let page = EXPORT_PAGE as i64;
-        let ranges = (start.after..end).step_by(EXPORT_PAGE).map(move |after| (after, after + page));
-        let mut pages = futures_util::stream::iter(ranges)
-            .map(|(after, through)| {
-                let (store, session) = (store.clone(), session.clone());
-                tokio::spawn(async move {
-                    let mut rows = store.read_messages(&session, after, EXPORT_PAGE).await?;
-                    rows.retain(|stored| stored.sequence <= through);
-                    Ok::<_, Error>(rows)
-                })
-            })
-            .buffered(EXPORT_READS_AHEAD);
-        while let Some(read) = pages.next().await {
-            let rows = read.map_err(Error::storage)??;
-            for stored in rows {
-                if stored.sequence >= end {
-                    break;
-                }
-                let message = convert::message_to_pb(stored.message);
-                let size = message.encoded_len() + 8;
-                if !chunk.messages.is_empty() && chunk_bytes + size > EXPORT_CHUNK_BYTES {
-                    yield std::mem::take(&mut chunk);
-                    chunk_bytes = 0;
-                }
-                chunk_bytes += size;
-                chunk.messages.push(message);
+        // Read ahead while earlier messages are converted and sent, within
+        // the stream's byte bounds (`read_ahead`). A stream dropped midway
+        // leaves at most its reads in flight to finish.
+        let mut messages = ReadAhead::ranges(message_pages(store, session), sequence_of, share, start.after, end);
+        while let Some(stored) = messages.next().await? {
+            let message = convert::message_to_pb(stored.message);
+            let size = message.encoded_len() + 8;
+            if !chunk.messages.is_empty() && chunk_bytes + size > EXPORT_CHUNK_BYTES {
+                yield std::mem::take(&mut chunk);
+                chunk_bytes = 0;
             }
+            chunk_bytes += size;
+            chunk.messages.push(message);
         }
         if !chunk.messages.is_empty() {
             yield chunk;

@@ -5,16 +5,16 @@
 use futures_core::Stream;
 use sessionstore_client::v1 as pb;
 
+use super::{message_pages, sequence_of};
 use crate::domain::transcript::{
     markdown_header, markdown_message, openai_messages, openai_system,
 };
 use crate::domain::{Error, Result, Session};
+use crate::read_ahead::{ReadAhead, Share};
 use crate::store::{SessionHandle, Store};
 
 /// Transcript bytes per streamed chunk (a single larger message travels alone).
 const CHUNK_BYTES: usize = 64 * 1024;
-/// Messages read from storage per step.
-const PAGE: usize = 256;
 
 /// What to render.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +53,7 @@ pub fn stream<S: Store>(
     handle: SessionHandle,
     session: Session,
     format: Format,
+    share: Share,
 ) -> impl Stream<Item = Result<pb::ExportTranscriptResponse>> + Send + 'static {
     async_stream::try_stream! {
         let end = handle.next_sequence;
@@ -71,33 +72,23 @@ pub fn stream<S: Store>(
         if let Some(chunk) = out.push(&opening) {
             yield chunk;
         }
-        let mut after = -1;
-        'pages: loop {
-            let page = store.read_messages(&handle, after, PAGE).await?;
-            let full = page.len() == PAGE;
-            for stored in page {
-                if stored.sequence >= end {
-                    break 'pages;
-                }
-                after = stored.sequence;
-                let text = match format {
-                    Format::Markdown => markdown_message(&stored.message, stored.redacted),
-                    Format::OpenAiJson => {
-                        let mut text = String::new();
-                        for object in openai_messages(&stored.message, stored.redacted) {
-                            text.push_str(if written == 0 { "\n" } else { ",\n" });
-                            text.push_str(&json(&object)?);
-                            written += 1;
-                        }
-                        text
+        // Read ahead within the stream's byte bounds (`read_ahead`).
+        let mut messages = ReadAhead::ranges(message_pages(store, handle), sequence_of, share, -1, end);
+        while let Some(stored) = messages.next().await? {
+            let text = match format {
+                Format::Markdown => markdown_message(&stored.message, stored.redacted),
+                Format::OpenAiJson => {
+                    let mut text = String::new();
+                    for object in openai_messages(&stored.message, stored.redacted) {
+                        text.push_str(if written == 0 { "\n" } else { ",\n" });
+                        text.push_str(&json(&object)?);
+                        written += 1;
                     }
-                };
-                if let Some(chunk) = out.push(&text) {
-                    yield chunk;
+                    text
                 }
-            }
-            if !full {
-                break;
+            };
+            if let Some(chunk) = out.push(&text) {
+                yield chunk;
             }
         }
         if format == Format::OpenAiJson {

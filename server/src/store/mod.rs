@@ -140,6 +140,54 @@ impl SessionHandle {
     }
 }
 
+/// How much one bounded read ([`Store::read_messages_bounded`],
+/// [`Store::read_events_bounded`]) may return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadBound {
+    /// At most this many rows.
+    pub rows: usize,
+    /// The read stops before a row whose stored body would take the page's
+    /// bodies past this many bytes…
+    pub bytes: usize,
+    /// …unless the page is still empty and this is set: then that row is
+    /// read anyway, so a reader always progresses.
+    pub at_least_one: bool,
+}
+
+impl ReadBound {
+    /// No byte bound: at most `rows` rows.
+    pub fn rows(rows: usize) -> Self {
+        ReadBound {
+            rows,
+            bytes: usize::MAX,
+            at_least_one: true,
+        }
+    }
+
+    /// Whether a row of `row_bytes` joins a page that holds `rows` rows of
+    /// `bytes` so far.
+    pub fn admits(&self, rows: usize, bytes: usize, row_bytes: usize) -> bool {
+        (rows == 0 && self.at_least_one) || bytes.saturating_add(row_bytes) <= self.bytes
+    }
+}
+
+/// Rows read under a [`ReadBound`], each with the size of its stored body
+/// (the bytes the read counted for it).
+#[derive(Debug)]
+pub struct Page<T> {
+    pub rows: Vec<(T, usize)>,
+    /// The read stopped at the byte bound, before its row limit: more rows
+    /// may follow the last one.
+    pub cut: bool,
+}
+
+impl<T> Page<T> {
+    /// The rows alone.
+    pub fn into_items(self) -> Vec<T> {
+        self.rows.into_iter().map(|(item, _)| item).collect()
+    }
+}
+
 /// A provider call with its position in the session's call list.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListedCall {
@@ -237,6 +285,16 @@ pub trait Store: Clone + Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<StoredMessage>>> + Send;
 
+    /// Messages with `sequence > after`, ascending, within `bound`. The
+    /// engine stops stepping (sqlx stops consuming rows) at the byte bound,
+    /// so a page of large messages holds no more than it needs.
+    fn read_messages_bounded(
+        &self,
+        session: &SessionHandle,
+        after: i64,
+        bound: ReadBound,
+    ) -> impl Future<Output = Result<Page<StoredMessage>>> + Send;
+
     /// Messages with `sequence < before`, descending, at most `limit`.
     fn read_messages_before(
         &self,
@@ -269,6 +327,15 @@ pub trait Store: Clone + Send + Sync + 'static {
         after: i64,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<SessionEvent>>> + Send;
+
+    /// Events as [`Store::read_events`], within `bound` (as
+    /// [`Store::read_messages_bounded`]).
+    fn read_events_bounded(
+        &self,
+        session_key: i64,
+        after: i64,
+        bound: ReadBound,
+    ) -> impl Future<Output = Result<Page<SessionEvent>>> + Send;
 
     /// Applies a conversation-control change to a session as one revision
     /// (or none, when it changes nothing).

@@ -4,6 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use futures_util::TryStreamExt as _;
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
 use tokio::sync::mpsc;
@@ -17,7 +18,8 @@ use super::sqlite_reads::{self, EngineReads};
 use super::sqlite_search::SearchIndexer;
 use super::text::{escape, escape_ordered, unescape_ordered};
 use super::{
-    CommitSink, ListedCall, SearchQuery, SessionHandle, Store, SweepCandidate, postgres, sqlite,
+    CommitSink, ListedCall, Page, ReadBound, SearchQuery, SessionHandle, Store, SweepCandidate,
+    postgres, sqlite,
 };
 use crate::domain::{
     AppendedExchange, Control, Controlled, Ephemeral, Error, Fork, Message, NewExchange,
@@ -77,32 +79,61 @@ impl SqlStore {
 
 impl SqlStore {
     /// Messages of `session` matching `range` (a condition on `$2` and an
-    /// order), at most `limit`.
+    /// order), within `bound`.
     async fn messages_where(
         &self,
         session: &SessionHandle,
         range: &str,
-        bound: i64,
-        limit: usize,
-    ) -> Result<Vec<StoredMessage>> {
+        bound_value: i64,
+        bound: ReadBound,
+    ) -> Result<Page<StoredMessage>> {
         let sql = format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = $1 AND {range} LIMIT $3"
         );
         if let Some(engine) = &self.inner.engine_reads {
             let sql = sqlite_reads::unplanned(&sql);
-            let params = [session.key, bound, limit_param(limit)];
-            return engine.messages(sql, params, session.id.clone()).await;
+            let params = [session.key, bound_value, limit_param(bound.rows)];
+            return engine
+                .messages(sql, params, bound, session.id.clone())
+                .await;
         }
         let rows = sqlx::query(&sql)
             .bind(session.key)
-            .bind(bound)
-            .bind(limit_param(limit))
-            .fetch_all(&self.inner.pool)
-            .await?;
-        rows.iter()
-            .map(|row| stored_message_from_row(row, &session.id))
-            .collect()
+            .bind(bound_value)
+            .bind(limit_param(bound.rows))
+            .fetch(&self.inner.pool);
+        bounded(rows, bound, "body", |row| {
+            stored_message_from_row(row, &session.id)
+        })
+        .await
     }
+}
+
+/// Consumes `rows` while `bound` admits them (measuring each by its
+/// `body` column), converting each with `convert`. Rows past the bound are
+/// not taken from the stream: the rest of the result is discarded when the
+/// stream is dropped.
+async fn bounded<T>(
+    mut rows: futures_core::stream::BoxStream<'_, std::result::Result<AnyRow, sqlx::Error>>,
+    bound: ReadBound,
+    body: &str,
+    convert: impl Fn(&AnyRow) -> Result<T>,
+) -> Result<Page<T>> {
+    let mut page = Page {
+        rows: Vec::new(),
+        cut: false,
+    };
+    let mut bytes = 0;
+    while let Some(row) = rows.try_next().await? {
+        let size = row.try_get::<&str, _>(body)?.len();
+        if !bound.admits(page.rows.len(), bytes, size) {
+            page.cut = true;
+            break;
+        }
+        bytes += size;
+        page.rows.push((convert(&row)?, size));
+    }
+    Ok(page)
 }
 
 fn limit_param(limit: usize) -> i64 {
@@ -267,7 +298,18 @@ impl Store for SqlStore {
         after: i64,
         limit: usize,
     ) -> Result<Vec<StoredMessage>> {
-        self.messages_where(session, "sequence > $2 ORDER BY sequence", after, limit)
+        self.read_messages_bounded(session, after, ReadBound::rows(limit))
+            .await
+            .map(Page::into_items)
+    }
+
+    async fn read_messages_bounded(
+        &self,
+        session: &SessionHandle,
+        after: i64,
+        bound: ReadBound,
+    ) -> Result<Page<StoredMessage>> {
+        self.messages_where(session, "sequence > $2 ORDER BY sequence", after, bound)
             .await
     }
 
@@ -281,9 +323,10 @@ impl Store for SqlStore {
             session,
             "sequence < $2 ORDER BY sequence DESC",
             before,
-            limit,
+            ReadBound::rows(limit),
         )
         .await
+        .map(Page::into_items)
     }
 
     async fn message_sequence(
@@ -346,8 +389,19 @@ impl Store for SqlStore {
         after: i64,
         limit: usize,
     ) -> Result<Vec<SessionEvent>> {
+        self.read_events_bounded(session_key, after, ReadBound::rows(limit))
+            .await
+            .map(Page::into_items)
+    }
+
+    async fn read_events_bounded(
+        &self,
+        session_key: i64,
+        after: i64,
+        bound: ReadBound,
+    ) -> Result<Page<SessionEvent>> {
         if let Some(engine) = &self.inner.engine_reads {
-            return engine.events(session_key, after, limit_param(limit)).await;
+            return engine.events(session_key, after, bound).await;
         }
         let rows = sqlx::query(
             "SELECT revision, time, body FROM events WHERE session_key = $1 AND revision > $2 \
@@ -355,19 +409,17 @@ impl Store for SqlStore {
         )
         .bind(session_key)
         .bind(after)
-        .bind(limit_param(limit))
-        .fetch_all(&self.inner.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let body: String = row.try_get("body")?;
-                Ok(SessionEvent {
-                    revision: row.try_get("revision")?,
-                    time: Timestamp(row.try_get("time")?),
-                    change: decode(&body)?,
-                })
+        .bind(limit_param(bound.rows))
+        .fetch(&self.inner.pool);
+        bounded(rows, bound, "body", |row| {
+            let body: &str = row.try_get("body")?;
+            Ok(SessionEvent {
+                revision: row.try_get("revision")?,
+                time: Timestamp(row.try_get("time")?),
+                change: decode(body)?,
             })
-            .collect()
+        })
+        .await
     }
 
     async fn control(&self, tenant: &str, id: &str, control: Control) -> Result<Controlled> {

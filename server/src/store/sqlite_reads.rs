@@ -21,6 +21,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 use super::ops::{MessageRow, decode};
+use super::{Page, ReadBound};
 use crate::domain::{Error, Result, SessionEvent, StoredMessage, Timestamp};
 
 /// A session's events after a revision, in order (as `read_events`); its
@@ -78,22 +79,33 @@ impl EngineReads {
 
     /// Runs `sql` (as [`unplanned`] writes it; its parameters the session's
     /// key, a bound, a limit) and decodes the message rows it selects, in
-    /// its order.
+    /// its order, stepping no further than `bound` allows.
     pub(super) async fn messages(
         self: &Arc<Self>,
         sql: String,
         params: [i64; 3],
+        bound: ReadBound,
         session_id: String,
-    ) -> Result<Vec<StoredMessage>> {
+    ) -> Result<Page<StoredMessage>> {
         let this = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             this.with_connection(|conn| {
                 let mut statement = conn.prepare_cached(&sql)?;
                 let mut rows = statement.query(params)?;
-                let mut messages = Vec::new();
+                let mut page = Page {
+                    rows: Vec::new(),
+                    cut: false,
+                };
+                let mut bytes = 0;
                 while let Some(row) = rows.next()? {
                     // The body is decoded where SQLite holds it, not copied first.
                     let body = row.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?;
+                    if !bound.admits(page.rows.len(), bytes, body.len()) {
+                        page.cut = true;
+                        break;
+                    }
+                    bytes += body.len();
+                    let size = body.len();
                     let stored = MessageRow {
                         id: row.get(0)?,
                         sequence: row.get(1)?,
@@ -102,38 +114,49 @@ impl EngineReads {
                         create_time: row.get(4)?,
                         redacted: row.get(5)?,
                     };
-                    messages.push(stored.into_stored(&session_id)?);
+                    page.rows.push((stored.into_stored(&session_id)?, size));
                 }
-                Ok(messages)
+                Ok(page)
             })
         })
         .await
         .map_err(Error::storage)?
     }
 
-    /// The session's events after revision `after`, at most `limit`, in
-    /// revision order (as `SqlStore::read_events`).
+    /// The session's events after revision `after`, within `bound`, in
+    /// revision order (as `SqlStore::read_events_bounded`).
     pub(super) async fn events(
         self: &Arc<Self>,
         session_key: i64,
         after: i64,
-        limit: i64,
-    ) -> Result<Vec<SessionEvent>> {
+        bound: ReadBound,
+    ) -> Result<Page<SessionEvent>> {
         let this = Arc::clone(self);
+        let limit = i64::try_from(bound.rows).unwrap_or(i64::MAX);
         tokio::task::spawn_blocking(move || {
             this.with_connection(|conn| {
                 let mut statement = conn.prepare_cached(EVENTS)?;
                 let mut rows = statement.query([session_key, after, limit])?;
-                let mut events = Vec::new();
+                let mut page = Page {
+                    rows: Vec::new(),
+                    cut: false,
+                };
+                let mut bytes = 0;
                 while let Some(row) = rows.next()? {
                     let body = row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
-                    events.push(SessionEvent {
+                    if !bound.admits(page.rows.len(), bytes, body.len()) {
+                        page.cut = true;
+                        break;
+                    }
+                    bytes += body.len();
+                    let event = SessionEvent {
                         revision: row.get(0)?,
                         time: Timestamp(row.get(1)?),
                         change: decode(body)?,
-                    });
+                    };
+                    page.rows.push((event, body.len()));
                 }
-                Ok(events)
+                Ok(page)
             })
         })
         .await

@@ -22,11 +22,13 @@ use futures_core::Stream;
 use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 
 use crate::domain::{Change, DeltaContent, Ephemeral, EphemeralKind, Error, Result, SessionEvent};
-use crate::store::{CommitSink, SessionHandle, Store};
+use crate::read_ahead::{PAGE_BYTES, ReadAhead, ReadPage, Share, StreamBudget};
+use crate::store::{CommitSink, ReadBound, SessionHandle, Store};
 
 /// Live events buffered per session before a slow watcher is sent back to storage.
 const LIVE_BUFFER: usize = 256;
-/// Events read from storage per query while replaying.
+/// Events read from storage per query by the hub's fetcher and the
+/// open-runs check (a replay reads through [`ReadAhead`]).
 const REPLAY_PAGE: usize = 256;
 /// The most deltas kept for one run; a longer run is not replayed to late joiners.
 const MAX_RUN_DELTAS: usize = 4096;
@@ -311,9 +313,11 @@ impl Hub {
                 }
                 channel.published
             };
-            let page = store.read_events(session_key, after, REPLAY_PAGE).await;
+            let page = store
+                .read_events_bounded(session_key, after, log_page())
+                .await;
             let events: Vec<Arc<SessionEvent>> = match page {
-                Ok(page) => page.into_iter().map(Arc::new).collect(),
+                Ok(page) => page.into_items().into_iter().map(Arc::new).collect(),
                 Err(error) => {
                     tracing::warn!(%error, session_key, "cannot read events for watchers");
                     Vec::new()
@@ -505,7 +509,10 @@ async fn still_open<S: Store>(
     let mut closed: HashMap<String, i64> = HashMap::new();
     let mut after = since;
     while after < head {
-        let page = store.read_events(session_key, after, REPLAY_PAGE).await?;
+        let page = store
+            .read_events_bounded(session_key, after, log_page())
+            .await?
+            .into_items();
         let Some(last) = page.last().map(|e| e.revision) else {
             break;
         };
@@ -529,14 +536,41 @@ async fn still_open<S: Store>(
         .collect())
 }
 
+/// A session's events, a page at a time, for [`ReadAhead`].
+fn event_pages<S: Store>(store: S, session_key: i64) -> ReadPage<SessionEvent> {
+    Arc::new(move |after, bound| {
+        let store = store.clone();
+        Box::pin(async move { store.read_events_bounded(session_key, after, bound).await })
+    })
+}
+
+fn revision_of(event: &SessionEvent) -> i64 {
+    event.revision
+}
+
+/// A page of events for work that reads the log without sending it (the
+/// hub's fetcher, the open-runs check): bounded in bytes too.
+fn log_page() -> ReadBound {
+    ReadBound {
+        rows: REPLAY_PAGE,
+        bytes: PAGE_BYTES,
+        at_least_one: true,
+    }
+}
+
 /// Streams `session`'s events after `after_revision`: replay, `CaughtUp`,
-/// then live events, ending after `session_deleted` or on shutdown.
+/// then live events, ending after `session_deleted` or on shutdown. The
+/// replay reads ahead on `share` (or, without one, and on every later
+/// return to the log, a share of `budget`'s taken whatever the budget
+/// holds: a running stream progresses).
 pub fn watch<S: Store>(
     store: S,
     hub: Arc<Hub>,
     session: SessionHandle,
     request: WatchRequest,
     options: WatchOptions,
+    budget: Arc<StreamBudget>,
+    share: Option<Share>,
 ) -> Result<impl Stream<Item = Result<WatchItem>> + Send + 'static> {
     let after_revision = request.after_revision;
     if after_revision < 0 {
@@ -562,25 +596,19 @@ pub fn watch<S: Store>(
         let mut caught_up = false;
         let mut sent_deltas = SentDeltas::default();
         let mut from_storage = true;
-        // The next page of a replay, read while this one is sent.
-        let mut read_ahead: Option<tokio::task::JoinHandle<Result<Vec<SessionEvent>>>> = None;
+        // The share of the first replay (admitted with the call, if it had
+        // anything to replay); a later return to the log takes a new one.
+        let mut share = share;
         loop {
             if *closing.borrow() {
                 break;
             }
             if from_storage {
-                let page = match read_ahead.take() {
-                    Some(read) => read.await.map_err(Error::storage)??,
-                    None => store.read_events(session.key, last, REPLAY_PAGE).await?,
-                };
-                let more = page.len() == REPLAY_PAGE;
-                if more && let Some(end) = page.last() {
-                    let (store, key, after) = (store.clone(), session.key, end.revision);
-                    read_ahead = Some(tokio::spawn(async move {
-                        store.read_events(key, after, REPLAY_PAGE).await
-                    }));
-                }
-                for event in page {
+                // Events are read ahead (one page at a time, within the
+                // stream's byte bounds) while earlier ones are sent.
+                let share = share.take().unwrap_or_else(|| budget.share());
+                let mut events = ReadAhead::to_end(event_pages(store.clone(), session.key), revision_of, share, last);
+                while let Some(event) = events.next().await? {
                     last = event.revision;
                     sent_deltas.observe(&event.change);
                     let deleted = matches!(event.change, Change::SessionDeleted);
@@ -588,9 +616,13 @@ pub fn watch<S: Store>(
                     if deleted {
                         return;
                     }
+                    if *closing.borrow() {
+                        break;
+                    }
                 }
-                if more {
-                    continue;
+                drop(events);
+                if *closing.borrow() {
+                    break;
                 }
                 from_storage = false;
                 active = tokio::time::Instant::now();
