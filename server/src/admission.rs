@@ -1,5 +1,5 @@
-//! Who may start a call, before any work: credentials first (SPEC: checked
-//! before anything else), then the tenant's request rate. Also the count of
+//! Who may start a call, before any work: credentials first (checked before
+//! anything else), then the tenant's request rate. Also the count of
 //! each tenant's open watch streams.
 
 use std::collections::HashMap;

@@ -473,7 +473,7 @@ fn status_of(headers: &http::HeaderMap) -> Option<Code> {
 }
 
 /// tonic answers a request over `max_decoding_message_size` with
-/// OUT_OF_RANGE; SPEC asks for RESOURCE_EXHAUSTED, which is also what gRPC
+/// OUT_OF_RANGE; the API promises RESOURCE_EXHAUSTED, which is also what gRPC
 /// itself uses for messages over the receive limit.
 fn resource_exhausted_for_oversize(headers: &mut http::HeaderMap) {
     let oversize = headers.get("grpc-status").is_some_and(|s| s == "11")

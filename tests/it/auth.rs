@@ -18,7 +18,7 @@ crate::backend_tests!(tokens_gate_the_service, tenants_never_see_each_other);
 
 type Client = SessionStoreClient<Channel>;
 
-/// How long a token file change may take to apply (SPEC: within 5 s).
+/// How long a token file change may take to apply (the README: within 5 s).
 const RELOAD_DEADLINE: Duration = Duration::from_secs(8);
 
 fn token_line(tenant: &str, token: &str) -> String {

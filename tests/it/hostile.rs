@@ -1,6 +1,6 @@
 //! Hostile input. Arbitrary messages (any Unicode, U+0000, backslashes,
 //! malformed JSON, every block kind) round-trip exactly on every backend;
-//! arbitrary, mostly invalid requests get a status from the SPEC's table and
+//! arbitrary, mostly invalid requests get a status from the error table and
 //! write nothing; garbage on the wire (random bytes, broken HTTP/2, lying
 //! gRPC length prefixes, mistyped protobuf, cancelled streams) never takes
 //! the server down.
@@ -36,7 +36,7 @@ use crate::support::*;
 
 type Client = SessionStoreClient<Channel>;
 
-/// The statuses the SPEC's error table allows for a bad request (no
+/// The statuses the error table (README) allows for a bad request (no
 /// credentials are configured here, so no UNAUTHENTICATED).
 const SPEC_CODES: [Code; 7] = [
     Code::InvalidArgument,
@@ -1941,7 +1941,7 @@ async fn snapshot(client: &mut Client, id: &str) -> Result<Option<pb::Session>, 
     }
 }
 
-/// A refused request got a SPEC status with its details.
+/// A refused request got an allowed status with its details.
 fn check_refusal(req: &Req, status: &tonic::Status) -> Result<(), TestCaseError> {
     let (reason, field) = error_details(status);
     prop_assert!(
@@ -2770,7 +2770,7 @@ async fn malformed_grpc(backend: Backend) {
     let append = "/sessionstore.v1.SessionStore/AppendExchange";
 
     // Lying or broken 5-byte prefixes in an otherwise ordinary call. A claim
-    // over --max-request-bytes is RESOURCE_EXHAUSTED (SPEC: "request over the
+    // over --max-request-bytes is RESOURCE_EXHAUSTED (the error table: "request over the
     // configured size limits"); a body that is cut short, a bad flag or no
     // message at all is malformed: INVALID_ARGUMENT, never INTERNAL.
     let oversize = [Code::ResourceExhausted, Code::InvalidArgument];

@@ -318,7 +318,7 @@ async fn limits_name_themselves_and_write_nothing(backend: Backend) {
         .unwrap_err();
     assert_limit(&refused, "max_metadata_entries", "session.metadata");
 
-    // Over --max-request-bytes: RESOURCE_EXHAUSTED, as SPEC asks (tonic
+    // Over --max-request-bytes: RESOURCE_EXHAUSTED, as the API promises (tonic
     // itself would say OUT_OF_RANGE).
     let huge = client
         .append_exchange(appending("limited", vec![user(&"y".repeat(128 * 1024))]))
