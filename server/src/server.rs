@@ -234,10 +234,11 @@ async fn serve_store<S: Store>(
 
     let stopping_hub = Arc::clone(&hub);
     let grace = config.shutdown_grace;
-    let (began, shutdown_began) = tokio::sync::oneshot::channel();
+    // When shutdown began: the grace period counts from then.
+    let (began, shutdown_began) = tokio::sync::watch::channel(None);
     let signal = async move {
         shutdown.await;
-        let _ = began.send(tokio::time::Instant::now());
+        began.send_replace(Some(tokio::time::Instant::now()));
         let _ = stopping.send(true);
         tracing::info!(
             ?grace,
@@ -250,13 +251,11 @@ async fn serve_store<S: Store>(
     // calls; then the server stops waiting for them (a peer that never
     // reads again cannot take its stream's last frames), and the rest of
     // the period is the store's to finish its writes.
-    let deadline = async {
-        match shutdown_began.await {
-            Ok(began) => {
-                tokio::time::sleep_until(began + grace.mul_f64(0.75)).await;
-                began + grace
-            }
-            Err(_) => std::future::pending().await,
+    let mut began_at = shutdown_began.clone();
+    let deadline = async move {
+        match began_at.wait_for(Option::is_some).await.map(|began| *began) {
+            Ok(Some(began)) => tokio::time::sleep_until(began + grace.mul_f64(0.75)).await,
+            _ => std::future::pending().await,
         }
     };
     let serving = builder
@@ -278,15 +277,13 @@ async fn serve_store<S: Store>(
                 .map(|accepted| accepted.map(Coalesced::new)),
             signal,
         );
-    let mut close_by = None;
     let result = tokio::select! {
         result = serving => result,
-        end = deadline => {
+        () = deadline => {
             tracing::warn!(
                 ?grace,
                 "connections still open late in the shutdown grace period: closing them"
             );
-            close_by = Some(end);
             Ok(())
         }
     };
@@ -304,7 +301,10 @@ async fn serve_store<S: Store>(
     // Every acknowledged write is already on disk; closing finishes the
     // writes still queued. Past the grace period the process exits anyway,
     // as after a kill, which loses nothing acknowledged.
-    let close_by = close_by.unwrap_or_else(|| tokio::time::Instant::now() + grace);
+    let close_by = shutdown_began
+        .borrow()
+        .unwrap_or_else(tokio::time::Instant::now)
+        + grace;
     if tokio::time::timeout_at(close_by, store.close())
         .await
         .is_err()
