@@ -649,6 +649,13 @@ impl Store for SqlStore {
             engine.close();
         }
         close_pool(&self.inner.pool).await;
+        if let Some(engine) = &self.inner.engine_reads {
+            let path = engine.path().to_owned();
+            let kept = tokio::task::spawn_blocking(move || sqlite::keep_wal_files(&path)).await;
+            if let Ok(Err(error)) = kept {
+                tracing::warn!(%error, "cannot leave the SQLite WAL files in place");
+            }
+        }
     }
 }
 

@@ -556,3 +556,22 @@ async fn apply_in_savepoint(
         }
     }
 }
+
+/// Leaves a closed file database's WAL and shared-memory files (and its
+/// search file's) on disk, empty, as they are after a crash: SQLite deletes
+/// them when its last connection closes, and a server started on a full
+/// disk could then not create them again, so it could not even read. One
+/// connection opens the database (which creates them) and closes without
+/// the checkpoint that would delete them; every connection before it has
+/// already checkpointed everything, so they hold no frames.
+pub(super) fn keep_wal_files(path: &std::path::Path) -> rusqlite::Result<()> {
+    let conn = super::sqlite_reads::open_engine(path)?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )?;
+    conn.execute_batch(&sqlite_search::attach(&sqlite_search::search_path(path)))?;
+    conn.query_row("SELECT count(*) FROM main.sqlite_master", [], |_| Ok(()))?;
+    conn.query_row("SELECT count(*) FROM search.sqlite_master", [], |_| Ok(()))?;
+    Ok(())
+}

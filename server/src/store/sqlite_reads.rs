@@ -186,6 +186,11 @@ impl EngineReads {
     /// Closes the idle connections and keeps none from now on, so the
     /// store's own pool, closing after this, holds the database's last
     /// connection (the one that checkpoints the WAL on its way out).
+    /// The database file these reads are of.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
     pub(super) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.idle
