@@ -6,11 +6,31 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 /// sessionstore: a gRPC service that stores LLM chat sessions.
+///
+/// Without a command it serves: `sessionstore --database-url URL` is
+/// `sessionstore serve --database-url URL`.
 #[derive(Debug, Parser)]
-#[command(name = "sessionstore", version, about)]
+#[command(
+    name = "sessionstore",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+
+    /// `serve`'s flags, for when no command is given.
+    #[command(flatten)]
+    pub serve: ServeConfig,
+}
+
+impl Cli {
+    /// The command to run: the one given, or `serve` with the top-level flags.
+    pub fn into_command(self) -> Command {
+        self.command
+            .unwrap_or_else(|| Command::Serve(Box::new(self.serve)))
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -280,16 +300,6 @@ pub fn parse_age(text: &str) -> Result<Duration, String> {
 }
 
 impl ServeConfig {
-    /// The serve configuration from the environment and defaults alone.
-    pub fn from_env() -> Self {
-        #[derive(Parser)]
-        struct Only {
-            #[command(flatten)]
-            serve: ServeConfig,
-        }
-        Only::parse_from(["sessionstore"]).serve
-    }
-
     pub fn progress_interval(&self) -> Duration {
         Duration::from_millis(self.progress_interval_ms.max(1))
     }
@@ -305,8 +315,43 @@ impl ServeConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_age;
+    use super::{Cli, Command, parse_age};
+    use clap::Parser as _;
     use std::time::Duration;
+
+    fn serve_config(args: &[&str]) -> Option<(String, String)> {
+        match Cli::try_parse_from(args).ok()?.into_command() {
+            Command::Serve(config) => Some((config.listen, config.database.database_url)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn serve_flags_work_with_and_without_the_command() {
+        let wanted = Some(("0.0.0.0:50051".to_owned(), "postgres://db/s".to_owned()));
+        let flags = [
+            "--listen",
+            "0.0.0.0:50051",
+            "--database-url",
+            "postgres://db/s",
+        ];
+        let plain: Vec<&str> = ["sessionstore"].into_iter().chain(flags).collect();
+        let serve: Vec<&str> = ["sessionstore", "serve"].into_iter().chain(flags).collect();
+        assert_eq!(serve_config(&plain), wanted);
+        assert_eq!(serve_config(&serve), wanted);
+        assert!(matches!(
+            Cli::try_parse_from([
+                "sessionstore",
+                "migrate",
+                "--database-url",
+                "sqlite::memory:"
+            ])
+            .map(Cli::into_command),
+            Ok(Command::Migrate(_))
+        ));
+        // Serve's flags belong to serving, not to another command.
+        assert!(Cli::try_parse_from(["sessionstore", "--listen", "0.0.0.0:1", "migrate"]).is_err());
+    }
 
     #[test]
     fn ages_parse() {

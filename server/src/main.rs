@@ -12,9 +12,7 @@ use sessionstore_server::{cli, server, telemetry};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let command = Cli::parse()
-        .command
-        .unwrap_or_else(|| Command::Serve(Box::new(ServeConfig::from_env())));
+    let command = Cli::parse().into_command();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {

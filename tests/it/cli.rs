@@ -43,6 +43,79 @@ fn migrate_creates_the_sqlite_schema_and_its_directory() {
     assert_core_tables(&tables);
 }
 
+/// The README's form: plain `sessionstore` with serve's flags serves.
+#[tokio::test]
+async fn plain_sessionstore_with_serve_flags_serves() {
+    let binary = sessionstore_binary();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/plain.db", dir.path().display());
+    let mut child = tokio::process::Command::new(&binary)
+        .args(["--listen", "127.0.0.1:0", "--database-url", &url])
+        .env_remove("SESSIONSTORE_AUTH_TOKENS")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let serving = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("sessionstore serving") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        serving,
+        Ok(true),
+        "plain `sessionstore --listen … --database-url …` serves"
+    );
+    child.kill().await.unwrap();
+}
+
+/// An unreachable PostgreSQL at start: a quick exit that says where and why.
+#[tokio::test]
+async fn an_unreachable_postgres_at_start_names_host_and_cause() {
+    let binary = sessionstore_binary();
+    // A port nothing listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/nowhere");
+    let started = std::time::Instant::now();
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        tokio::process::Command::new(&binary)
+            .args(["serve", "--listen", "127.0.0.1:0", "--database-url", &url])
+            .env("NO_COLOR", "1")
+            .output(),
+    )
+    .await
+    .expect("the server gives up quickly")
+    .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        text.contains(&format!("127.0.0.1:{port}")) && text.to_lowercase().contains("refused"),
+        "names the host and the cause: {text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_creates_the_postgres_schema() {
     if !postgres_available("cli::migrate_creates_the_postgres_schema").await {

@@ -37,6 +37,8 @@ pub enum OpenError {
     UnsupportedUrl(String),
     #[error("cannot connect to the database: {0}")]
     Database(#[from] sqlx::Error),
+    #[error("cannot connect to PostgreSQL at {target}: {cause}")]
+    Unreachable { target: String, cause: String },
     #[error("cannot apply the database migrations: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("cannot start the SQLite append writer: {0}")]
@@ -100,6 +102,7 @@ pub async fn migrate(url: &str) -> Result<(), OpenError> {
             pool
         }
         Backend::Postgres => {
+            postgres::check_reachable(url).await?;
             let pool = postgres::connect(url, 2).await?;
             postgres::MIGRATOR.run(&pool).await?;
             pool

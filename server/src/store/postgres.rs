@@ -76,12 +76,44 @@ pub(super) async fn connect(url: &str, max_connections: u32) -> Result<AnyPool, 
         .await
 }
 
+/// Connects once, directly, so that a database that cannot be reached at
+/// start says where and why within seconds (the pool would retry a refused
+/// connection until its acquire timeout and then say only that it timed
+/// out).
+pub(super) async fn check_reachable(url: &str) -> Result<(), OpenError> {
+    use std::str::FromStr as _;
+    let target = sqlx::postgres::PgConnectOptions::from_str(url).map_or_else(
+        |_| "the host in the database URL".to_owned(),
+        |options| format!("{}:{}", options.get_host(), options.get_port()),
+    );
+    let attempt = tokio::time::timeout(
+        ACQUIRE_TIMEOUT,
+        <sqlx::PgConnection as sqlx::Connection>::connect(url),
+    )
+    .await;
+    match attempt {
+        Ok(Ok(connection)) => {
+            let _ = connection.close().await;
+            Ok(())
+        }
+        Ok(Err(error)) => Err(OpenError::Unreachable {
+            target,
+            cause: error.to_string(),
+        }),
+        Err(_) => Err(OpenError::Unreachable {
+            target,
+            cause: format!("no answer within {} s", ACQUIRE_TIMEOUT.as_secs()),
+        }),
+    }
+}
+
 /// Connects, migrates, and starts the commit-hint listener.
 pub(super) async fn open(
     url: &str,
     sink: Arc<dyn CommitSink>,
     options: &StoreOptions,
 ) -> Result<SqlStore, OpenError> {
+    check_reachable(url).await?;
     let pool = connect(url, options.max_connections).await?;
     MIGRATOR.run(&pool).await?;
     let closing = watch::Sender::new(false);
