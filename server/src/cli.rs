@@ -12,7 +12,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use sessionstore_client::v1 as pb;
-use sessionstore_client::{Client, ExportHistory, ListSessions, NewSession};
+use sessionstore_client::{Client, Exchange, ExportHistory, ListSessions, NewSession};
 
 use crate::domain::transcript::{markdown_message, rfc3339};
 use crate::domain::{Message, Timestamp};
@@ -93,6 +93,60 @@ pub enum SessionsCommand {
     },
     /// Delete a session.
     Delete { id: String },
+    /// Create a session and print its id.
+    Create {
+        /// The session's id (default: one the server makes, `ses_…`).
+        #[arg(long)]
+        id: Option<String>,
+        #[arg(long)]
+        title: Option<String>,
+        #[arg(long)]
+        system_prompt: Option<String>,
+        /// The owner's name (what `sessions list --user` filters by).
+        #[arg(long)]
+        user: Option<String>,
+    },
+    /// Store one exchange: a user message and, optionally, the assistant's
+    /// answer with the model call that produced it.
+    Append {
+        id: String,
+        /// The user's message.
+        #[arg(long = "user", value_name = "TEXT")]
+        user_text: String,
+        /// The assistant's answer (needs --model: every answer records the
+        /// call that produced it).
+        #[arg(long, value_name = "TEXT", requires = "model")]
+        assistant: Option<String>,
+        /// The model call, as PROVIDER/MODEL (e.g. `openai/gpt-4o`).
+        #[arg(long, value_name = "PROVIDER/MODEL", value_parser = parse_model)]
+        model: Option<(String, String)>,
+        /// The call's prompt and completion tokens, as IN,OUT.
+        #[arg(long, value_name = "IN,OUT", value_parser = parse_tokens, requires = "model")]
+        tokens: Option<(i64, i64)>,
+        /// The call's cost in millionths of a US dollar.
+        #[arg(long, value_name = "MICROS", requires = "model")]
+        cost_micros_usd: Option<i64>,
+    },
+}
+
+/// `provider/model`.
+fn parse_model(text: &str) -> Result<(String, String), String> {
+    match text.split_once('/') {
+        Some((provider, model)) if !provider.is_empty() && !model.is_empty() => {
+            Ok((provider.to_owned(), model.to_owned()))
+        }
+        _ => Err(format!(
+            "{text:?} is not PROVIDER/MODEL (e.g. openai/gpt-4o)"
+        )),
+    }
+}
+
+/// `in,out`.
+fn parse_tokens(text: &str) -> Result<(i64, i64), String> {
+    let parsed = text.split_once(',').and_then(|(input, output)| {
+        Some((input.trim().parse().ok()?, output.trim().parse().ok()?))
+    });
+    parsed.ok_or_else(|| format!("{text:?} is not IN,OUT (e.g. 310,12)"))
 }
 
 /// What `sessions export` writes.
@@ -156,6 +210,58 @@ pub async fn run(args: SessionsArgs) -> anyhow::Result<()> {
         SessionsCommand::Delete { id } => {
             client.delete_session(id.clone()).await?;
             writeln!(out, "deleted {id}").map_err(anyhow::Error::from)
+        }
+        SessionsCommand::Create {
+            id,
+            title,
+            system_prompt,
+            user,
+        } => {
+            let mut new = NewSession::new();
+            if let Some(id) = id {
+                new = new.id(id);
+            }
+            if let Some(title) = title {
+                new = new.title(title);
+            }
+            if let Some(prompt) = system_prompt {
+                new = new.system_prompt(prompt);
+            }
+            if let Some(user) = user {
+                new = new.user(user);
+            }
+            let session = client.create_session(new).await?;
+            writeln!(out, "{}", session.id).map_err(anyhow::Error::from)
+        }
+        SessionsCommand::Append {
+            id,
+            user_text,
+            assistant,
+            model,
+            tokens,
+            cost_micros_usd,
+        } => {
+            let mut exchange = Exchange::new(id.clone()).message(pb::Message::user(user_text));
+            if let Some((provider, model)) = model {
+                let (input, output) = tokens.unwrap_or_default();
+                let mut call = pb::ProviderCall::new(provider, model).with_tokens(input, output);
+                if let Some(cost) = cost_micros_usd {
+                    call = call.with_cost_micros_usd(cost);
+                }
+                exchange = exchange.provider_call(call);
+            }
+            if let Some(answer) = assistant {
+                exchange = exchange.response(pb::Message::assistant(answer));
+            }
+            let stored = client.append_exchange(&exchange).await?;
+            let first = stored.messages.first().map_or(0, |m| m.sequence);
+            writeln!(
+                out,
+                "appended to {id}: sequences {first}..{} (revision {})",
+                stored.next_sequence - 1,
+                stored.revision
+            )
+            .map_err(anyhow::Error::from)
         }
     };
     match result {

@@ -249,6 +249,90 @@ mod sessions {
         )
     }
 
+    /// A first stored exchange from the terminal alone: create, append, show.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn create_and_append_without_writing_a_client() {
+        let server = TestServer::start(Backend::File).await;
+        let (ok, id, err) = sessions(
+            &server,
+            &["create", "--title", "First", "--system-prompt", "Be brief."],
+        )
+        .await;
+        assert!(ok, "{err}");
+        let id = id.trim().to_owned();
+        assert!(id.starts_with("ses_"), "{id}");
+        let (ok, out, err) = sessions(
+            &server,
+            &[
+                "append",
+                &id,
+                "--user",
+                "What is 2+2?",
+                "--assistant",
+                "4",
+                "--model",
+                "openai/gpt-4o",
+                "--tokens",
+                "12,1",
+                "--cost-micros-usd",
+                "85",
+            ],
+        )
+        .await;
+        assert!(ok, "{err}");
+        assert_eq!(
+            out.trim(),
+            format!("appended to {id}: sequences 0..1 (revision 2)")
+        );
+        let (ok, out, err) = sessions(&server, &["append", &id, "--user", "Thanks"]).await;
+        assert!(ok, "{err}");
+        assert_eq!(
+            out.trim(),
+            format!("appended to {id}: sequences 2..2 (revision 3)")
+        );
+
+        let mut client = server.client().await;
+        let messages = all_messages(&mut client, &id).await;
+        let texts: Vec<&str> = messages
+            .iter()
+            .map(|m| m.message.as_ref().unwrap().content.as_str())
+            .collect();
+        assert_eq!(texts, ["What is 2+2?", "4", "Thanks"]);
+        assert!(!messages[1].produced_by_call_id.is_empty());
+        let calls = client
+            .list_provider_calls(pb::ListProviderCallsRequest {
+                session_id: id.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .provider_calls;
+        assert_eq!(calls.len(), 1);
+        assert_eq!(
+            (
+                calls[0].provider.as_str(),
+                calls[0].model.as_str(),
+                calls[0].prompt_tokens,
+                calls[0].completion_tokens,
+                calls[0].cost_micros_usd
+            ),
+            ("openai", "gpt-4o", 12, 1, 85)
+        );
+
+        // An answer needs the call that produced it, and bad shapes are named.
+        let (ok, _, err) =
+            sessions(&server, &["append", &id, "--user", "x", "--assistant", "y"]).await;
+        assert!(!ok && err.contains("--model"), "{err}");
+        let (ok, _, err) = sessions(
+            &server,
+            &["append", &id, "--user", "x", "--model", "gpt-4o"],
+        )
+        .await;
+        assert!(!ok && err.contains("PROVIDER/MODEL"), "{err}");
+        server.stop().await.unwrap();
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn list_show_export_import_delete() {
         let server = TestServer::start(Backend::File).await;
