@@ -192,8 +192,10 @@ async fn serve_store<S: Store>(
     }
     let metrics_server = match listeners.metrics {
         Some(listener) => {
-            let address = listener.local_addr().ok();
-            tracing::info!(address = ?address, "metrics serving at /metrics");
+            let address = listener
+                .local_addr()
+                .map_or_else(|_| "unknown".to_owned(), |address| address.to_string());
+            tracing::info!(%address, "metrics serving at /metrics");
             Some(tokio::spawn(metrics::serve_http(
                 listener,
                 Arc::clone(&metrics),
@@ -202,9 +204,12 @@ async fn serve_store<S: Store>(
         None => None,
     };
 
-    let local = listeners.grpc.local_addr().ok();
+    let local = listeners
+        .grpc
+        .local_addr()
+        .map_or_else(|_| config.listen.clone(), |address| address.to_string());
     tracing::info!(
-        address = ?local,
+        address = %local,
         tls = tls_enabled,
         client_certificates = config.tls.tls_client_ca.is_some(),
         database = %redact_url(&config.database.database_url),

@@ -36,7 +36,15 @@ pub fn init(config: &TelemetryConfig) -> anyhow::Result<Telemetry> {
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let (text, json) = match config.log_format {
-        LogFormat::Text => (Some(tracing_subscriber::fmt::layer()), None),
+        // Colour only for a person at a terminal: redirected logs and
+        // `NO_COLOR` get plain text.
+        LogFormat::Text => (
+            Some(tracing_subscriber::fmt::layer().with_ansi(
+                std::io::IsTerminal::is_terminal(&std::io::stdout())
+                    && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty()),
+            )),
+            None,
+        ),
         LogFormat::Json => (
             None,
             Some(
