@@ -187,6 +187,52 @@ const IMPORT_CHUNK: usize = 500;
 
 /// Runs one `sessions` command.
 pub async fn run(args: SessionsArgs) -> anyhow::Result<()> {
+    let server = server_url(&args.connection.server);
+    run_command(args)
+        .await
+        .map_err(|error| explain(error, &server))
+}
+
+/// The server's URL: `HOST:PORT` (as `--listen` and grpcurl take it) means
+/// `http://HOST:PORT`.
+fn server_url(server: &str) -> String {
+    if server.contains("://") {
+        server.to_owned()
+    } else {
+        format!("http://{server}")
+    }
+}
+
+/// One line for the person at the terminal: what went wrong and, where it
+/// helps, what to do (a call's error, not the layers of causes beneath it).
+fn explain(error: anyhow::Error, server: &str) -> anyhow::Error {
+    use sessionstore_client::Error as ClientError;
+    let Some(client) = error.downcast_ref::<ClientError>() else {
+        return error;
+    };
+    let unreachable = || {
+        anyhow::anyhow!(
+            "cannot reach the server at {server} ({}): is it running? (--server URL, or SESSIONSTORE_SERVER)",
+            error.root_cause()
+        )
+    };
+    match client {
+        ClientError::Transport(_) => unreachable(),
+        ClientError::Unavailable { status, .. } if std::error::Error::source(status).is_some() => {
+            unreachable()
+        }
+        ClientError::Unauthenticated { status } => anyhow::anyhow!(
+            "{}: pass --token TOKEN (or set SESSIONSTORE_TOKEN)",
+            status.message()
+        ),
+        other => match other.status() {
+            Some(status) => anyhow::anyhow!("{}", status.message()),
+            None => anyhow::anyhow!("{other}"),
+        },
+    }
+}
+
+async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
     let client = connect(&args.connection).await?;
     let out = std::io::stdout();
     let mut out = out.lock();
@@ -278,7 +324,7 @@ pub async fn run(args: SessionsArgs) -> anyhow::Result<()> {
 }
 
 async fn connect(connection: &Connection) -> anyhow::Result<Client> {
-    let mut builder = Client::builder(connection.server.clone())
+    let mut builder = Client::builder(server_url(&connection.server))
         .connect_timeout(Duration::from_secs(10))
         .no_request_timeout();
     if let Some(token) = &connection.token {
@@ -288,10 +334,7 @@ async fn connect(connection: &Connection) -> anyhow::Result<Client> {
         let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
         builder = builder.tls_ca_certificate(pem);
     }
-    builder
-        .connect()
-        .await
-        .with_context(|| format!("cannot reach {}", connection.server))
+    Ok(builder.connect().await?)
 }
 
 fn colour() -> bool {

@@ -249,6 +249,47 @@ mod sessions {
         )
     }
 
+    /// Common failures read as one line that says what to do.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn errors_are_one_readable_line() {
+        let server = TestServer::start(Backend::File).await;
+        let (ok, _, err) = sessions(&server, &["show", "ses_nope"]).await;
+        assert!(!ok);
+        assert_eq!(err.trim(), "sessionstore: session \"ses_nope\" not found");
+
+        // HOST:PORT, as --listen takes it, is accepted.
+        let output = tokio::process::Command::new(sessionstore_binary())
+            .args(["sessions", "--server", &server.addr.to_string(), "list"])
+            .env("NO_COLOR", "1")
+            .output()
+            .await
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+
+        // Nobody listening: where, why, and what to check.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let output = tokio::process::Command::new(sessionstore_binary())
+            .args(["sessions", "--server", &format!("127.0.0.1:{port}"), "list"])
+            .env("NO_COLOR", "1")
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with(&format!(
+                "sessionstore: cannot reach the server at http://127.0.0.1:{port} (Connection refused"
+            )) && err.contains("--server URL"),
+            "{err}"
+        );
+        server.stop().await.unwrap();
+    }
+
     /// A first stored exchange from the terminal alone: create, append, show.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn create_and_append_without_writing_a_client() {
