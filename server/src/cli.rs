@@ -241,6 +241,8 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
         SessionsCommand::Show { id } => show(&client, &id, &mut out).await,
         SessionsCommand::Export { id, format, output } => match output {
             Some(path) => {
+                // A session that is not there leaves no empty file behind.
+                client.get_session(id.clone()).await?;
                 let file = std::fs::File::create(&path)
                     .with_context(|| format!("cannot create {}", path.display()))?;
                 let mut file = std::io::BufWriter::new(file);

@@ -5,6 +5,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+/// How logs are filtered, for `--help` (it is an environment variable only).
+const LOG_HELP: &str =
+    "Logs: SESSIONSTORE_LOG (or RUST_LOG) filters them, e.g. `info,sessionstore_server=debug`.";
+
 /// sessionstore: a gRPC service that stores LLM chat sessions.
 ///
 /// Without a command it serves: `sessionstore --database-url URL` is
@@ -14,7 +18,8 @@ use clap::{Args, Parser, Subcommand};
     name = "sessionstore",
     version,
     about,
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    after_help = LOG_HELP
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -36,6 +41,7 @@ impl Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the gRPC server (the default).
+    #[command(after_help = LOG_HELP)]
     Serve(Box<ServeConfig>),
     /// Apply the database migrations and exit.
     Migrate(DatabaseConfig),

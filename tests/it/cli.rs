@@ -195,6 +195,7 @@ fn help_names_every_setting_and_its_environment_variable() {
     for name in [
         "--listen",
         "SESSIONSTORE_LISTEN",
+        "SESSIONSTORE_LOG",
         "--database-url",
         "SESSIONSTORE_DATABASE_URL",
         "127.0.0.1:50051",
@@ -256,6 +257,14 @@ mod sessions {
         let (ok, _, err) = sessions(&server, &["show", "ses_nope"]).await;
         assert!(!ok);
         assert_eq!(err.trim(), "sessionstore: session \"ses_nope\" not found");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("nope.json");
+        let (ok, _, _) = sessions(
+            &server,
+            &["export", "ses_nope", "-o", &file.display().to_string()],
+        )
+        .await;
+        assert!(!ok && !file.exists(), "no empty file for a missing session");
 
         // HOST:PORT, as --listen takes it, is accepted.
         let output = tokio::process::Command::new(sessionstore_binary())
