@@ -417,25 +417,7 @@ async fn stored_messages(
     client: &mut sessionstore_client::SessionStoreClient<tonic::transport::Channel>,
     id: &str,
 ) -> Vec<pb::StoredMessage> {
-    let mut out = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .list_messages(pb::ListMessagesRequest {
-                session_id: id.to_owned(),
-                page_size: 8,
-                page_token,
-                ..Default::default()
-            })
-            .await
-            .expect("list messages")
-            .into_inner();
-        out.extend(page.messages);
-        if page.next_page_token.is_empty() {
-            return out;
-        }
-        page_token = page.next_page_token;
-    }
+    crate::support::messages_in_pages(client, id, 8).await
 }
 
 fn assert_storage_full(status: &tonic::Status, what: &str) {

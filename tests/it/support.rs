@@ -468,13 +468,23 @@ pub async fn all_messages(
     client: &mut SessionStoreClient<Channel>,
     id: &str,
 ) -> Vec<pb::StoredMessage> {
+    messages_in_pages(client, id, 1000).await
+}
+
+/// Every stored message of a session, `page_size` at a time (small pages
+/// for large messages: a reply stays under the client's decode limit).
+pub async fn messages_in_pages(
+    client: &mut SessionStoreClient<Channel>,
+    id: &str,
+    page_size: i32,
+) -> Vec<pb::StoredMessage> {
     let mut out = Vec::new();
     let mut page_token = String::new();
     loop {
         let page = client
             .list_messages(pb::ListMessagesRequest {
                 session_id: id.to_owned(),
-                page_size: 1000,
+                page_size,
                 page_token,
                 ..Default::default()
             })
