@@ -403,10 +403,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_share_is_refused_only_when_the_budget_is_full() {
+    fn a_share_is_refused_only_when_the_budget_is_full() -> crate::domain::Result<()> {
         let budget = StreamBudget::new(MIN_SHARE * 2);
-        let mut first = budget.admit().expect("room for one");
-        let second = budget.admit().expect("room for two");
+        let mut first = budget.admit()?;
+        let second = budget.admit()?;
         assert!(budget.admit().is_err());
         // Growth past the budget gets nothing more; forcing still works.
         assert_eq!(first.take(MIN_SHARE * 2), MIN_SHARE);
@@ -418,6 +418,7 @@ mod tests {
         drop(second);
         assert_eq!(budget.buffered(), 0);
         assert!(budget.admit().is_ok());
+        Ok(())
     }
 
     /// A table of `(key, size)` rows, read as a store would.
@@ -450,25 +451,25 @@ mod tests {
     async fn drain(
         mut reader: ReadAhead<(i64, usize)>,
         budget: &StreamBudget,
-    ) -> (Vec<i64>, usize) {
+    ) -> crate::domain::Result<(Vec<i64>, usize)> {
         let (mut keys, mut most) = (Vec::new(), 0);
-        while let Some((key, _)) = reader.next().await.expect("read") {
+        while let Some((key, _)) = reader.next().await? {
             keys.push(key);
             most = most.max(budget.buffered());
         }
-        (keys, most)
+        Ok((keys, most))
     }
 
     #[tokio::test]
-    async fn rows_arrive_once_in_order_within_the_bound() {
+    async fn rows_arrive_once_in_order_within_the_bound() -> crate::domain::Result<()> {
         for size in [100, 200 * 1024, 3 * 1024 * 1024] {
             let rows: Vec<(i64, usize)> =
                 (0..700).filter(|k| k % 7 != 3).map(|k| (k, size)).collect();
             let expected: Vec<i64> = rows.iter().map(|(k, _)| *k).filter(|k| *k < 650).collect();
             let budget = StreamBudget::new(usize::MAX);
-            let share = budget.admit().expect("share");
+            let share = budget.admit()?;
             let reader = ReadAhead::ranges(table(rows.clone()), |row| row.0, share, -1, 650);
-            let (keys, most) = drain(reader, &budget).await;
+            let (keys, most) = drain(reader, &budget).await?;
             assert_eq!(keys, expected, "rows of {size} bytes");
             assert!(
                 most <= READ_AHEAD_BYTES + size,
@@ -476,9 +477,9 @@ mod tests {
             );
             assert_eq!(budget.buffered(), 0);
 
-            let share = budget.admit().expect("share");
+            let share = budget.admit()?;
             let reader = ReadAhead::to_end(table(rows.clone()), |row| row.0, share, 10);
-            let (keys, most) = drain(reader, &budget).await;
+            let (keys, most) = drain(reader, &budget).await?;
             let expected: Vec<i64> = rows.iter().map(|(k, _)| *k).filter(|k| *k > 10).collect();
             assert_eq!(keys, expected, "rows of {size} bytes to the end");
             assert!(
@@ -486,15 +487,17 @@ mod tests {
                 "{most} bytes held with rows of {size}"
             );
         }
+        Ok(())
     }
 
     #[tokio::test]
-    async fn a_stream_progresses_on_its_share_alone() {
+    async fn a_stream_progresses_on_its_share_alone() -> crate::domain::Result<()> {
         let rows: Vec<(i64, usize)> = (0..50).map(|k| (k, 300 * 1024)).collect();
         let budget = StreamBudget::new(MIN_SHARE);
-        let share = budget.admit().expect("share");
+        let share = budget.admit()?;
         let reader = ReadAhead::ranges(table(rows), |row| row.0, share, -1, 50);
-        let (keys, _) = drain(reader, &budget).await;
+        let (keys, _) = drain(reader, &budget).await?;
         assert_eq!(keys, (0..50).collect::<Vec<_>>());
+        Ok(())
     }
 }

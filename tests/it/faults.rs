@@ -92,36 +92,38 @@ fn host_port(url: &str) -> String {
     rest.split('/').next().unwrap_or(rest).to_owned()
 }
 
-async fn health_of(endpoint: &str, service: &str) -> Option<ServingStatus> {
+/// Waits until `service`'s health is `wanted`, following the server's own
+/// `grpc.health.v1.Health/Watch` stream (it sends each change as it happens).
+async fn service_becomes(endpoint: &str, service: &str, wanted: ServingStatus) {
     let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
-        .ok()?
+        .unwrap()
         .connect()
         .await
-        .ok()?;
-    let answer = HealthClient::new(channel)
-        .check(HealthCheckRequest {
+        .expect("connect for health");
+    let mut changes = HealthClient::new(channel)
+        .watch(HealthCheckRequest {
             service: service.to_owned(),
         })
         .await
-        .ok()?;
-    ServingStatus::try_from(answer.into_inner().status).ok()
+        .expect("watch health")
+        .into_inner();
+    while let Some(change) = changes.message().await.expect("health change") {
+        if ServingStatus::try_from(change.status) == Ok(wanted) {
+            return;
+        }
+    }
+    panic!("the health stream of {service:?} ended before {wanted:?}");
 }
 
-/// Waits (polling) until both health services report `wanted`; how long it took.
-async fn health_becomes(endpoint: &str, wanted: ServingStatus, within: Duration) -> Duration {
-    let start = Instant::now();
-    loop {
-        let whole = health_of(endpoint, "").await;
-        let service = health_of(endpoint, "sessionstore.v1.SessionStore").await;
-        if whole == Some(wanted) && service == Some(wanted) {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < within,
-            "health is {whole:?} / {service:?}, not {wanted:?}, after {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Waits until both health services report `wanted`, failing after `within`.
+async fn health_becomes(endpoint: &str, wanted: ServingStatus, within: Duration) {
+    let both = async {
+        service_becomes(endpoint, "", wanted).await;
+        service_becomes(endpoint, "sessionstore.v1.SessionStore", wanted).await;
+    };
+    tokio::time::timeout(within, both)
+        .await
+        .unwrap_or_else(|_| panic!("health is not {wanted:?} after {within:?}"));
 }
 
 fn assert_storage_unavailable(status: &tonic::Status, what: &str) {
@@ -231,28 +233,26 @@ async fn a_postgres_outage_is_unavailable_and_health_follows_it() {
     });
     // Its first attempt has been answered UNAVAILABLE before the database returns.
     let metrics = server.metrics_addr.expect("metrics are served");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let text = crate::support::scrape(metrics).await;
-        let refused = text.lines().any(|line| {
-            line.starts_with("grpc_server_handled_total")
-                && line.contains("grpc_method=\"AppendExchange\"")
-                && line.contains("grpc_code=\"Unavailable\"")
-                && line
-                    .rsplit(' ')
-                    .next()
-                    .and_then(|count| count.parse::<f64>().ok())
-                    .is_some_and(|count| count >= 2.0)
-        });
-        if refused {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the client's call never reached the server:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::support::poll_until(
+        "the client's call reaching the server",
+        Duration::from_secs(15),
+        || async {
+            let text = crate::support::scrape(metrics).await;
+            text.lines()
+                .any(|line| {
+                    line.starts_with("grpc_server_handled_total")
+                        && line.contains("grpc_method=\"AppendExchange\"")
+                        && line.contains("grpc_code=\"Unavailable\"")
+                        && line
+                            .rsplit(' ')
+                            .next()
+                            .and_then(|count| count.parse::<f64>().ok())
+                            .is_some_and(|count| count >= 2.0)
+                })
+                .then_some(())
+        },
+    )
+    .await;
 
     relay.restore().await;
     let came_back = Instant::now();

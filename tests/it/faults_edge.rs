@@ -60,20 +60,19 @@ async fn wait_until_accepted(
     value: &str,
     accepted: bool,
 ) {
-    let start = Instant::now();
-    loop {
-        let result = client.list_sessions(list(value)).await;
-        let is_accepted = !matches!(&result, Err(s) if s.code() == Code::Unauthenticated);
-        if is_accepted == accepted {
-            return;
+    let what = format!(
+        "{value:?} {}",
+        if accepted { "accepted" } else { "refused" }
+    );
+    crate::support::poll_until(&what, Duration::from_secs(8), || {
+        let mut client = client.clone();
+        async move {
+            let result = client.list_sessions(list(value)).await;
+            let is_accepted = !matches!(&result, Err(s) if s.code() == Code::Unauthenticated);
+            (is_accepted == accepted).then_some(())
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(8),
-            "{value:?} still {} after 8 s",
-            if accepted { "refused" } else { "accepted" }
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -341,14 +341,10 @@ async fn stalled_streams_hold_bounded_bytes_and_resume(backend: Backend) {
         task.await.expect("resumed stream");
     }
     // Every stream gave its bytes back.
-    let deadline = Instant::now() + PATIENCE;
-    while buffered(metrics).await != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "buffered bytes never went back to 0"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::support::poll_until("buffered bytes going back to 0", PATIENCE, || async {
+        (buffered(metrics).await == 0).then_some(())
+    })
+    .await;
 }
 
 async fn a_full_budget_refuses_new_streams_until_streams_end(backend: Backend) {
@@ -405,14 +401,10 @@ async fn a_full_budget_refuses_new_streams_until_streams_end(backend: Backend) {
     let first = stalled.remove(0);
     first.finish_export().await;
     drop(stalled);
-    let deadline = Instant::now() + PATIENCE;
-    while buffered(metrics).await != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the streams' bytes never came back"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::support::poll_until("the streams' bytes coming back", PATIENCE, || async {
+        (buffered(metrics).await == 0).then_some(())
+    })
+    .await;
     let again = open_stalled(server.addr, EXPORT, export_request("ses_budget"))
         .await
         .expect("accepted again");

@@ -751,3 +751,27 @@ pub async fn scrape(addr: SocketAddr) -> String {
         .map(|(_, body)| body.to_owned())
         .unwrap_or_default()
 }
+
+/// Polls `check` until it gives `Some`, for at most `patience`, and panics
+/// naming `what` after that. Only for conditions that have no signal to
+/// wait on (a gauge scraped from `/metrics`, a token file reloaded on the
+/// server's own schedule): each try is a real request, and the pause
+/// between tries only keeps them from flooding the server.
+pub async fn poll_until<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    patience: Duration,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut interval = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        interval.tick().await;
+        if let Some(found) = check().await {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {patience:?}"
+        );
+    }
+}
