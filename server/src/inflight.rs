@@ -35,7 +35,6 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use prost::Message as _;
 use sessionstore_client::server_codec::malformed_request;
 use tonic::Status;
 
@@ -93,26 +92,11 @@ impl InFlight {
 /// Paths (`/package.Service/Method`) of the methods whose request is one
 /// message, from encoded `FileDescriptorSet`s.
 pub fn single_message_methods(descriptor_sets: &[&[u8]]) -> HashSet<String> {
-    let mut paths = HashSet::new();
-    for encoded in descriptor_sets {
-        let Ok(set) = prost_types::FileDescriptorSet::decode(*encoded) else {
-            continue;
-        };
-        for file in set.file {
-            let package = file.package();
-            for service in &file.service {
-                for method in service.method.iter().filter(|m| !m.client_streaming()) {
-                    let service_name = if package.is_empty() {
-                        service.name().to_owned()
-                    } else {
-                        format!("{package}.{}", service.name())
-                    };
-                    paths.insert(format!("/{service_name}/{}", method.name()));
-                }
-            }
-        }
-    }
-    paths
+    crate::metrics::described_methods(descriptor_sets)
+        .into_iter()
+        .filter(|method| !method.client_streaming)
+        .map(|method| format!("/{}/{}", method.service, method.name))
+        .collect()
 }
 
 /// The tower layer that wraps every request body; see the module

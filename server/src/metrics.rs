@@ -97,32 +97,52 @@ pub struct Metrics {
     stream_buffer: OnceLock<BytesProbe>,
 }
 
+/// A method named in a `FileDescriptorSet`.
+pub struct DescribedMethod {
+    /// The service's full name (`package.Service`).
+    pub service: String,
+    pub name: String,
+    /// Whether the client sends a stream of messages.
+    pub client_streaming: bool,
+}
+
+/// Every method of every service in these encoded `FileDescriptorSet`s
+/// (sets that do not decode are skipped).
+pub fn described_methods(descriptor_sets: &[&[u8]]) -> Vec<DescribedMethod> {
+    let mut methods = Vec::new();
+    for encoded in descriptor_sets {
+        let Ok(set) = prost_types::FileDescriptorSet::decode(*encoded) else {
+            continue;
+        };
+        for file in set.file {
+            let package = file.package();
+            for service in &file.service {
+                let service_name = if package.is_empty() {
+                    service.name().to_owned()
+                } else {
+                    format!("{package}.{}", service.name())
+                };
+                methods.extend(service.method.iter().map(|method| DescribedMethod {
+                    service: service_name.clone(),
+                    name: method.name().to_owned(),
+                    client_streaming: method.client_streaming(),
+                }));
+            }
+        }
+    }
+    methods
+}
+
 impl Metrics {
     /// Metrics for the methods of every service in these encoded
     /// `FileDescriptorSet`s.
     pub fn new(descriptor_sets: &[&[u8]]) -> Self {
         let mut methods = HashMap::new();
-        for encoded in descriptor_sets {
-            let Ok(set) = prost_types::FileDescriptorSet::decode(*encoded) else {
-                continue;
-            };
-            for file in set.file {
-                let package = file.package();
-                for service in &file.service {
-                    let service_name = if package.is_empty() {
-                        service.name().to_owned()
-                    } else {
-                        format!("{package}.{}", service.name())
-                    };
-                    for method in &service.method {
-                        let path = format!("/{service_name}/{}", method.name());
-                        methods.insert(
-                            path,
-                            Arc::new(MethodStats::new(&service_name, method.name())),
-                        );
-                    }
-                }
-            }
+        for method in described_methods(descriptor_sets) {
+            methods.insert(
+                format!("/{}/{}", method.service, method.name),
+                Arc::new(MethodStats::new(&method.service, &method.name)),
+            );
         }
         // Reflection has no descriptor set of its own to hand.
         for service in [
