@@ -169,6 +169,9 @@ async fn serve_store<S: Store>(
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(sessionstore_client::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            // google.rpc.Status, ErrorInfo, BadRequest, RetryInfo…: so that
+            // reflection clients (grpcurl) can decode error details.
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
     };
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;

@@ -4,19 +4,24 @@
 //! `NO_COLOR`.
 
 use std::io::{IsTerminal as _, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
 use futures_util::StreamExt as _;
-use serde::{Deserialize, Serialize};
 use sessionstore_client::v1 as pb;
 use sessionstore_client::{Client, Exchange, ExportHistory, ListSessions, NewSession};
 
+use crate::domain::Timestamp;
 use crate::domain::transcript::{markdown_message, rfc3339};
-use crate::domain::{Message, Timestamp};
 use crate::grpc::convert;
+
+mod export;
+mod watch;
+
+use export::{export, import};
+use watch::watch;
 
 /// Look at and manage the sessions of a running server.
 #[derive(Debug, Args)]
@@ -159,31 +164,6 @@ pub enum ExportFormat {
     /// OpenAI Chat Completions messages (no thinking).
     Openai,
 }
-
-/// The header of an export file; the messages follow it in `messages`.
-#[derive(Debug, Serialize, Deserialize)]
-struct ExportedSession {
-    id: String,
-    #[serde(default)]
-    title: String,
-    #[serde(default)]
-    system_prompt: String,
-    #[serde(default)]
-    user: String,
-    #[serde(default)]
-    metadata: std::collections::BTreeMap<String, String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ExportFile {
-    format: String,
-    session: ExportedSession,
-    messages: Vec<Message>,
-}
-
-const FILE_FORMAT: &str = "sessionstore.export.v1";
-/// Messages sent per call when importing.
-const IMPORT_CHUNK: usize = 500;
 
 /// Runs one `sessions` command.
 pub async fn run(args: SessionsArgs) -> anyhow::Result<()> {
@@ -481,283 +461,6 @@ async fn show(client: &Client, id: &str, out: &mut impl Write) -> anyhow::Result
         write!(out, "{body}")?;
     }
     Ok(())
-}
-
-/// Shows `done` on stderr, over the same line, when stderr is a terminal.
-struct Progress {
-    on: bool,
-    what: &'static str,
-    total: Option<usize>,
-}
-
-impl Progress {
-    fn new(what: &'static str, total: Option<usize>) -> Self {
-        Progress {
-            on: std::io::stderr().is_terminal(),
-            what,
-            total,
-        }
-    }
-
-    fn show(&self, done: usize) {
-        if self.on {
-            let text = match self.total {
-                Some(total) => format!("\r{} {done}/{total} messages", self.what),
-                None => format!("\r{} {done} messages", self.what),
-            };
-            let _ = std::io::stderr().write_all(text.as_bytes());
-        }
-    }
-
-    fn finish(&self, done: usize) {
-        if self.on {
-            self.show(done);
-            let _ = std::io::stderr().write_all(b"\n");
-        }
-    }
-}
-
-async fn export(
-    client: &Client,
-    id: &str,
-    format: ExportFormat,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    let transcript = match format {
-        ExportFormat::Json => return export_json(client, id, out).await,
-        ExportFormat::Markdown => pb::TranscriptFormat::Markdown,
-        ExportFormat::Openai => pb::TranscriptFormat::OpenaiJson,
-    };
-    let mut chunks = client
-        .raw()
-        .export_transcript(pb::ExportTranscriptRequest {
-            session_id: id.to_owned(),
-            format: transcript.into(),
-        })
-        .await
-        .map_err(sessionstore_client::Error::from)?
-        .into_inner();
-    let progress = Progress::new("exported", None);
-    let mut bytes = 0;
-    while let Some(chunk) = chunks
-        .message()
-        .await
-        .map_err(sessionstore_client::Error::from)?
-    {
-        out.write_all(&chunk.data)?;
-        bytes += chunk.data.len();
-        if progress.on {
-            let _ = write!(std::io::stderr(), "\rexported {} KiB", bytes / 1024);
-        }
-    }
-    if progress.on {
-        let _ = writeln!(std::io::stderr());
-    }
-    Ok(())
-}
-
-/// `{"format": …, "session": {…}, "messages": [...]}`, written message by
-/// message so any size exports in bounded memory.
-async fn export_json(client: &Client, id: &str, out: &mut impl Write) -> anyhow::Result<()> {
-    let session = client.get_session(id.to_owned()).await?;
-    let header = ExportedSession {
-        id: session.id,
-        title: session.title,
-        system_prompt: session.system_prompt,
-        user: session.user,
-        metadata: session.metadata.into_iter().collect(),
-    };
-    write!(
-        out,
-        "{{\"format\":{},\"session\":{},\"messages\":[",
-        serde_json::to_string(FILE_FORMAT)?,
-        serde_json::to_string(&header)?
-    )?;
-    let mut messages = client.export_history_stream(id).await?;
-    let progress = Progress::new("exported", None);
-    let mut count = 0;
-    while let Some(message) = messages.next().await {
-        let message = convert::message_from_pb(message?, &format!("messages[{count}]"))?;
-        if count > 0 {
-            out.write_all(b",")?;
-        }
-        out.write_all(b"\n")?;
-        serde_json::to_writer(&mut *out, &message)?;
-        count += 1;
-        if count % 1000 == 0 {
-            progress.show(count);
-        }
-    }
-    out.write_all(b"\n]}\n")?;
-    progress.finish(count);
-    Ok(())
-}
-
-async fn import(
-    client: &Client,
-    path: &Path,
-    id: Option<String>,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let parsed: ExportFile = serde_json::from_reader(std::io::BufReader::new(file))
-        .with_context(|| format!("{} is not a sessionstore JSON export", path.display()))?;
-    anyhow::ensure!(
-        parsed.format == FILE_FORMAT,
-        "{} has format {:?}; expected {FILE_FORMAT:?}",
-        path.display(),
-        parsed.format
-    );
-    let id = id.unwrap_or(parsed.session.id);
-    let total = parsed.messages.len();
-    let mut chunks = parsed
-        .messages
-        .chunks(IMPORT_CHUNK)
-        .map(|chunk| {
-            chunk
-                .iter()
-                .cloned()
-                .map(convert::message_to_pb)
-                .collect::<Vec<_>>()
-        })
-        .collect::<Vec<_>>()
-        .into_iter();
-    let mut new = NewSession::new()
-        .id(id.clone())
-        .title(parsed.session.title)
-        .system_prompt(parsed.session.system_prompt)
-        .user(parsed.session.user);
-    for (key, value) in parsed.session.metadata {
-        new = new.metadata(key, value);
-    }
-    let first = chunks.next().unwrap_or_default();
-    let mut done = first.len();
-    client.create_session(new.initial_history(first)).await?;
-    let progress = Progress::new("imported", Some(total));
-    progress.show(done);
-    for (index, messages) in chunks.enumerate() {
-        let count = messages.len();
-        let request = pb::AppendExchangeRequest {
-            session_id: id.clone(),
-            messages,
-            // The next sequence is known exactly: a concurrent writer makes
-            // the import stop rather than interleave.
-            expected_next_sequence: Some(i64::try_from(done)?),
-            request_id: format!("import-{id}-{index}"),
-            ..Default::default()
-        };
-        client
-            .raw()
-            .append_exchange(request)
-            .await
-            .map_err(sessionstore_client::Error::from)?;
-        done += count;
-        progress.show(done);
-    }
-    progress.finish(done);
-    writeln!(out, "imported {id}: {done} messages")?;
-    Ok(())
-}
-
-/// One line per event: revision, kind and a short summary.
-async fn watch(
-    client: &Client,
-    id: &str,
-    after_revision: i64,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    use pb::session_event::Event;
-    let on = colour();
-    let mut events = client.watch(id.to_owned(), after_revision);
-    while let Some(event) = events.next().await {
-        let event = event?;
-        let revision = event.revision;
-        let Some(kind) = event.event else { continue };
-        let (name, detail) = match kind {
-            Event::SessionCreated(created) => (
-                "session_created",
-                summarize(
-                    on,
-                    created.messages.iter().filter_map(|m| m.message.as_ref()),
-                ),
-            ),
-            Event::ExchangeAppended(appended) => (
-                "exchange_appended",
-                summarize(
-                    on,
-                    appended.messages.iter().filter_map(|m| m.message.as_ref()),
-                ),
-            ),
-            Event::SessionUpdated(updated) => (
-                "session_updated",
-                updated.session.map(|s| s.title).unwrap_or_default(),
-            ),
-            Event::SessionDeleted(_) => {
-                writeln!(out, "{revision:>6}  session_deleted")?;
-                out.flush()?;
-                return Ok(());
-            }
-            Event::CaughtUp(_) => ("caught_up", String::new()),
-            Event::Progress(_) => continue,
-            Event::Delta(delta) => {
-                let text = match delta.delta {
-                    Some(pb::delta::Delta::Text(text)) => text,
-                    _ => "[block]".to_owned(),
-                };
-                (
-                    "delta",
-                    format!("{} #{}: {}", delta.run_id, delta.index, cell(&text, 80)),
-                )
-            }
-            other => (event_name(&other), String::new()),
-        };
-        writeln!(out, "{revision:>6}  {name}  {detail}")?;
-        out.flush()?;
-    }
-    Ok(())
-}
-
-fn event_name(event: &pb::session_event::Event) -> &'static str {
-    use pb::session_event::Event;
-    match event {
-        Event::SessionCreated(_) => "session_created",
-        Event::ExchangeAppended(_) => "exchange_appended",
-        Event::SessionUpdated(_) => "session_updated",
-        Event::SessionDeleted(_) => "session_deleted",
-        Event::CaughtUp(_) => "caught_up",
-        Event::Progress(_) => "progress",
-        Event::Delta(_) => "delta",
-        Event::RunDiscarded(_) => "run_discarded",
-        Event::RunBegun(_) => "run_begun",
-        Event::RunEnded(_) => "run_ended",
-        Event::RolledBack(_) => "rolled_back",
-        Event::MessageEdited(_) => "message_edited",
-        Event::MessageRedacted(_) => "message_redacted",
-        Event::StateChanged(_) => "state_changed",
-    }
-}
-
-/// `user: first line … | assistant: …`
-fn summarize<'a>(on: bool, messages: impl Iterator<Item = &'a pb::Message>) -> String {
-    messages
-        .map(|m| {
-            let role = convert::message_from_pb(m.clone(), "message")
-                .map(|m| m.role)
-                .ok();
-            let name = m
-                .role()
-                .as_str_name()
-                .trim_start_matches("ROLE_")
-                .to_lowercase();
-            let label = match role {
-                Some(role) => paint(on, role_colour(role), &name),
-                None => name,
-            };
-            format!("{label}: {}", cell(&m.content, 60))
-        })
-        .collect::<Vec<_>>()
-        .join(" | ")
 }
 
 #[cfg(test)]

@@ -1,0 +1,110 @@
+//! `sessions watch`: one line per event.
+
+use std::io::Write;
+
+use futures_util::StreamExt as _;
+use sessionstore_client::Client;
+use sessionstore_client::v1 as pb;
+
+use super::{cell, colour, paint, role_colour};
+use crate::grpc::convert;
+
+/// One line per event: revision, kind and a short summary.
+pub(super) async fn watch(
+    client: &Client,
+    id: &str,
+    after_revision: i64,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    use pb::session_event::Event;
+    let on = colour();
+    let mut events = client.watch(id.to_owned(), after_revision);
+    while let Some(event) = events.next().await {
+        let event = event?;
+        let revision = event.revision;
+        let Some(kind) = event.event else { continue };
+        let (name, detail) = match kind {
+            Event::SessionCreated(created) => (
+                "session_created",
+                summarize(
+                    on,
+                    created.messages.iter().filter_map(|m| m.message.as_ref()),
+                ),
+            ),
+            Event::ExchangeAppended(appended) => (
+                "exchange_appended",
+                summarize(
+                    on,
+                    appended.messages.iter().filter_map(|m| m.message.as_ref()),
+                ),
+            ),
+            Event::SessionUpdated(updated) => (
+                "session_updated",
+                updated.session.map(|s| s.title).unwrap_or_default(),
+            ),
+            Event::SessionDeleted(_) => {
+                writeln!(out, "{revision:>6}  session_deleted")?;
+                out.flush()?;
+                return Ok(());
+            }
+            Event::CaughtUp(_) => ("caught_up", String::new()),
+            Event::Progress(_) => continue,
+            Event::Delta(delta) => {
+                let text = match delta.delta {
+                    Some(pb::delta::Delta::Text(text)) => text,
+                    _ => "[block]".to_owned(),
+                };
+                (
+                    "delta",
+                    format!("{} #{}: {}", delta.run_id, delta.index, cell(&text, 80)),
+                )
+            }
+            other => (event_name(&other), String::new()),
+        };
+        writeln!(out, "{revision:>6}  {name}  {detail}")?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
+fn event_name(event: &pb::session_event::Event) -> &'static str {
+    use pb::session_event::Event;
+    match event {
+        Event::SessionCreated(_) => "session_created",
+        Event::ExchangeAppended(_) => "exchange_appended",
+        Event::SessionUpdated(_) => "session_updated",
+        Event::SessionDeleted(_) => "session_deleted",
+        Event::CaughtUp(_) => "caught_up",
+        Event::Progress(_) => "progress",
+        Event::Delta(_) => "delta",
+        Event::RunDiscarded(_) => "run_discarded",
+        Event::RunBegun(_) => "run_begun",
+        Event::RunEnded(_) => "run_ended",
+        Event::RolledBack(_) => "rolled_back",
+        Event::MessageEdited(_) => "message_edited",
+        Event::MessageRedacted(_) => "message_redacted",
+        Event::StateChanged(_) => "state_changed",
+    }
+}
+
+/// `user: first line … | assistant: …`
+fn summarize<'a>(on: bool, messages: impl Iterator<Item = &'a pb::Message>) -> String {
+    messages
+        .map(|m| {
+            let role = convert::message_from_pb(m.clone(), "message")
+                .map(|m| m.role)
+                .ok();
+            let name = m
+                .role()
+                .as_str_name()
+                .trim_start_matches("ROLE_")
+                .to_lowercase();
+            let label = match role {
+                Some(role) => paint(on, role_colour(role), &name),
+                None => name,
+            };
+            format!("{label}: {}", cell(&m.content, 60))
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
