@@ -374,6 +374,7 @@ impl ClientBuilder {
 #[derive(Clone)]
 pub struct Client {
     raw: RawClient,
+    channel: Channel,
     settings: Arc<Settings>,
 }
 
@@ -407,6 +408,7 @@ async fn within<T>(
 impl Client {
     fn new(channel: Channel, auth: BearerAuth, settings: Settings) -> Client {
         Client {
+            channel: channel.clone(),
             raw: SessionStoreClient::with_interceptor(channel, auth)
                 // Exports and watch events may be large; the server bounds them.
                 .max_decoding_message_size(usize::MAX),
@@ -457,6 +459,12 @@ impl Client {
     /// ```
     pub fn raw(&self) -> RawClient {
         self.raw.clone()
+    }
+
+    /// The connection itself (TLS included, no bearer token), for the
+    /// server's other services: `grpc.health.v1.Health`, reflection.
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
     }
 
     /// A request carrying the per-request timeout as its gRPC deadline.

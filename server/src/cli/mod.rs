@@ -11,16 +11,20 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
 use futures_util::StreamExt as _;
 use sessionstore_client::v1 as pb;
-use sessionstore_client::{Client, Exchange, ExportHistory, ListSessions, NewSession};
+use sessionstore_client::{
+    Client, ClientBuilder, Exchange, ExportHistory, ListSessions, NewSession, RetryPolicy,
+};
 
 use crate::domain::Timestamp;
 use crate::domain::transcript::{markdown_message, rfc3339};
 use crate::grpc::convert;
 
 mod export;
+mod health;
 mod watch;
 
 use export::{export, import};
+pub use health::{HealthArgs, run as health};
 use watch::watch;
 
 /// Look at and manage the sessions of a running server.
@@ -213,7 +217,17 @@ fn explain(error: anyhow::Error, server: &str) -> anyhow::Error {
 }
 
 async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
-    let client = connect(&args.connection).await?;
+    let mut builder = builder(&args.connection, Duration::from_secs(10))?;
+    if matches!(args.command, SessionsCommand::Watch { .. }) {
+        // A live tail outlasts a server restart: it says "reconnecting…"
+        // and carries on from the last revision it printed.
+        builder = builder.watch_retry_policy(
+            RetryPolicy::default()
+                .max_attempts(u32::MAX)
+                .max_backoff(Duration::from_secs(2)),
+        );
+    }
+    let client = builder.connect().await?;
     let out = std::io::stdout();
     let mut out = out.lock();
     let result = match args.command {
@@ -305,9 +319,13 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
     }
 }
 
-async fn connect(connection: &Connection) -> anyhow::Result<Client> {
+async fn connect(connection: &Connection, timeout: Duration) -> anyhow::Result<Client> {
+    Ok(builder(connection, timeout)?.connect().await?)
+}
+
+fn builder(connection: &Connection, timeout: Duration) -> anyhow::Result<ClientBuilder> {
     let mut builder = Client::builder(server_url(&connection.server))
-        .connect_timeout(Duration::from_secs(10))
+        .connect_timeout(timeout)
         .no_request_timeout();
     if let Some(token) = &connection.token {
         builder = builder.bearer_token(token.clone());
@@ -316,7 +334,7 @@ async fn connect(connection: &Connection) -> anyhow::Result<Client> {
         let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
         builder = builder.tls_ca_certificate(pem);
     }
-    Ok(builder.connect().await?)
+    Ok(builder)
 }
 
 fn colour() -> bool {

@@ -158,6 +158,7 @@ impl<S: Store> SessionStoreService<S> {
 }
 
 fn span(method: &'static str, session_id: &str) -> tracing::Span {
+    crate::metrics::note_session(session_id);
     tracing::info_span!("rpc", method, session_id = %session_id)
 }
 
@@ -427,9 +428,11 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             };
             exchange.validate()?;
             let (revision, appended) = self.store.append_exchange(&tenant, exchange).await?;
-            self.options
-                .metrics
-                .exchange_appended(appended.messages.len());
+            if !appended.replayed {
+                self.options
+                    .metrics
+                    .exchange_appended(appended.messages.len());
+            }
             Ok(Response::new(convert::append_response_to_pb(
                 revision, appended,
             )))

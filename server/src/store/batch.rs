@@ -383,6 +383,7 @@ fn append_one(
         provider_call: call,
         run_id: exchange.run_id.clone(),
         next_sequence: state.next_sequence,
+        replayed: false,
     };
     let change = Change::ExchangeAppended(appended.clone());
     rows.event(state.key, revision, now, encode(&change)?);

@@ -757,11 +757,12 @@ impl Tx<'_> {
                 .bind(revision)
                 .fetch_one(&mut *self.conn)
                 .await?;
-        let Change::ExchangeAppended(first) = decode::<Change>(&body)? else {
+        let Change::ExchangeAppended(mut first) = decode::<Change>(&body)? else {
             return Err(Error::storage(std::io::Error::other(
                 "idempotency key points at a non-append event",
             )));
         };
+        first.replayed = true;
         Ok(Some(Written::Appended(revision, first)))
     }
 
@@ -922,6 +923,7 @@ impl Tx<'_> {
             provider_call: call,
             run_id,
             next_sequence,
+            replayed: false,
         };
         self.insert_event(key, revision, Change::ExchangeAppended(appended.clone()))
             .await?;
