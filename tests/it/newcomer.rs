@@ -307,3 +307,43 @@ async fn watch_says_reconnecting_while_the_server_is_away() {
     assert!(deleted.ends_with("state_changed  cwd deleted"), "{deleted}");
     watch.kill().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_wrong_token_names_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, crate::support::token_line("acme", "right")).unwrap();
+    let server = TestServer::start_on(crate::support::Storage::new(Backend::Memory).await, {
+        let tokens = tokens.clone();
+        move |config| config.auth_tokens = Some(tokens)
+    })
+    .await;
+    let address = server.addr.to_string();
+    let (code, _, err) = run(&["sessions", "--server", &address, "list"]).await;
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err,
+        format!(
+            "sessionstore: the server at http://{address} wants a bearer token: pass --token TOKEN (or set SESSIONSTORE_TOKEN)\n"
+        )
+    );
+    let (code, _, err) = run(&["sessions", "--server", &address, "--token", "wrong", "list"]).await;
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err,
+        format!(
+            "sessionstore: the server at http://{address} refused the bearer token: check --token (or SESSIONSTORE_TOKEN)\n"
+        )
+    );
+    let (code, out, err) =
+        run(&["sessions", "--server", &address, "--token", "right", "list"]).await;
+    assert_eq!(
+        (code, out.trim()),
+        (
+            Some(0),
+            "ID  TITLE  USER  MESSAGES  COST  UPDATED\n(no sessions)"
+        ),
+        "{err}"
+    );
+    server.stop().await.unwrap();
+}

@@ -29,7 +29,10 @@ pub struct HealthArgs {
 /// Prints the status (`SERVING`, `NOT_SERVING`, …); `Ok(true)` when serving.
 pub async fn run(args: HealthArgs) -> anyhow::Result<bool> {
     let server = server_url(&args.connection.server);
-    check(&args).await.map_err(|error| explain(error, &server))
+    let token_given = args.connection.token.is_some();
+    check(&args)
+        .await
+        .map_err(|error| explain(error, &server, token_given))
 }
 
 async fn check(args: &HealthArgs) -> anyhow::Result<bool> {

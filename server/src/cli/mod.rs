@@ -172,9 +172,10 @@ pub enum ExportFormat {
 /// Runs one `sessions` command.
 pub async fn run(args: SessionsArgs) -> anyhow::Result<()> {
     let server = server_url(&args.connection.server);
+    let token_given = args.connection.token.is_some();
     run_command(args)
         .await
-        .map_err(|error| explain(error, &server))
+        .map_err(|error| explain(error, &server, token_given))
 }
 
 /// The server's URL: `HOST:PORT` (as `--listen` and grpcurl take it) means
@@ -189,7 +190,7 @@ fn server_url(server: &str) -> String {
 
 /// One line for the person at the terminal: what went wrong and, where it
 /// helps, what to do (a call's error, not the layers of causes beneath it).
-fn explain(error: anyhow::Error, server: &str) -> anyhow::Error {
+fn explain(error: anyhow::Error, server: &str, token_given: bool) -> anyhow::Error {
     use sessionstore_client::Error as ClientError;
     let Some(client) = error.downcast_ref::<ClientError>() else {
         return error;
@@ -205,9 +206,11 @@ fn explain(error: anyhow::Error, server: &str) -> anyhow::Error {
         ClientError::Unavailable { status, .. } if std::error::Error::source(status).is_some() => {
             unreachable()
         }
-        ClientError::Unauthenticated { status } => anyhow::anyhow!(
-            "{}: pass --token TOKEN (or set SESSIONSTORE_TOKEN)",
-            status.message()
+        ClientError::Unauthenticated { .. } if token_given => anyhow::anyhow!(
+            "the server at {server} refused the bearer token: check --token (or SESSIONSTORE_TOKEN)"
+        ),
+        ClientError::Unauthenticated { .. } => anyhow::anyhow!(
+            "the server at {server} wants a bearer token: pass --token TOKEN (or set SESSIONSTORE_TOKEN)"
         ),
         other => match other.status() {
             Some(status) => anyhow::anyhow!("{}", status.message()),
