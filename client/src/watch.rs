@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures_core::Stream;
 use tonic::{Code, Status};
 
-use crate::client::RawClient;
+use crate::auth::RawClient;
 use crate::error::{Error, Result};
 use crate::retry::RetryPolicy;
 use crate::v1;

@@ -37,23 +37,11 @@ mod status;
 pub use encoded_watch::EncodedWatch;
 pub use status::{ERROR_DOMAIN, limit_exceeded};
 
-/// The tenant of unauthenticated calls.
-pub const DEFAULT_TENANT: &str = "default";
+use crate::auth::tenant_of;
 
 /// Export chunks stay below this many encoded bytes (a single larger
 /// message travels alone).
 pub const EXPORT_CHUNK_BYTES: usize = 1024 * 1024;
-
-/// The tenant a request acts for, as set by the authentication layer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Tenant(pub String);
-
-fn tenant_of<T>(request: &Request<T>) -> String {
-    request
-        .extensions()
-        .get::<Tenant>()
-        .map_or_else(|| DEFAULT_TENANT.to_owned(), |t| t.0.clone())
-}
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
