@@ -19,6 +19,7 @@ mod export;
 mod fault;
 mod ops;
 mod postgres;
+mod rows;
 mod sql;
 mod sqlite;
 mod sqlite_appends;
