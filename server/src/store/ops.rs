@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use sqlx::{AnyConnection, Row};
 
+use super::batch;
 use super::rows::{
     MESSAGE_COLUMNS, SESSION_COLUMNS, decode, encode, search_rowid, session_from_row,
     stored_message_from_row,
@@ -703,6 +704,9 @@ impl Tx<'_> {
         Ok(Some(Written::Appended(revision, first)))
     }
 
+    /// An append on the general path: the steps a bulk run defers, then
+    /// the decider ([`batch::append_loaded`]), the one place the rules of
+    /// an append live.
     async fn append_exchange(&mut self, tenant: &str, exchange: NewExchange) -> Result<Written> {
         // Idempotency first: a retry gets the first result even if it would
         // now fail another check (a stale expected_next_sequence, say).
@@ -715,6 +719,7 @@ impl Tx<'_> {
             return Ok(first);
         }
 
+        // Settles an expired lease first.
         let row = self.load_live(tenant, &exchange.session_id).await?;
         if self.dialect == Dialect::Postgres
             && let Some(fingerprint) = &fingerprint
@@ -725,159 +730,49 @@ impl Tx<'_> {
             // A concurrent retry committed while we waited for the row lock.
             return Ok(first);
         }
-        Self::check_lease(&row, &exchange.run_id)?;
-        let key = row.key;
-        let next_sequence = row.next_sequence;
-        if let Some(expected) = exchange.expected_next_sequence
-            && expected != next_sequence
-        {
-            return Err(Error::SequenceMismatch {
-                expected,
-                actual: next_sequence,
-            });
-        }
-        let call = exchange.normalized_call();
-        let NewExchange {
-            messages,
-            mut full_history,
-            response_messages,
-            run_id,
-            request_id,
-            ..
-        } = exchange;
-        let inputs = if full_history.is_empty() {
-            messages
+        let history_from = if exchange.full_history.is_empty() {
+            None
         } else {
+            // The lease and sequence come before the diff, as for any append.
+            batch::admit(&row.session, row.next_sequence, &exchange)?;
             let bodies: Vec<String> = sqlx::query_scalar(
                 "SELECT body FROM messages WHERE session_key = $1 ORDER BY sequence",
             )
-            .bind(key)
+            .bind(row.key)
             .fetch_all(&mut *self.conn)
             .await?;
             let stored = bodies
                 .iter()
                 .map(|b| decode::<Message>(b))
                 .collect::<Result<Vec<_>>>()?;
-            let new_from = diff_full_history(&full_history, &row.session.system_prompt, &stored)?;
-            full_history.split_off(new_from)
-        };
-        if inputs.is_empty() && call.is_none() {
-            return Err(Error::invalid(
-                "full_history",
-                "holds no message beyond the stored history and there is no provider_call: nothing to write",
-            ));
-        }
-
-        let now = self.now;
-        let call = call.map(|mut call| {
-            call.id = ids::call_id();
-            call.session_id = row.session.id.clone();
-            call.create_time = now;
-            call
-        });
-        if let Some(call) = &call {
-            sqlx::query(
-                "INSERT INTO provider_calls (id, session_key, request_id, provider, model, \
-                 requested_provider, requested_model, prompt_tokens, completion_tokens, \
-                 total_tokens, cost_micros_usd, create_time) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            )
-            .bind(&call.id)
-            .bind(key)
-            .bind(escape(&call.request_id))
-            .bind(escape(&call.provider))
-            .bind(escape(&call.model))
-            .bind(escape(&call.requested_provider))
-            .bind(escape(&call.requested_model))
-            .bind(call.prompt_tokens)
-            .bind(call.completion_tokens)
-            .bind(call.total_tokens)
-            .bind(call.cost_micros_usd)
-            .bind(now.0)
-            .execute(&mut *self.conn)
-            .await?;
-        }
-        let call_id = call.as_ref().map(|c| c.id.clone());
-        let to_store =
-            inputs
-                .into_iter()
-                .map(NewRow::input)
-                .chain(response_messages.into_iter().map(|message| NewRow {
-                    message,
-                    call_id: call_id.clone(),
-                    redacted: false,
-                }));
-        let session_id = row.session.id.clone();
-        let stored = self
-            .insert_messages(key, &session_id, next_sequence, to_store)
-            .await?;
-        let added = i64::try_from(stored.len()).map_err(Error::storage)?;
-        let next_sequence = next_sequence + added;
-        let revision = row.session.revision + 1;
-        match &call {
-            None => {
-                sqlx::query(
-                    "UPDATE sessions SET revision = $1, next_sequence = $2, \
-                     message_count = message_count + $3, update_time = $4 WHERE key = $5",
-                )
-                .bind(revision)
-                .bind(next_sequence)
-                .bind(added)
-                .bind(now.0)
-                .bind(key)
-                .execute(&mut *self.conn)
-                .await?;
+            let from =
+                diff_full_history(&exchange.full_history, &row.session.system_prompt, &stored)?;
+            if from >= exchange.full_history.len() && exchange.provider_call.is_none() {
+                return Err(Error::invalid(
+                    "full_history",
+                    "holds no message beyond the stored history and there is no provider_call: nothing to write",
+                ));
             }
-            Some(call) => {
-                sqlx::query(
-                    "UPDATE sessions SET revision = $1, next_sequence = $2, \
-                     message_count = message_count + $3, update_time = $4, \
-                     provider_call_count = provider_call_count + 1, last_model = $5, \
-                     last_provider = $6, last_cost_micros_usd = $7, last_request_id = $8, \
-                     total_tokens = CASE WHEN total_tokens > 9223372036854775807 - $9 \
-                         THEN 9223372036854775807 ELSE total_tokens + $9 END, \
-                     total_cost_micros_usd = CASE \
-                         WHEN total_cost_micros_usd > 9223372036854775807 - $7 \
-                         THEN 9223372036854775807 ELSE total_cost_micros_usd + $7 END \
-                     WHERE key = $10",
-                )
-                .bind(revision)
-                .bind(next_sequence)
-                .bind(added)
-                .bind(now.0)
-                .bind(escape(&call.model))
-                .bind(escape(&call.provider))
-                .bind(call.cost_micros_usd)
-                .bind(escape(&call.request_id))
-                .bind(call.total_tokens)
-                .bind(key)
-                .execute(&mut *self.conn)
-                .await?;
-            }
-        }
-        let appended = AppendedExchange {
-            messages: stored,
-            provider_call: call,
-            run_id,
-            next_sequence,
-            replayed: false,
+            Some(from)
         };
-        self.insert_event(key, revision, Change::ExchangeAppended(appended.clone()))
-            .await?;
-        if let Some(fingerprint) = fingerprint {
-            sqlx::query(
-                "INSERT INTO idempotency_keys (tenant, request_id, session_key, fingerprint, revision) \
-                 VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(escape(tenant))
-            .bind(escape(&request_id))
-            .bind(key)
-            .bind(fingerprint)
-            .bind(revision)
-            .execute(&mut *self.conn)
-            .await?;
-        }
-        Ok(Written::Appended(revision, appended))
+        let loaded = batch::Loaded {
+            key: row.key,
+            next_sequence: row.next_sequence,
+            session: row.session,
+        };
+        let applied = batch::append_loaded(
+            self.conn,
+            self.dialect,
+            self.search,
+            tenant,
+            &exchange,
+            loaded,
+            history_from,
+            self.now,
+        )
+        .await?;
+        self.events.extend(applied.events);
+        Ok(applied.written)
     }
 
     async fn control(&mut self, tenant: &str, id: &str, control: Control) -> Result<Written> {
