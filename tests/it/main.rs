@@ -19,6 +19,7 @@ mod hostile;
 mod large;
 mod ops;
 mod python;
+mod readme;
 mod replicas;
 mod runs;
 mod tenancy;
