@@ -17,6 +17,7 @@ mod faults_streams;
 mod history;
 mod hostile;
 mod large;
+mod newcomer;
 mod ops;
 mod python;
 mod readme;

@@ -29,10 +29,8 @@ use sqlx::any::AnyArguments;
 use sqlx::query::Query;
 use sqlx::{Any, AnyConnection};
 
-use super::ops::{
-    Applied, Columns, Dialect, NOTIFY_CHANNEL, SESSION_COLUMNS, SearchWrites, Written, encode,
-    search_rowid, session_from_row,
-};
+use super::ops::{Applied, Dialect, NOTIFY_CHANNEL, SearchWrites, Written};
+use super::rows::{Columns, SESSION_COLUMNS, encode, search_rowid, session_from_row};
 use super::text::escape;
 use crate::domain::{
     AppendedExchange, Change, Error, NewExchange, ProviderCall, Result, Session, SessionEvent,
@@ -383,6 +381,7 @@ fn append_one(
         provider_call: call,
         run_id: exchange.run_id.clone(),
         next_sequence: state.next_sequence,
+        replayed: false,
     };
     let change = Change::ExchangeAppended(appended.clone());
     rows.event(state.key, revision, now, encode(&change)?);

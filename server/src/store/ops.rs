@@ -5,10 +5,13 @@
 
 use std::sync::Arc;
 
-use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
-use super::text::{escape, escape_ordered, unescape};
+use super::rows::{
+    MESSAGE_COLUMNS, SESSION_COLUMNS, decode, encode, search_rowid, session_from_row,
+    stored_message_from_row,
+};
+use super::text::{escape, escape_ordered};
 use crate::domain::exchange::diff_full_history;
 use crate::domain::{
     AppendedExchange, Change, Control, Controlled, Error, Fork, Message, NewExchange, NewSession,
@@ -120,72 +123,6 @@ pub async fn apply(
         written,
         events: tx.events,
     })
-}
-
-pub fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
-    serde_json::to_string(value).map_err(Error::storage)
-}
-
-pub fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T> {
-    serde_json::from_str(text).map_err(Error::storage)
-}
-
-/// Reads an escaped text column.
-pub fn text_col(row: &AnyRow, column: &str) -> Result<String> {
-    Ok(unescape(row.try_get::<String, _>(column)?))
-}
-
-/// The session columns [`session_from_row`] reads.
-pub const SESSION_COLUMNS: &str = "key, id, title, system_prompt, user_name, metadata, \
-     summary_message_id, revision, create_time, update_time, next_sequence, \
-     parent_session_id, parent_sequence, run_id, run_expire_time";
-
-/// Columns by name, over sqlx's rows and the SQLite engine's (the bulk
-/// append path reads session rows through both).
-pub trait Columns {
-    fn int(&self, column: &str) -> Result<i64>;
-    /// A text column as stored (escaped).
-    fn raw_text(&self, column: &str) -> Result<String>;
-    /// An escaped text column, unescaped.
-    fn text(&self, column: &str) -> Result<String> {
-        Ok(unescape(self.raw_text(column)?))
-    }
-}
-
-impl Columns for AnyRow {
-    fn int(&self, column: &str) -> Result<i64> {
-        Ok(self.try_get(column)?)
-    }
-
-    fn raw_text(&self, column: &str) -> Result<String> {
-        Ok(self.try_get(column)?)
-    }
-}
-
-/// A session as stored. The lease fields are raw: a lease past its expiry
-/// still shows until it is settled (see [`Session::hide_expired_lease`]).
-pub fn session_from_row(row: &impl Columns) -> Result<Session> {
-    Ok(Session {
-        id: row.text("id")?,
-        title: row.text("title")?,
-        system_prompt: row.text("system_prompt")?,
-        user: row.text("user_name")?,
-        metadata: decode(&row.raw_text("metadata")?)?,
-        summary_message_id: row.text("summary_message_id")?,
-        revision: row.int("revision")?,
-        create_time: Timestamp(row.int("create_time")?),
-        update_time: Timestamp(row.int("update_time")?),
-        parent_session_id: row.text("parent_session_id")?,
-        parent_sequence: row.int("parent_sequence")?,
-        active_run_id: row.text("run_id")?,
-        run_expire_time: Timestamp(row.int("run_expire_time")?),
-    })
-}
-
-/// The full-text row id of a message in SQLite: one session's messages form
-/// one contiguous range, so a rollback or delete removes a range.
-pub(super) fn search_rowid(session_key: i64, sequence: i64) -> i64 {
-    session_key.saturating_mul(1 << 32).saturating_add(sequence)
 }
 
 /// A live session row as the write path needs it.
@@ -757,11 +694,12 @@ impl Tx<'_> {
                 .bind(revision)
                 .fetch_one(&mut *self.conn)
                 .await?;
-        let Change::ExchangeAppended(first) = decode::<Change>(&body)? else {
+        let Change::ExchangeAppended(mut first) = decode::<Change>(&body)? else {
             return Err(Error::storage(std::io::Error::other(
                 "idempotency key points at a non-append event",
             )));
         };
+        first.replayed = true;
         Ok(Some(Written::Appended(revision, first)))
     }
 
@@ -922,6 +860,7 @@ impl Tx<'_> {
             provider_call: call,
             run_id,
             next_sequence,
+            replayed: false,
         };
         self.insert_event(key, revision, Change::ExchangeAppended(appended.clone()))
             .await?;
@@ -1241,49 +1180,6 @@ fn check_version(key: &str, expected: Option<i64>, current: Option<i64>) -> Resu
     }
 }
 
-/// The message columns [`MessageRow`] holds, in its order.
-pub const MESSAGE_COLUMNS: &str = "id, sequence, produced_by_call_id, body, create_time, redacted";
-
-/// A message row as stored, before its body is decoded; read by sqlx here
-/// and by the SQLite engine directly in `sqlite_reads.rs`.
-/// The engine decodes the body where SQLite holds it (`B` = `&str`).
-pub struct MessageRow<B = String> {
-    pub id: String,
-    pub sequence: i64,
-    pub produced_by_call_id: Option<String>,
-    pub body: B,
-    pub create_time: i64,
-    pub redacted: i64,
-}
-
-impl<B: AsRef<str>> MessageRow<B> {
-    /// The stored message this row holds.
-    pub fn into_stored(self, session_id: &str) -> Result<StoredMessage> {
-        Ok(StoredMessage {
-            id: self.id,
-            session_id: session_id.to_owned(),
-            sequence: self.sequence,
-            produced_by_call_id: self.produced_by_call_id.unwrap_or_default(),
-            message: decode(self.body.as_ref())?,
-            create_time: Timestamp(self.create_time),
-            redacted: self.redacted != 0,
-        })
-    }
-}
-
-/// Reads a message row ([`MESSAGE_COLUMNS`]).
-pub fn stored_message_from_row(row: &AnyRow, session_id: &str) -> Result<StoredMessage> {
-    MessageRow {
-        id: row.try_get("id")?,
-        sequence: row.try_get("sequence")?,
-        produced_by_call_id: row.try_get("produced_by_call_id")?,
-        body: row.try_get::<String, _>("body")?,
-        create_time: row.try_get("create_time")?,
-        redacted: row.try_get("redacted")?,
-    }
-    .into_stored(session_id)
-}
-
 /// Maps a unique violation on a session insert to "already exists" (two
 /// creators raced for one caller-chosen id).
 fn taken_or(error: sqlx::Error, id: &str) -> Error {
@@ -1293,17 +1189,4 @@ fn taken_or(error: sqlx::Error, id: &str) -> Error {
         }
         _ => Error::from(error),
     }
-}
-
-/// Whether a failed PostgreSQL write is worth retrying from the start: a
-/// serialization failure, a deadlock, or a unique violation from a racing
-/// writer (the retry then sees the winner's row and answers accordingly).
-pub fn is_retryable(error: &Error) -> bool {
-    let Error::Storage(source) = error else {
-        return false;
-    };
-    let Some(sqlx::Error::Database(db)) = source.downcast_ref::<sqlx::Error>() else {
-        return false;
-    };
-    db.is_unique_violation() || matches!(db.code().as_deref(), Some("40001" | "40P01"))
 }
