@@ -20,6 +20,7 @@ mod large;
 mod newcomer;
 mod ops;
 mod python;
+mod readme;
 mod replicas;
 mod runs;
 mod tenancy;
