@@ -5,6 +5,7 @@ mod error;
 pub mod exchange;
 pub mod ids;
 pub mod paging;
+pub mod search;
 pub mod session;
 pub mod transcript;
 mod types;

@@ -86,7 +86,38 @@ pub struct SessionPatch {
     pub summary_message_id: Option<String>,
 }
 
+/// The fields UpdateSession can change, as named in its `update_mask`.
+pub const UPDATABLE_FIELDS: [&str; 4] =
+    ["title", "system_prompt", "metadata", "summary_message_id"];
+
 impl SessionPatch {
+    /// Keeps the fields an `update_mask` names (all four for an empty mask
+    /// or `*`) of a patch that carries every field. An unknown path is
+    /// refused, naming the ones that exist.
+    pub fn masked(self, paths: &[String]) -> Result<SessionPatch> {
+        if let Some(path) = paths
+            .iter()
+            .find(|p| *p != "*" && !UPDATABLE_FIELDS.contains(&p.as_str()))
+        {
+            return Err(Error::invalid(
+                "update_mask",
+                format!(
+                    "path {path:?} cannot be updated; use title, system_prompt, metadata or summary_message_id"
+                ),
+            ));
+        }
+        let all = paths.is_empty() || paths.iter().any(|p| p == "*");
+        let wants = |name: &str| all || paths.iter().any(|p| p == name);
+        Ok(SessionPatch {
+            title: self.title.filter(|_| wants("title")),
+            system_prompt: self.system_prompt.filter(|_| wants("system_prompt")),
+            metadata: self.metadata.filter(|_| wants("metadata")),
+            summary_message_id: self
+                .summary_message_id
+                .filter(|_| wants("summary_message_id")),
+        })
+    }
+
     /// Whether the patch changes nothing.
     pub fn is_empty(&self) -> bool {
         self.title.is_none()
@@ -115,6 +146,33 @@ pub struct SessionQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn full() -> SessionPatch {
+        SessionPatch {
+            title: Some("t".into()),
+            system_prompt: Some("p".into()),
+            metadata: Some(Metadata::default()),
+            summary_message_id: Some("msg_1".into()),
+        }
+    }
+
+    #[test]
+    fn an_update_mask_keeps_the_fields_it_names() -> Result<()> {
+        let paths = |p: &[&str]| p.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let all = full().masked(&[])?;
+        assert!(all.title.is_some() && all.metadata.is_some() && all.summary_message_id.is_some());
+        let star = full().masked(&paths(&["*"]))?;
+        assert!(star.system_prompt.is_some());
+        let title = full().masked(&paths(&["title"]))?;
+        assert_eq!(title.title.as_deref(), Some("t"));
+        assert!(title.system_prompt.is_none() && title.metadata.is_none());
+        let Err(Error::InvalidArgument { field, .. }) = full().masked(&paths(&["title", "user"]))
+        else {
+            panic!("an unknown path is refused");
+        };
+        assert_eq!(field, "update_mask");
+        Ok(())
+    }
 
     #[test]
     fn caller_ids_are_checked() {

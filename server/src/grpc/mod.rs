@@ -150,6 +150,22 @@ fn span(method: &'static str, session_id: &str) -> tracing::Span {
     tracing::info_span!("rpc", method, session_id = %session_id)
 }
 
+/// Runs a server-streaming handler's setup inside its span and answers
+/// with the stream it opens, each item's error as a `Status`.
+async fn streaming<T, St>(
+    method: &'static str,
+    session_id: &str,
+    setup: impl Future<Output = Result<St>>,
+) -> Result<Response<BoxStream<T>>, Status>
+where
+    St: Stream<Item = Result<T>> + Send + 'static,
+{
+    let stream = setup.instrument(span(method, session_id)).await?;
+    Ok(Response::new(Box::pin(
+        stream.map(|item| item.map_err(Status::from)),
+    )))
+}
+
 /// Runs a unary handler's work inside its span and answers with its result.
 async fn unary<T>(
     method: &'static str,
@@ -172,11 +188,6 @@ fn revision_of(controlled: Controlled) -> i64 {
         Controlled::State(entry) => entry.version,
     }
 }
-
-/// The most words a search may hold.
-const MAX_SEARCH_WORDS: usize = 32;
-/// The longest search query.
-const MAX_SEARCH_LEN: usize = 1024;
 
 impl<S: Store> SessionStoreService<S> {
     /// Applies a control change to a session named by `session_id`.
@@ -223,8 +234,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
     ) -> Result<Response<pb::Session>, Status> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
-        let span = span("CreateSession", &req.session_id);
-        async {
+        unary("CreateSession", &req.session_id.clone(), async {
             limits::check_history(
                 &self.options.limits,
                 "initial_history",
@@ -241,11 +251,9 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             };
             new.validate()?;
             let (session, _) = self.store.create_session(&tenant, new).await?;
-            Ok(Response::new(convert::session_to_pb(session)))
-        }
-        .instrument(span)
+            Ok(convert::session_to_pb(session))
+        })
         .await
-        .map_err(|e: Error| e.into())
     }
 
     async fn get_session(
@@ -254,14 +262,12 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
     ) -> Result<Response<pb::Session>, Status> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
-        async {
+        unary("GetSession", &req.session_id, async {
             require_session_id("session_id", &req.session_id)?;
             let session = self.store.get_session(&tenant, &req.session_id).await?;
-            Ok(Response::new(convert::session_to_pb(session)))
-        }
-        .instrument(span("GetSession", &req.session_id))
+            Ok(convert::session_to_pb(session))
+        })
         .await
-        .map_err(|e: Error| e.into())
     }
 
     async fn list_sessions(
@@ -270,7 +276,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
-        async {
+        unary("ListSessions", "", async {
             let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
             let after = match decode_token("sessions", &req.page_token, 3)? {
                 None => None,
@@ -308,14 +314,12 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             } else {
                 String::new()
             };
-            Ok(Response::new(pb::ListSessionsResponse {
+            Ok(pb::ListSessionsResponse {
                 sessions: sessions.into_iter().map(convert::summary_to_pb).collect(),
                 next_page_token,
-            }))
-        }
-        .instrument(span("ListSessions", ""))
+            })
+        })
         .await
-        .map_err(|e: Error| e.into())
     }
 
     async fn update_session(
@@ -329,50 +333,29 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             .as_ref()
             .map(|s| s.id.clone())
             .unwrap_or_default();
-        async {
+        unary("UpdateSession", &session_id, async {
             let session = req
                 .session
                 .ok_or_else(|| Error::invalid("session", "is required"))?;
             require_session_id("session.id", &session.id)?;
             let paths = req.update_mask.map(|m| m.paths).unwrap_or_default();
-            let all = paths.is_empty() || paths.iter().any(|p| p == "*");
-            let mut patch = SessionPatch::default();
-            let wants = |name: &str| all || paths.iter().any(|p| p == name);
-            for path in &paths {
-                if !matches!(
-                    path.as_str(),
-                    "*" | "title" | "system_prompt" | "metadata" | "summary_message_id"
-                ) {
-                    return Err(Error::invalid(
-                        "update_mask",
-                        format!(
-                            "path {path:?} cannot be updated; use title, system_prompt, metadata or summary_message_id"
-                        ),
-                    ));
-                }
+            let patch = SessionPatch {
+                title: Some(session.title),
+                system_prompt: Some(session.system_prompt),
+                metadata: Some(session.metadata),
+                summary_message_id: Some(session.summary_message_id),
             }
-            if wants("title") {
-                patch.title = Some(session.title);
-            }
-            if wants("system_prompt") {
-                patch.system_prompt = Some(session.system_prompt);
-            }
-            if wants("metadata") {
-                limits::check_metadata(&self.options.limits, "session.metadata", &session.metadata)?;
-                patch.metadata = Some(session.metadata);
-            }
-            if wants("summary_message_id") {
-                patch.summary_message_id = Some(session.summary_message_id);
+            .masked(&paths)?;
+            if let Some(metadata) = &patch.metadata {
+                limits::check_metadata(&self.options.limits, "session.metadata", metadata)?;
             }
             let updated = self
                 .store
                 .update_session(&tenant, &session.id, patch)
                 .await?;
-            Ok(Response::new(convert::session_to_pb(updated)))
-        }
-        .instrument(span("UpdateSession", &session_id))
+            Ok(convert::session_to_pb(updated))
+        })
         .await
-        .map_err(|e: Error| e.into())
     }
 
     async fn delete_session(
@@ -381,14 +364,12 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
     ) -> Result<Response<pb::DeleteSessionResponse>, Status> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
-        async {
+        unary("DeleteSession", &req.session_id, async {
             require_session_id("session_id", &req.session_id)?;
             self.store.delete_session(&tenant, &req.session_id).await?;
-            Ok(Response::new(pb::DeleteSessionResponse {}))
-        }
-        .instrument(span("DeleteSession", &req.session_id))
+            Ok(pb::DeleteSessionResponse {})
+        })
         .await
-        .map_err(|e: Error| e.into())
     }
 
     async fn append_exchange(
@@ -397,8 +378,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
     ) -> Result<Response<pb::AppendExchangeResponse>, Status> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
-        let span = span("AppendExchange", &req.session_id);
-        async {
+        unary("AppendExchange", &req.session_id.clone(), async {
             require_session_id("session_id", &req.session_id)?;
             limits::check_exchange(&self.options.limits, &req)?;
             let exchange = NewExchange {
@@ -421,13 +401,9 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                     .metrics
                     .exchange_appended(appended.messages.len());
             }
-            Ok(Response::new(convert::append_response_to_pb(
-                revision, appended,
-            )))
-        }
-        .instrument(span)
+            Ok(convert::append_response_to_pb(revision, appended))
+        })
         .await
-        .map_err(|e: Error| e.into())
     }
 
     type ExportHistoryStream = BoxStream<pb::ExportHistoryResponse>;
@@ -438,8 +414,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
     ) -> Result<Response<Self::ExportHistoryStream>, Status> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
-        let span = span("ExportHistory", &req.session_id);
-        let stream = async {
+        streaming("ExportHistory", &req.session_id.clone(), async {
             require_session_id("session_id", &req.session_id)?;
             let session = self.store.resolve(&tenant, &req.session_id).await?;
             let start = ExportStart::compute(
@@ -455,18 +430,15 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 && !session.system_prompt.is_empty())
             .then(|| Message::text(Role::System, session.system_prompt.clone()));
             let share = self.stream_budget.admit()?;
-            Ok::<_, Error>(export_stream(
+            Ok(export_stream(
                 self.store.clone(),
                 session,
                 start,
                 prompt,
                 share,
             ))
-        }
-        .instrument(span)
-        .await?;
-        let stream = stream.map(|item| item.map_err(Status::from));
-        Ok(Response::new(Box::pin(stream)))
+        })
+        .await
     }
 
     async fn list_messages(
@@ -475,7 +447,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
     ) -> Result<Response<pb::ListMessagesResponse>, Status> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
-        async {
+        unary("ListMessages", &req.session_id, async {
             require_session_id("session_id", &req.session_id)?;
             let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
             if req.after_sequence.is_some_and(|a| a < -1) {
@@ -491,17 +463,15 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 next_session_token("messages", &req.session_id, &mut messages, limit, |m| {
                     m.sequence
                 });
-            Ok(Response::new(pb::ListMessagesResponse {
+            Ok(pb::ListMessagesResponse {
                 messages: messages
                     .into_iter()
                     .map(convert::stored_message_to_pb)
                     .collect(),
                 next_page_token,
-            }))
-        }
-        .instrument(span("ListMessages", &req.session_id))
+            })
+        })
         .await
-        .map_err(|e: Error| e.into())
     }
 
     async fn list_provider_calls(
@@ -510,7 +480,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
     ) -> Result<Response<pb::ListProviderCallsResponse>, Status> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
-        async {
+        unary("ListProviderCalls", &req.session_id, async {
             require_session_id("session_id", &req.session_id)?;
             let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
             let after = session_cursor("calls", &req.page_token, &req.session_id)?.unwrap_or(0);
@@ -521,17 +491,15 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 .await?;
             let next_page_token =
                 next_session_token("calls", &req.session_id, &mut calls, limit, |c| c.ordinal);
-            Ok(Response::new(pb::ListProviderCallsResponse {
+            Ok(pb::ListProviderCallsResponse {
                 provider_calls: calls
                     .into_iter()
                     .map(|c| convert::provider_call_to_pb(c.call))
                     .collect(),
                 next_page_token,
-            }))
-        }
-        .instrument(span("ListProviderCalls", &req.session_id))
+            })
+        })
         .await
-        .map_err(|e: Error| e.into())
     }
 
     type WatchSessionStream = BoxStream<pb::SessionEvent>;
@@ -735,8 +703,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
     ) -> Result<Response<Self::ExportTranscriptStream>, Status> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
-        let span = span("ExportTranscript", &req.session_id);
-        let stream = async {
+        streaming("ExportTranscript", &req.session_id.clone(), async {
             require_session_id("session_id", &req.session_id)?;
             let format = match pb::TranscriptFormat::try_from(req.format) {
                 Ok(pb::TranscriptFormat::Markdown) => transcript::Format::Markdown,
@@ -757,18 +724,15 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             let handle = self.store.resolve(&tenant, &req.session_id).await?;
             let session = self.store.get_session(&tenant, &req.session_id).await?;
             let share = self.stream_budget.admit()?;
-            Ok::<_, Error>(transcript::stream(
+            Ok(transcript::stream(
                 self.store.clone(),
                 handle,
                 session,
                 format,
                 share,
             ))
-        }
-        .instrument(span)
-        .await?;
-        let stream = stream.map(|item| item.map_err(Status::from));
-        Ok(Response::new(Box::pin(stream)))
+        })
+        .await
     }
 
     async fn set_state(
@@ -876,27 +840,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
         unary("SearchMessages", "", async {
-            if req.query.len() > MAX_SEARCH_LEN {
-                return Err(Error::invalid(
-                    "query",
-                    format!("must be at most {MAX_SEARCH_LEN} bytes"),
-                ));
-            }
-            let words: Vec<String> = req
-                .query
-                .replace('\0', " ")
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect();
-            if words.is_empty() {
-                return Err(Error::invalid("query", "is required: give words to find"));
-            }
-            if words.len() > MAX_SEARCH_WORDS {
-                return Err(Error::invalid(
-                    "query",
-                    format!("must hold at most {MAX_SEARCH_WORDS} words"),
-                ));
-            }
+            let words = crate::domain::search::search_words(&req.query)?;
             let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
             let offset = match decode_token("search", &req.page_token, 3)? {
                 None => 0,
