@@ -73,7 +73,8 @@ pub enum SessionsCommand {
     },
     /// A session's metadata and its transcript.
     Show { id: String },
-    /// Write a session out: `json` is lossless and re-importable.
+    /// Write a session out: `json` holds everything `import` restores
+    /// (messages, provider calls and their links, state, summary marker).
     Export {
         id: String,
         #[arg(long, value_enum, default_value_t = ExportFormat::Json)]
@@ -82,7 +83,9 @@ pub enum SessionsCommand {
         #[arg(long, short)]
         output: Option<PathBuf>,
     },
-    /// Create a session from a `sessions export --format json` file.
+    /// Create a session from a `sessions export --format json` file,
+    /// replaying its history, provider calls, redactions, state and
+    /// summary marker.
     Import {
         file: PathBuf,
         /// The new session's id (default: the one in the file).
@@ -157,7 +160,8 @@ fn parse_tokens(text: &str) -> Result<(i64, i64), String> {
 /// What `sessions export` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ExportFormat {
-    /// sessionstore's lossless JSON (thinking, signatures, blocks, metadata).
+    /// sessionstore's lossless JSON (messages with thinking, signatures,
+    /// blocks and metadata; provider calls; state; summary marker).
     Json,
     /// A Markdown transcript for people.
     Markdown,
@@ -185,7 +189,7 @@ fn server_url(server: &str) -> String {
 
 /// One line for the person at the terminal: what went wrong and, where it
 /// helps, what to do (a call's error, not the layers of causes beneath it).
-fn explain(error: anyhow::Error, server: &str) -> anyhow::Error {
+pub(super) fn explain(error: anyhow::Error, server: &str) -> anyhow::Error {
     use sessionstore_client::Error as ClientError;
     let Some(client) = error.downcast_ref::<ClientError>() else {
         return error;
@@ -214,6 +218,7 @@ fn explain(error: anyhow::Error, server: &str) -> anyhow::Error {
 
 async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
     let client = connect(&args.connection).await?;
+    let server = server_url(&args.connection.server);
     let out = std::io::stdout();
     let mut out = out.lock();
     let result = match args.command {
@@ -231,7 +236,7 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
             }
             None => export(&client, &id, format, &mut out).await,
         },
-        SessionsCommand::Import { file, id } => import(&client, &file, id, &mut out).await,
+        SessionsCommand::Import { file, id } => import(&client, &file, id, &server, &mut out).await,
         SessionsCommand::Watch { id, after_revision } => {
             watch(&client, &id, after_revision, &mut out).await
         }
