@@ -599,6 +599,37 @@ async fn version_1_files_import(backend: Backend) {
     server.stop().await.unwrap();
 }
 
+/// An import that fails part-way says so, and what to do about the
+/// session it leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_import_names_the_incomplete_session() {
+    let server = TestServer::start(Backend::File).await;
+    let mut client = server.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad-state.json");
+    // The server refuses the state key only when it is set, after the
+    // messages are in.
+    let file = json!({
+        "format": "sessionstore.export.v2",
+        "session": {"id": "half"},
+        "messages": [{"sequence": 0, "message": {"role": "user", "content": "hi"}}],
+        "provider_calls": [],
+        "state": [{"key": "k".repeat(300), "value": "v"}]
+    });
+    std::fs::write(&path, file.to_string()).unwrap();
+    let (ok, _, err) = sessions(&server, &["import", path.to_str().unwrap()]).await;
+    assert!(!ok);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("key")
+            && err.contains("session \"half\" is incomplete")
+            && err.contains("sessionstore sessions delete half"),
+        "{err}"
+    );
+    assert_eq!(all_messages(&mut client, "half").await.len(), 1);
+    server.stop().await.unwrap();
+}
+
 mod file {
     use crate::support::Backend;
 
