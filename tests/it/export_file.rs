@@ -599,6 +599,76 @@ async fn version_1_files_import(backend: Backend) {
     server.stop().await.unwrap();
 }
 
+/// More messages than one listing page or one import append: the export
+/// pages, the import goes in chunks, and the copy still matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_session_round_trips_in_pages_and_chunks() {
+    let server = TestServer::start(Backend::File).await;
+    let mut client = server.client().await;
+    crate::support::create(&mut client, "long").await;
+    let inputs = |from: usize, count: usize| {
+        (from..from + count)
+            .map(|i| message(pb::Role::User, &format!("input {i}")))
+            .collect::<Vec<_>>()
+    };
+    append(&mut client, "long", inputs(0, 900), None, vec![]).await;
+    append(
+        &mut client,
+        "long",
+        inputs(900, 300),
+        Some(full_call(1)),
+        vec![
+            message(pb::Role::Assistant, "answer a"),
+            message(pb::Role::Assistant, "answer b"),
+        ],
+    )
+    .await;
+    for n in 2..7 {
+        append(
+            &mut client,
+            "long",
+            inputs(1200 + n as usize, 1),
+            Some(full_call(n)),
+            vec![message(pb::Role::Assistant, &format!("answer {n}"))],
+        )
+        .await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let original = export_file(&server, "long", &dir.path().join("a.json")).await;
+    assert_eq!(original["messages"].as_array().map(Vec::len), Some(1212));
+    let (ok, said, err) = sessions(
+        &server,
+        &[
+            "import",
+            dir.path().join("a.json").to_str().unwrap(),
+            "--id",
+            "long-copy",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(said.contains("1212 messages, 6 provider calls"), "{said}");
+    let copy = export_file(&server, "long-copy", &dir.path().join("b.json")).await;
+    assert_eq!(normalise(&copy), normalise(&original));
+    let (before, after) = (
+        summary_of(&mut client, "long").await,
+        summary_of(&mut client, "long-copy").await,
+    );
+    assert_eq!(
+        (
+            after.total_cost_micros_usd,
+            after.provider_call_count,
+            after.total_tokens
+        ),
+        (
+            before.total_cost_micros_usd,
+            before.provider_call_count,
+            before.total_tokens
+        )
+    );
+    server.stop().await.unwrap();
+}
+
 /// An import that fails part-way says so, and what to do about the
 /// session it leaves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
