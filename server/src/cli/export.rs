@@ -611,11 +611,12 @@ fn plan(
         let mut start = inputs.start;
         while start < inputs.end {
             let (mut end, mut bytes) = (start, 0);
-            while end < inputs.end
-                && end - start < IMPORT_CHUNK
-                && (end == start || bytes + size(end) <= IMPORT_CHUNK_BYTES)
-            {
-                bytes += size(end);
+            while end < inputs.end && end - start < IMPORT_CHUNK {
+                let more = size(end);
+                if end > start && bytes + more > IMPORT_CHUNK_BYTES {
+                    break;
+                }
+                bytes += more;
                 end += 1;
             }
             chunks.push((start..end, bytes));
@@ -941,6 +942,17 @@ mod tests {
         let messages = history(&[("", None), ("A", None)]);
         let parts = plan(&messages, &[call("A", None)], |_| IMPORT_CHUNK_BYTES)?;
         assert_eq!(parts, [part(0..1, None, 1..1), part(1..1, Some(0), 1..2)]);
+        // Bytes bound a chunk too: each of these fills more than half of one.
+        let messages = history(&[("", None), ("", None), ("", None)]);
+        let parts = plan(&messages, &[], |_| IMPORT_CHUNK_BYTES / 2 + 1)?;
+        assert_eq!(
+            parts,
+            [
+                part(0..1, None, 1..1),
+                part(1..2, None, 2..2),
+                part(2..3, None, 3..3)
+            ]
+        );
         Ok(())
     }
 
