@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Makes sure python3 with venv is there for the generated-Python-client
-# test; on a bare Debian machine installs it (as root).
+# Makes sure python3 with venv (the generated-Python-client test, and the
+# README's Python and grpcurl commands) and jq (the README pipes grpcurl's
+# output to it) are there; on a bare Debian machine installs them (as root).
 set -euo pipefail
-if python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+missing=()
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3 python3-venv)
+command -v jq >/dev/null 2>&1 || missing+=(jq)
+if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
-echo "python3 with venv is missing: installing Debian's python3-venv" >&2
+echo "missing: installing Debian's ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >&2
-apt-get install -y -qq python3 python3-venv >&2
+apt-get install -y -qq "${missing[@]}" >&2

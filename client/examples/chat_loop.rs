@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Type lines; an empty line or end of input stops. Run it again with the
-//! same id to continue where you left off. `SESSIONSTORE_URL` (default
+//! same id to continue where you left off. `SESSIONSTORE_SERVER` (default
 //! `http://127.0.0.1:50051`) and `SESSIONSTORE_TOKEN` choose the server.
 
 #![allow(
@@ -40,7 +40,8 @@ fn fake_model(history: &[Message]) -> (Message, ProviderCall) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
-    let url = std::env::var("SESSIONSTORE_URL").unwrap_or_else(|_| "http://127.0.0.1:50051".into());
+    let url =
+        std::env::var("SESSIONSTORE_SERVER").unwrap_or_else(|_| "http://127.0.0.1:50051".into());
     let session_id = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "ses_chat_loop".into());

@@ -5,7 +5,7 @@
 //! cargo run -p sessionstore-client --example watcher -- ses_demo [AFTER_REVISION]
 //! ```
 //!
-//! `SESSIONSTORE_URL` (default `http://127.0.0.1:50051`) and
+//! `SESSIONSTORE_SERVER` (default `http://127.0.0.1:50051`) and
 //! `SESSIONSTORE_TOKEN` choose the server.
 
 #![allow(clippy::print_stdout, reason = "the example's output is stdout")]
@@ -16,7 +16,8 @@ use sessionstore_client::{Client, Error};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
-    let url = std::env::var("SESSIONSTORE_URL").unwrap_or_else(|_| "http://127.0.0.1:50051".into());
+    let url =
+        std::env::var("SESSIONSTORE_SERVER").unwrap_or_else(|_| "http://127.0.0.1:50051".into());
     let mut args = std::env::args().skip(1);
     let session_id = args.next().unwrap_or_else(|| "ses_chat_loop".into());
     let after_revision = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);

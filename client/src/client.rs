@@ -11,12 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_core::Stream;
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::Interceptor;
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status};
 
+use crate::auth::{BearerAuth, RawClient};
 use crate::error::{Error, Result};
 use crate::requests::{Exchange, ExportHistory, ListSessions};
 use crate::retry::{RetryPolicy, retrying};
@@ -24,58 +22,8 @@ use crate::v1;
 use crate::v1::session_store_client::SessionStoreClient;
 use crate::watch::SessionEvents;
 
-/// The generated client over the [`Client`]'s channel, with its bearer
-/// token interceptor: every RPC, including those [`Client`] has no typed
-/// method for yet. Get one with [`Client::raw`].
-pub type RawClient = SessionStoreClient<InterceptedService<Channel, BearerAuth>>;
-
 /// A stream of results, boxed so it can be stored and sent between tasks.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T>> + Send + 'static>>;
-
-/// The interceptor that adds `authorization: Bearer TOKEN` to every call
-/// (nothing when the client has no token). Its `Debug` output hides the
-/// token.
-#[derive(Clone, Default)]
-pub struct BearerAuth {
-    header: Option<MetadataValue<Ascii>>,
-}
-
-impl BearerAuth {
-    /// An interceptor sending `token`; fails if the token cannot be a
-    /// header value (it must be visible ASCII).
-    pub fn new(token: &str) -> Result<Self> {
-        let header = format!("Bearer {token}")
-            .parse::<MetadataValue<Ascii>>()
-            .map_err(|_| {
-                Error::InvalidConfig("the bearer token must be visible ASCII".to_owned())
-            })?;
-        Ok(BearerAuth {
-            header: Some(header),
-        })
-    }
-}
-
-impl fmt::Debug for BearerAuth {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let token = if self.header.is_some() {
-            "<redacted>"
-        } else {
-            "<none>"
-        };
-        f.debug_struct("BearerAuth").field("token", &token).finish()
-    }
-}
-
-impl Interceptor for BearerAuth {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(header) = &self.header {
-            request
-                .metadata_mut()
-                .insert("authorization", header.clone());
-        }
-        Ok(request)
-    }
-}
 
 /// Settings shared by every clone of a [`Client`].
 #[derive(Debug)]
@@ -374,6 +322,7 @@ impl ClientBuilder {
 #[derive(Clone)]
 pub struct Client {
     raw: RawClient,
+    channel: Channel,
     settings: Arc<Settings>,
 }
 
@@ -407,6 +356,7 @@ async fn within<T>(
 impl Client {
     fn new(channel: Channel, auth: BearerAuth, settings: Settings) -> Client {
         Client {
+            channel: channel.clone(),
             raw: SessionStoreClient::with_interceptor(channel, auth)
                 // Exports and watch events may be large; the server bounds them.
                 .max_decoding_message_size(usize::MAX),
@@ -457,6 +407,12 @@ impl Client {
     /// ```
     pub fn raw(&self) -> RawClient {
         self.raw.clone()
+    }
+
+    /// The connection itself (TLS included, no bearer token), for the
+    /// server's other services: `grpc.health.v1.Health`, reflection.
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
     }
 
     /// A request carrying the per-request timeout as its gRPC deadline.

@@ -10,6 +10,7 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/server/sessionstore.v1.rs"));
 }
 
+mod auth;
 mod client;
 mod error;
 mod requests;
@@ -23,7 +24,8 @@ mod watch;
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/sessionstore_descriptor.bin"));
 
-pub use client::{BearerAuth, BoxStream, Client, ClientBuilder, RawClient};
+pub use auth::{BearerAuth, RawClient};
+pub use client::{BoxStream, Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use requests::{Exchange, ExportHistory, ListSessions, NewSession};
 pub use retry::RetryPolicy;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures_core::Stream;
 use tonic::{Code, Status};
 
-use crate::client::RawClient;
+use crate::auth::RawClient;
 use crate::error::{Error, Result};
 use crate::retry::RetryPolicy;
 use crate::v1;
@@ -78,6 +78,7 @@ pub struct SessionEvents {
     inner: Pin<Box<dyn Stream<Item = Result<v1::SessionEvent>> + Send>>,
     last_revision: Arc<AtomicI64>,
     reconnects: Arc<AtomicU64>,
+    connected: tokio::sync::watch::Receiver<bool>,
 }
 
 impl fmt::Debug for SessionEvents {
@@ -97,7 +98,9 @@ impl SessionEvents {
     ) -> SessionEvents {
         let last_revision = Arc::new(AtomicI64::new(request.after_revision));
         let reconnects = Arc::new(AtomicU64::new(0));
+        let (connected_tx, connected) = tokio::sync::watch::channel(false);
         let watcher = Watcher {
+            connected: connected_tx,
             raw,
             last: request.after_revision,
             request,
@@ -120,6 +123,7 @@ impl SessionEvents {
             inner: Box::pin(inner),
             last_revision,
             reconnects,
+            connected,
         }
     }
 
@@ -132,6 +136,15 @@ impl SessionEvents {
     /// How many times the stream has reconnected and resumed.
     pub fn reconnects(&self) -> u64 {
         self.reconnects.load(Ordering::Acquire)
+    }
+
+    /// Whether a stream to the server is open right now: `false` before the
+    /// first one opens and while reconnecting. Follow it with
+    /// [`changed`](tokio::sync::watch::Receiver::changed) to tell a person
+    /// "reconnecting…" while the server is away (it only changes while the
+    /// events are being polled).
+    pub fn connected(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.connected.clone()
     }
 }
 
@@ -162,6 +175,8 @@ struct Watcher {
     done: bool,
     shared_last: Arc<AtomicI64>,
     reconnects: Arc<AtomicU64>,
+    /// Whether a stream is open, for [`SessionEvents::connected`].
+    connected: tokio::sync::watch::Sender<bool>,
 }
 
 impl Watcher {
@@ -181,6 +196,7 @@ impl Watcher {
                         }
                         self.opened = true;
                         self.stream = Some(stream);
+                        self.connected.send_replace(true);
                     }
                     Err(error) => {
                         if let Some(error) = self.failed(error) {
@@ -248,6 +264,7 @@ impl Watcher {
     /// Records a failure; returns the error to deliver if the watch gives
     /// up, or schedules a reconnection.
     fn failed(&mut self, error: Error) -> Option<Error> {
+        self.connected.send_replace(false);
         self.failures += 1;
         if !resumable(&error) || self.failures >= self.settings.retry.attempts() {
             self.done = true;

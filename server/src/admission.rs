@@ -8,9 +8,8 @@ use std::time::{Duration, Instant};
 
 use tonic::{Request, Status};
 
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, Tenant};
 use crate::domain::Error;
-use crate::grpc::Tenant;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex

@@ -22,7 +22,22 @@ use sha2::{Digest, Sha256};
 use tonic::Request;
 
 use crate::domain::Error;
-use crate::grpc::DEFAULT_TENANT;
+
+/// The tenant of unauthenticated calls.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// The tenant a request acts for, put in its extensions by the admission
+/// layer once its token is checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tenant(pub String);
+
+/// The tenant `request` acts for: the admitted one, or [`DEFAULT_TENANT`].
+pub fn tenant_of<T>(request: &Request<T>) -> String {
+    request
+        .extensions()
+        .get::<Tenant>()
+        .map_or_else(|| DEFAULT_TENANT.to_owned(), |t| t.0.clone())
+}
 
 /// How often the token file is checked for changes.
 const RELOAD_CHECK: Duration = Duration::from_secs(1);

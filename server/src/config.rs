@@ -16,7 +16,7 @@ const LOG_HELP: &str =
 #[derive(Debug, Parser)]
 #[command(
     name = "sessionstore",
-    version,
+    version = crate::VERSION,
     about,
     args_conflicts_with_subcommands = true,
     after_help = LOG_HELP
@@ -47,6 +47,15 @@ pub enum Command {
     Migrate(DatabaseConfig),
     /// Look at and manage sessions on a running server (`--server URL`).
     Sessions(crate::cli::SessionsArgs),
+    /// Ask a running server whether it is serving: prints its status and
+    /// exits 0 when SERVING, 1 otherwise (for container probes and scripts).
+    Health(crate::cli::HealthArgs),
+    /// Print a shell completion script: `sessionstore completions bash >
+    /// /etc/bash_completion.d/sessionstore` (or zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Where the data lives.

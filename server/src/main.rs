@@ -31,11 +31,26 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Command::Health(args) => {
+            return match runtime.block_on(cli::health(args)) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(error) => {
+                    report(&format!("{error:#}"));
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "sessionstore", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
         other => other,
     };
     let telemetry_config = match &command {
         Command::Serve(config) => config.telemetry.clone(),
-        Command::Migrate(_) | Command::Sessions(_) => TelemetryConfig::default(),
+        _ => TelemetryConfig::default(),
     };
     let telemetry = {
         // The OTLP exporter starts its connection on the runtime.
@@ -52,7 +67,8 @@ fn main() -> ExitCode {
         match command {
             Command::Migrate(database) => server::migrate(&database.database_url).await,
             Command::Serve(config) => run(*config).await,
-            Command::Sessions(_) => Ok(()),
+            // Answered above, before telemetry.
+            Command::Sessions(_) | Command::Health(_) | Command::Completions { .. } => Ok(()),
         }
     });
     let code = match result {

@@ -6,6 +6,10 @@
 //!
 //! Method labels come from a fixed list built at start, so a client cannot
 //! grow the label set by calling made-up methods: those count as `unknown`.
+//!
+//! The same layer writes one debug line per finished call (target
+//! `sessionstore_server::rpc`: method, session, code, duration), when debug
+//! logging is on for it.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -21,6 +25,21 @@ use http_body::{Body, Frame, SizeHint};
 use prost::Message as _;
 use tokio::net::TcpListener;
 use tonic::Code;
+
+/// The log target of the per-call lines.
+const RPC_LOG_TARGET: &str = "sessionstore_server::rpc";
+
+tokio::task_local! {
+    /// The session the current call names, noted by its handler for the
+    /// call's log line (set only while that line is wanted).
+    static CALL_SESSION: Arc<OnceLock<String>>;
+}
+
+/// Notes the session the current call is about, for its log line. Cheap
+/// when per-call logging is off.
+pub fn note_session(session_id: &str) {
+    let _ = CALL_SESSION.try_with(|slot| slot.set(session_id.to_owned()));
+}
 
 /// Upper bounds of the latency histogram's buckets, in seconds.
 const BUCKETS: [f64; 14] = [
@@ -437,14 +456,20 @@ where
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
         let stats = Arc::clone(self.metrics.stats(request.uri().path()));
         stats.started.fetch_add(1, Ordering::Relaxed);
+        let session = tracing::enabled!(target: RPC_LOG_TARGET, tracing::Level::DEBUG)
+            .then(|| Arc::new(OnceLock::new()));
         let call = Call {
             stats,
             started: Instant::now(),
             done: false,
+            session: session.clone(),
         };
         let future = self.inner.call(request);
         Box::pin(async move {
-            let mut response = future.await?;
+            let mut response = match session {
+                Some(slot) => CALL_SESSION.scope(slot, future).await?,
+                None => future.await?,
+            };
             resource_exhausted_for_oversize(response.headers_mut());
             let (parts, body) = response.into_parts();
             let mut call = call;
@@ -470,6 +495,8 @@ struct Call {
     stats: Arc<MethodStats>,
     started: Instant,
     done: bool,
+    /// The session the handler noted, when the call's log line is wanted.
+    session: Option<Arc<OnceLock<String>>>,
 }
 
 impl Call {
@@ -477,6 +504,16 @@ impl Call {
         if !self.done {
             self.done = true;
             self.stats.finish(code, self.started);
+            if let Some(session) = &self.session {
+                tracing::debug!(
+                    target: RPC_LOG_TARGET,
+                    method = %format_args!("{}/{}", self.stats.service, self.stats.method),
+                    session_id = session.get().map_or("", String::as_str),
+                    code = ?code,
+                    duration = ?self.started.elapsed(),
+                    "rpc"
+                );
+            }
         }
     }
 }

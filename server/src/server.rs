@@ -50,9 +50,11 @@ pub fn prepare_sqlite_path(url: &str) -> anyhow::Result<()> {
     if let Some(dir) = Path::new(path)
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
+        && !dir.exists()
     {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the database directory {}", dir.display()))?;
+        tracing::info!(directory = %dir.display(), "created the database's directory");
     }
     Ok(())
 }
@@ -60,7 +62,17 @@ pub fn prepare_sqlite_path(url: &str) -> anyhow::Result<()> {
 /// Applies migrations for `database_url` (the `migrate` command).
 pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
     prepare_sqlite_path(database_url)?;
-    store::migrate(database_url).await?;
+    let migrated = store::migrate(database_url).await?;
+    let database = redact_url(database_url);
+    if migrated.applied.is_empty() {
+        tracing::info!(%database, version = migrated.version, "the schema is current");
+    }
+    for migration in &migrated.applied {
+        tracing::info!(%database, %migration, "applied migration");
+    }
+    if !migrated.applied.is_empty() {
+        tracing::info!(%database, version = migrated.version, "the schema is up to date");
+    }
     Ok(())
 }
 
@@ -207,6 +219,7 @@ async fn serve_store<S: Store>(
         None => None,
     };
 
+    warn_exposure(&config, &listeners.grpc);
     let local = listeners
         .grpc
         .local_addr()
@@ -336,19 +349,33 @@ fn check_exposure(config: &ServeConfig, listener: &TcpListener) -> anyhow::Resul
         .local_addr()
         .map(|a| a.ip().is_loopback())
         .unwrap_or(false);
-    if loopback {
-        tracing::warn!(
-            "no --auth-tokens: serving unauthenticated (tenant \"default\") on loopback only"
-        );
-        Ok(())
-    } else if config.insecure_no_auth {
-        tracing::warn!("--insecure-no-auth: serving unauthenticated on a non-loopback address");
+    if loopback || config.insecure_no_auth {
+        // Said once everything else is known to work (warn_exposure):
+        // a warning must not come before a fatal error.
         Ok(())
     } else {
         anyhow::bail!(
             "refusing to serve unauthenticated on non-loopback address {}: give --auth-tokens PATH, or --insecure-no-auth",
             config.listen
         )
+    }
+}
+
+/// Warns that the server serves without authentication, when it does.
+fn warn_exposure(config: &ServeConfig, listener: &TcpListener) {
+    if config.auth_tokens.is_some() {
+        return;
+    }
+    let loopback = listener
+        .local_addr()
+        .map(|a| a.ip().is_loopback())
+        .unwrap_or(false);
+    if loopback {
+        tracing::warn!(
+            "no --auth-tokens: serving unauthenticated (tenant \"default\") on loopback only"
+        );
+    } else {
+        tracing::warn!("--insecure-no-auth: serving unauthenticated on a non-loopback address");
     }
 }
 

@@ -600,10 +600,15 @@ async fn metrics_count_calls_by_method_and_code() {
     let (server, metrics) = metered(Storage::new(Backend::File).await).await;
     let mut client = server.client().await;
     create(&mut client, "metered").await;
-    client
-        .append_exchange(exchange_request("metered", "hi", "hello"))
-        .await
-        .unwrap();
+    let keyed = pb::AppendExchangeRequest {
+        request_id: "metered-1".into(),
+        ..exchange_request("metered", "hi", "hello")
+    };
+    // A retry answers with the first result and writes nothing: it is a
+    // handled call, not an appended exchange.
+    for _ in 0..2 {
+        client.append_exchange(keyed.clone()).await.unwrap();
+    }
     for _ in 0..3 {
         let missing = client
             .get_session(pb::GetSessionRequest {
@@ -633,7 +638,7 @@ async fn metrics_count_calls_by_method_and_code() {
         )
     };
     assert_eq!(handled("CreateSession", "OK"), Some(1.0), "{text}");
-    assert_eq!(handled("AppendExchange", "OK"), Some(1.0), "{text}");
+    assert_eq!(handled("AppendExchange", "OK"), Some(2.0), "{text}");
     assert_eq!(handled("GetSession", "NotFound"), Some(3.0), "{text}");
     assert_eq!(
         sample(
@@ -654,6 +659,11 @@ async fn metrics_count_calls_by_method_and_code() {
         "{text}"
     );
     assert!(text.contains("# TYPE grpc_server_handling_seconds histogram"));
+    assert_eq!(
+        sample(&text, "sessionstore_exchanges_appended_total"),
+        Some(1.0),
+        "idempotent replays are not counted: {text}"
+    );
     assert_eq!(
         sample(&text, "sessionstore_messages_appended_total"),
         Some(2.0)

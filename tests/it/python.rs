@@ -6,13 +6,18 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, PoisonError};
 
 use crate::support::{Backend, TestServer};
 
-const PACKAGES: [&str; 3] = [
+/// What the virtualenv holds: the generated client's needs, and
+/// grpcio-reflection for the README's grpcurl stand-in
+/// (`tests/python/grpcurl.py`, run by `readme.rs`).
+const PACKAGES: [&str; 4] = [
     "grpcio>=1.60,<2",
     "grpcio-tools>=1.60,<2",
     "googleapis-common-protos>=1.60,<2",
+    "grpcio-reflection>=1.60,<2",
 ];
 
 fn run(command: &mut Command, what: &str) {
@@ -27,13 +32,42 @@ fn run(command: &mut Command, what: &str) {
     );
 }
 
-/// The venv's python, made (once) with the packages installed.
-fn venv() -> Option<PathBuf> {
+fn pip_install(python: &Path) {
+    run(
+        Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(PACKAGES),
+        &format!("pip install {}", PACKAGES.join(" ")),
+    );
+}
+
+/// The venv's python, with `PACKAGES` installed: made once, and given what
+/// `PACKAGES` gained since it was made. Without python3 it is `None`, said
+/// loudly as a skip of `skipped` (what the caller will not run), unless
+/// `SESSIONSTORE_REQUIRE_PYTHON` is set: then it panics.
+pub fn venv(skipped: &str) -> Option<PathBuf> {
+    // Tests run in parallel: one of them makes the venv, the others wait.
+    static MAKING: Mutex<()> = Mutex::new(());
+    let _making = MAKING.lock().unwrap_or_else(PoisonError::into_inner);
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-grpc");
     let python = root.join("bin/python");
     let ready = root.join(".installed");
-    if ready.exists() {
-        return Some(python);
+    let wanted = PACKAGES.join("\n");
+    match std::fs::read_to_string(&ready) {
+        Ok(installed) if installed == wanted => return Some(python),
+        Ok(_) if python.exists() => {
+            // Made with an older list: install what is missing.
+            pip_install(&python);
+            std::fs::write(&ready, &wanted).unwrap();
+            return Some(python);
+        }
+        _ => {}
     }
     let have_python = Command::new("python3")
         .arg("--version")
@@ -44,7 +78,7 @@ fn venv() -> Option<PathBuf> {
             panic!("python3 is required (SESSIONSTORE_REQUIRE_PYTHON) but not found");
         }
         eprintln!(
-            "\n!!! SKIPPED python::generated_python_client_runs_a_scenario: no python3.\n!!! Install Python 3 with venv to check the proto from Python.\n"
+            "\n!!! SKIPPED {skipped}: no python3.\n!!! Install Python 3 with venv to run it.\n"
         );
         return None;
     }
@@ -53,25 +87,18 @@ fn venv() -> Option<PathBuf> {
         Command::new("python3").args(["-m", "venv"]).arg(&root),
         "python3 -m venv",
     );
-    run(
-        Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .args(PACKAGES),
-        "pip install grpcio grpcio-tools googleapis-common-protos",
-    );
-    std::fs::write(&ready, PACKAGES.join("\n")).unwrap();
+    pip_install(&python);
+    std::fs::write(&ready, &wanted).unwrap();
     Some(python)
 }
 
 #[tokio::test]
 async fn generated_python_client_runs_a_scenario() {
-    let Some(python) = tokio::task::spawn_blocking(venv).await.unwrap() else {
+    let Some(python) = tokio::task::spawn_blocking(|| {
+        venv("python::generated_python_client_runs_a_scenario (the proto checked from Python)")
+    })
+    .await
+    .unwrap() else {
         return;
     };
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

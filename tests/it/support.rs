@@ -282,7 +282,26 @@ pub async fn connect(endpoint: &str) -> SessionStoreClient<Channel> {
 /// Builds (if needed) the `sessionstore` binary and returns its path.
 pub fn sessionstore_binary() -> std::path::PathBuf {
     let workspace = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let output = std::process::Command::new(env!("CARGO"))
+    let mut cargo = std::process::Command::new(env!("CARGO"));
+    // What cargo told this test about its own crate is not for the build:
+    // a build script that reads CARGO_MANIFEST_DIR (ring's does) would see
+    // it change between `cargo test` and this build, and each would rebuild
+    // half the workspace for the other.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+            ]
+            .contains(&name.as_ref())
+        {
+            cargo.env_remove(name.as_ref());
+        }
+    }
+    let output = cargo
         .current_dir(workspace)
         .args([
             "build",

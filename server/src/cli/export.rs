@@ -656,7 +656,7 @@ pub(super) async fn import(
     client: &Client,
     path: &Path,
     id: Option<String>,
-    server: &str,
+    explain: &dyn Fn(anyhow::Error) -> anyhow::Error,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let file = read_file(path)?;
@@ -689,7 +689,7 @@ pub(super) async fn import(
     replay(client, &id, &file, &parts).await.map_err(|error| {
         anyhow::anyhow!(
             "{:#}; the import stopped part-way, so session {id:?} is incomplete: delete it (sessionstore sessions delete {id}) and import again",
-            super::explain(error, server)
+            explain(error)
         )
     })?;
     let count =

@@ -11,16 +11,20 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
 use futures_util::StreamExt as _;
 use sessionstore_client::v1 as pb;
-use sessionstore_client::{Client, Exchange, ExportHistory, ListSessions, NewSession};
+use sessionstore_client::{
+    Client, ClientBuilder, Exchange, ExportHistory, ListSessions, NewSession, RetryPolicy,
+};
 
 use crate::domain::Timestamp;
 use crate::domain::transcript::{markdown_message, rfc3339};
 use crate::grpc::convert;
 
 mod export;
+mod health;
 mod watch;
 
 use export::{export, import};
+pub use health::{HealthArgs, run as health};
 use watch::watch;
 
 /// Look at and manage the sessions of a running server.
@@ -172,9 +176,10 @@ pub enum ExportFormat {
 /// Runs one `sessions` command.
 pub async fn run(args: SessionsArgs) -> anyhow::Result<()> {
     let server = server_url(&args.connection.server);
+    let token_given = args.connection.token.is_some();
     run_command(args)
         .await
-        .map_err(|error| explain(error, &server))
+        .map_err(|error| explain(error, &server, token_given))
 }
 
 /// The server's URL: `HOST:PORT` (as `--listen` and grpcurl take it) means
@@ -189,7 +194,7 @@ fn server_url(server: &str) -> String {
 
 /// One line for the person at the terminal: what went wrong and, where it
 /// helps, what to do (a call's error, not the layers of causes beneath it).
-pub(super) fn explain(error: anyhow::Error, server: &str) -> anyhow::Error {
+fn explain(error: anyhow::Error, server: &str, token_given: bool) -> anyhow::Error {
     use sessionstore_client::Error as ClientError;
     let Some(client) = error.downcast_ref::<ClientError>() else {
         return error;
@@ -205,9 +210,11 @@ pub(super) fn explain(error: anyhow::Error, server: &str) -> anyhow::Error {
         ClientError::Unavailable { status, .. } if std::error::Error::source(status).is_some() => {
             unreachable()
         }
-        ClientError::Unauthenticated { status } => anyhow::anyhow!(
-            "{}: pass --token TOKEN (or set SESSIONSTORE_TOKEN)",
-            status.message()
+        ClientError::Unauthenticated { .. } if token_given => anyhow::anyhow!(
+            "the server at {server} refused the bearer token: check --token (or SESSIONSTORE_TOKEN)"
+        ),
+        ClientError::Unauthenticated { .. } => anyhow::anyhow!(
+            "the server at {server} wants a bearer token: pass --token TOKEN (or set SESSIONSTORE_TOKEN)"
         ),
         other => match other.status() {
             Some(status) => anyhow::anyhow!("{}", status.message()),
@@ -217,8 +224,21 @@ pub(super) fn explain(error: anyhow::Error, server: &str) -> anyhow::Error {
 }
 
 async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
-    let client = connect(&args.connection).await?;
+    let mut builder = builder(&args.connection, Duration::from_secs(10))?;
+    if matches!(args.command, SessionsCommand::Watch { .. }) {
+        // A live tail outlasts a server restart: it says "reconnecting…"
+        // and carries on from the last revision it printed.
+        builder = builder.watch_retry_policy(
+            RetryPolicy::default()
+                .max_attempts(u32::MAX)
+                .max_backoff(Duration::from_secs(2)),
+        );
+    }
+    let client = builder.connect().await?;
     let server = server_url(&args.connection.server);
+    let token_given = args.connection.token.is_some();
+    // An import that fails part-way says why, then what it left behind.
+    let explain = |error| explain(error, &server, token_given);
     let out = std::io::stdout();
     let mut out = out.lock();
     let result = match args.command {
@@ -236,7 +256,9 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
             }
             None => export(&client, &id, format, &mut out).await,
         },
-        SessionsCommand::Import { file, id } => import(&client, &file, id, &server, &mut out).await,
+        SessionsCommand::Import { file, id } => {
+            import(&client, &file, id, &explain, &mut out).await
+        }
         SessionsCommand::Watch { id, after_revision } => {
             watch(&client, &id, after_revision, &mut out).await
         }
@@ -310,9 +332,13 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
     }
 }
 
-async fn connect(connection: &Connection) -> anyhow::Result<Client> {
+async fn connect(connection: &Connection, timeout: Duration) -> anyhow::Result<Client> {
+    Ok(builder(connection, timeout)?.connect().await?)
+}
+
+fn builder(connection: &Connection, timeout: Duration) -> anyhow::Result<ClientBuilder> {
     let mut builder = Client::builder(server_url(&connection.server))
-        .connect_timeout(Duration::from_secs(10))
+        .connect_timeout(timeout)
         .no_request_timeout();
     if let Some(token) = &connection.token {
         builder = builder.bearer_token(token.clone());
@@ -321,7 +347,7 @@ async fn connect(connection: &Connection) -> anyhow::Result<Client> {
         let pem = std::fs::read(ca).with_context(|| format!("cannot read {}", ca.display()))?;
         builder = builder.tls_ca_certificate(pem);
     }
-    Ok(builder.connect().await?)
+    Ok(builder)
 }
 
 fn colour() -> bool {

@@ -19,7 +19,25 @@ pub(super) async fn watch(
     use pb::session_event::Event;
     let on = colour();
     let mut events = client.watch(id.to_owned(), after_revision);
-    while let Some(event) = events.next().await {
+    let mut connected = events.connected();
+    let mut was_connected = false;
+    loop {
+        let event = tokio::select! {
+            event = events.next() => event,
+            Ok(()) = connected.changed() => {
+                let now = *connected.borrow_and_update();
+                let mut stderr = std::io::stderr();
+                if was_connected && !now {
+                    let _ = writeln!(stderr, "reconnecting… (the server went away; Ctrl-C to stop)");
+                } else if now && events.reconnects() > 0 {
+                    let last = events.last_revision();
+                    let _ = writeln!(stderr, "reconnected: carrying on after revision {last}");
+                }
+                was_connected = now;
+                continue;
+            }
+        };
+        let Some(event) = event else { break };
         let event = event?;
         let revision = event.revision;
         let Some(kind) = event.event else { continue };
@@ -49,6 +67,13 @@ pub(super) async fn watch(
             }
             Event::CaughtUp(_) => ("caught_up", String::new()),
             Event::Progress(_) => continue,
+            Event::StateChanged(changed) if changed.deleted => {
+                ("state_changed", format!("{} deleted", changed.key))
+            }
+            Event::StateChanged(changed) => (
+                "state_changed",
+                format!("{} = {}", changed.key, cell(&changed.value, 60)),
+            ),
             Event::Delta(delta) => {
                 let text = match delta.delta {
                     Some(pb::delta::Delta::Text(text)) => text,

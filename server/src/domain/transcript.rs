@@ -53,7 +53,13 @@ pub fn markdown_message(message: &Message, redacted: bool) -> String {
     if redacted {
         body.push("_[redacted]_".to_owned());
     } else {
-        if !message.content.is_empty() {
+        if message.role == Role::Tool {
+            // A tool's output is data, not prose: fenced like a tool_result
+            // block, so Markdown in it (or a stray `#`) renders as written.
+            if !message.content.is_empty() {
+                body.push(fenced("", &message.content));
+            }
+        } else if !message.content.is_empty() {
             body.push(message.content.clone());
         }
         body.extend(message.content_blocks.iter().map(markdown_block));
@@ -373,7 +379,11 @@ mod tests {
         let mut tool = Message::text(Role::Tool, "boom");
         tool.tool_call_id = "call_1".into();
         tool.tool_error = true;
-        assert!(markdown_message(&tool, false).starts_with("## Tool · `call_1` (error)\n\n"));
+        assert_eq!(
+            markdown_message(&tool, false),
+            "## Tool · `call_1` (error)\n\n```\nboom\n```\n\n",
+            "a tool's plain output is fenced, like a tool_result block"
+        );
         let developer = Message::text(Role::Developer, "");
         assert_eq!(markdown_message(&developer, false), "## Developer\n\n");
     }

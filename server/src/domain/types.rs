@@ -352,6 +352,10 @@ pub struct AppendedExchange {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub run_id: String,
     pub next_sequence: i64,
+    /// The answer to a retried request: the first attempt's result, read
+    /// back, with nothing written this time. Never stored.
+    #[serde(skip)]
+    pub replayed: bool,
 }
 
 /// Serde helper: bytes as a base64 string (compact in JSON).

@@ -37,23 +37,11 @@ mod status;
 pub use encoded_watch::EncodedWatch;
 pub use status::{ERROR_DOMAIN, limit_exceeded};
 
-/// The tenant of unauthenticated calls.
-pub const DEFAULT_TENANT: &str = "default";
+use crate::auth::tenant_of;
 
 /// Export chunks stay below this many encoded bytes (a single larger
 /// message travels alone).
 pub const EXPORT_CHUNK_BYTES: usize = 1024 * 1024;
-
-/// The tenant a request acts for, as set by the authentication layer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Tenant(pub String);
-
-fn tenant_of<T>(request: &Request<T>) -> String {
-    request
-        .extensions()
-        .get::<Tenant>()
-        .map_or_else(|| DEFAULT_TENANT.to_owned(), |t| t.0.clone())
-}
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
@@ -158,6 +146,7 @@ impl<S: Store> SessionStoreService<S> {
 }
 
 fn span(method: &'static str, session_id: &str) -> tracing::Span {
+    crate::metrics::note_session(session_id);
     tracing::info_span!("rpc", method, session_id = %session_id)
 }
 
@@ -427,9 +416,11 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             };
             exchange.validate()?;
             let (revision, appended) = self.store.append_exchange(&tenant, exchange).await?;
-            self.options
-                .metrics
-                .exchange_appended(appended.messages.len());
+            if !appended.replayed {
+                self.options
+                    .metrics
+                    .exchange_appended(appended.messages.len());
+            }
             Ok(Response::new(convert::append_response_to_pb(
                 revision, appended,
             )))

@@ -1,13 +1,15 @@
-//! Many appends, few statements: a run of AppendExchange requests written
-//! with one multi-row statement per table instead of a dozen statements
-//! each (the general path in [`super::ops`]).
+//! The append decider, the one place the rules of AppendExchange live, and
+//! the bulk path built on it: a run of requests written with one multi-row
+//! statement per table instead of a dozen statements each.
 //!
 //! Every check an append makes (session exists, lease, expected sequence)
 //! is decided in memory from the session rows read (and, on PostgreSQL,
 //! locked in key order) at the start, in request order, so a refused
-//! request writes nothing and the rest go on. Requests this path does not
-//! decide on its own are *deferred* to the general path, which the caller
-//! runs after this one, in order:
+//! request writes nothing and the rest go on. The general path in
+//! [`super::ops`] uses the same decider for a single request, as a run of
+//! one ([`append_loaded`]), after the steps the bulk path leaves to it.
+//! Requests a bulk run does not decide on its own are *deferred* to the
+//! general path, which the caller runs after this one, in order:
 //! - a `full_history` append (it diffs against the stored history);
 //! - one with nothing to write (the general path words the error);
 //! - a retry: its request id is stored already, or an earlier request of
@@ -29,14 +31,12 @@ use sqlx::any::AnyArguments;
 use sqlx::query::Query;
 use sqlx::{Any, AnyConnection};
 
-use super::ops::{
-    Applied, Columns, Dialect, NOTIFY_CHANNEL, SESSION_COLUMNS, SearchWrites, Written, encode,
-    search_rowid, session_from_row,
-};
+use super::ops::{Applied, Dialect, NOTIFY_CHANNEL, SearchWrites, Written};
+use super::rows::{Columns, SESSION_COLUMNS, encode, search_rowid, session_from_row};
 use super::text::escape;
 use crate::domain::{
-    AppendedExchange, Change, Error, NewExchange, ProviderCall, Result, Session, SessionEvent,
-    StoredMessage, Timestamp, control, ids,
+    AppendedExchange, Change, Error, Message, NewExchange, ProviderCall, Result, Session,
+    SessionEvent, StoredMessage, Timestamp, control, ids,
 };
 
 /// One request's outcome on this path.
@@ -80,6 +80,72 @@ pub async fn append_all(
     Ok(outcomes)
 }
 
+/// A live session the caller has read (and, on PostgreSQL, locked) itself.
+pub struct Loaded {
+    pub key: i64,
+    pub next_sequence: i64,
+    pub session: Session,
+}
+
+/// The general path's append: decides `exchange` on the session the caller
+/// loaded and writes it in the caller's transaction, through the same
+/// decider as a bulk run. The caller has done the steps the bulk path
+/// defers: a retry answered from its first result, an expired lease
+/// settled, and, for a `full_history` append, the stored history diffed
+/// (`history_from`: where its new tail starts).
+// The session's whole context: grouping it would only rename the arguments.
+#[allow(clippy::too_many_arguments)]
+pub async fn append_loaded(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    search: SearchWrites,
+    tenant: &str,
+    exchange: &NewExchange,
+    loaded: Loaded,
+    history_from: Option<usize>,
+    now: Timestamp,
+) -> Result<Applied> {
+    let requests = [(tenant, exchange)];
+    let mut run = Run::new(dialect, search, &requests);
+    run.history_from = history_from;
+    run.add_loaded(tenant, loaded);
+    let (outcomes, writes) = run.decide(now);
+    let applied = match outcomes.into_iter().next() {
+        Some(Outcome::Done(result)) => result?,
+        Some(Outcome::Deferred) | None => {
+            return Err(Error::storage(std::io::Error::other(
+                "the append decider deferred a request the general path had prepared",
+            )));
+        }
+    };
+    for statement in &writes {
+        bind(statement).execute(&mut *conn).await?;
+    }
+    Ok(applied)
+}
+
+/// The checks an append must pass on its session before anything else:
+/// the lease (another run's, or one held while this request names none)
+/// and the expected next sequence.
+pub fn admit(session: &Session, next_sequence: i64, exchange: &NewExchange) -> Result<()> {
+    let active = &session.active_run_id;
+    if !active.is_empty() && *active != exchange.run_id {
+        return Err(Error::SessionBusy {
+            active_run_id: active.clone(),
+            expire_time: session.run_expire_time,
+        });
+    }
+    if let Some(expected) = exchange.expected_next_sequence
+        && expected != next_sequence
+    {
+        return Err(Error::SequenceMismatch {
+            expected,
+            actual: next_sequence,
+        });
+    }
+    Ok(())
+}
+
 fn bind(statement: &Statement) -> Query<'_, Any, AnyArguments<'_>> {
     let mut query = sqlx::query(&statement.sql);
     for value in &statement.params {
@@ -121,6 +187,9 @@ pub struct Run<'a> {
     requests: &'a [(&'a str, &'a NewExchange)],
     sessions: HashMap<SessionKey, State>,
     stored_keys: Vec<(String, String)>,
+    /// For a run of one on the general path: where the new tail of its
+    /// `full_history` starts, diffed by the caller.
+    history_from: Option<usize>,
 }
 
 impl<'a> Run<'a> {
@@ -135,6 +204,7 @@ impl<'a> Run<'a> {
             requests,
             sessions: HashMap::with_capacity(requests.len()),
             stored_keys: Vec::new(),
+            history_from: None,
         }
     }
 
@@ -198,13 +268,23 @@ impl<'a> Run<'a> {
 
     /// A row read by [`Run::session_reads`].
     pub fn add_session(&mut self, row: &impl Columns) -> Result<()> {
-        let session = session_from_row(row)?;
+        let loaded = Loaded {
+            key: row.int("key")?,
+            next_sequence: row.int("next_sequence")?,
+            session: session_from_row(row)?,
+        };
+        self.add_loaded(&row.text("tenant")?, loaded);
+        Ok(())
+    }
+
+    /// A session read by the caller instead of [`Run::session_reads`].
+    pub fn add_loaded(&mut self, tenant: &str, loaded: Loaded) {
         self.sessions.insert(
-            (row.text("tenant")?, session.id.clone()),
+            (tenant.to_owned(), loaded.session.id.clone()),
             State {
-                key: row.int("key")?,
-                next_sequence: row.int("next_sequence")?,
-                session,
+                key: loaded.key,
+                next_sequence: loaded.next_sequence,
+                session: loaded.session,
                 deferred: false,
                 changed: false,
                 added_messages: 0,
@@ -214,7 +294,6 @@ impl<'a> Run<'a> {
                 last_call: None,
             },
         );
-        Ok(())
     }
 
     /// A row read by [`Run::request_id_reads`].
@@ -241,10 +320,18 @@ impl<'a> Run<'a> {
             if !exchange.request_id.is_empty() {
                 seen_keys.push((tenant, &exchange.request_id));
             }
-            let plain = exchange.full_history.is_empty()
-                && (!exchange.messages.is_empty()
+            // The messages it adds before the call's responses: `messages`,
+            // or the new tail of a `full_history` diffed by the caller.
+            let inputs: Option<&[Message]> = match self.history_from {
+                _ if exchange.full_history.is_empty() => Some(&exchange.messages),
+                Some(from) => exchange.full_history.get(from..),
+                None => None,
+            };
+            let plain = inputs.is_some_and(|inputs| {
+                !inputs.is_empty()
                     || !exchange.response_messages.is_empty()
-                    || exchange.provider_call.is_some());
+                    || exchange.provider_call.is_some()
+            });
             let state = self
                 .sessions
                 .get_mut(&(tenant.to_owned(), exchange.session_id.clone()));
@@ -263,8 +350,9 @@ impl<'a> Run<'a> {
                         state.deferred = true;
                         Outcome::Deferred
                     } else {
+                        let inputs = inputs.unwrap_or_default();
                         Outcome::Done(append_one(
-                            state, tenant, exchange, now, dialect, search, &mut rows,
+                            state, tenant, exchange, inputs, now, dialect, search, &mut rows,
                         ))
                     }
                 }
@@ -295,31 +383,20 @@ struct State {
 type SessionKey = (String, String);
 
 /// Decides one request against its session's state and, if it is
-/// accepted, adds its rows.
+/// accepted, adds its rows: `inputs` (its messages), then the provider
+/// call's responses.
+#[allow(clippy::too_many_arguments)]
 fn append_one(
     state: &mut State,
     tenant: &str,
     exchange: &NewExchange,
+    inputs: &[Message],
     now: Timestamp,
     dialect: Dialect,
     search: SearchWrites,
     rows: &mut Rows,
 ) -> Result<Applied> {
-    let active = &state.session.active_run_id;
-    if !active.is_empty() && *active != exchange.run_id {
-        return Err(Error::SessionBusy {
-            active_run_id: active.clone(),
-            expire_time: state.session.run_expire_time,
-        });
-    }
-    if let Some(expected) = exchange.expected_next_sequence
-        && expected != state.next_sequence
-    {
-        return Err(Error::SequenceMismatch {
-            expected,
-            actual: state.next_sequence,
-        });
-    }
+    admit(&state.session, state.next_sequence, exchange)?;
     let call = exchange.normalized_call().map(|mut call| {
         call.id = ids::call_id();
         call.session_id = state.session.id.clone();
@@ -327,12 +404,12 @@ fn append_one(
         call
     });
     let call_id = call.as_ref().map(|c| c.id.clone());
-    let inputs = exchange.messages.iter().map(|m| (m, None));
     let responses = exchange
         .response_messages
         .iter()
         .map(|m| (m, call_id.clone()));
-    let mut stored = Vec::with_capacity(exchange.messages.len() + exchange.response_messages.len());
+    let mut stored = Vec::with_capacity(inputs.len() + exchange.response_messages.len());
+    let inputs = inputs.iter().map(|m| (m, None));
     for (offset, (message, produced_by)) in (0_i64..).zip(inputs.chain(responses)) {
         let sequence = state.next_sequence + offset;
         let id = ids::message_id();
@@ -383,6 +460,7 @@ fn append_one(
         provider_call: call,
         run_id: exchange.run_id.clone(),
         next_sequence: state.next_sequence,
+        replayed: false,
     };
     let change = Change::ExchangeAppended(appended.clone());
     rows.event(state.key, revision, now, encode(&change)?);
@@ -758,7 +836,285 @@ fn insert(statements: &mut Vec<Statement>, head: &str, columns: usize, values: V
 
 #[cfg(test)]
 mod tests {
-    use super::{placeholders, placeholders_from, renumbered};
+    use super::*;
+    use crate::domain::{Metadata, Role};
+
+    const NOW: Timestamp = Timestamp(1_000_000);
+
+    fn session(id: &str, revision: i64) -> Loaded {
+        Loaded {
+            key: revision * 100,
+            next_sequence: 0,
+            session: Session {
+                id: id.to_owned(),
+                title: String::new(),
+                system_prompt: String::new(),
+                user: String::new(),
+                metadata: Metadata::default(),
+                summary_message_id: String::new(),
+                revision,
+                create_time: Timestamp(1),
+                update_time: Timestamp(1),
+                parent_session_id: String::new(),
+                parent_sequence: 0,
+                active_run_id: String::new(),
+                run_expire_time: Timestamp(0),
+            },
+        }
+    }
+
+    fn exchange(session_id: &str) -> NewExchange {
+        NewExchange {
+            session_id: session_id.to_owned(),
+            messages: vec![Message::text(Role::User, "hi")],
+            full_history: Vec::new(),
+            provider_call: Some(ProviderCall {
+                provider: "openai".into(),
+                model: "gpt".into(),
+                prompt_tokens: 3,
+                completion_tokens: 2,
+                cost_micros_usd: 7,
+                ..ProviderCall::default()
+            }),
+            response_messages: vec![Message::text(Role::Assistant, "hello")],
+            expected_next_sequence: None,
+            request_id: String::new(),
+            run_id: String::new(),
+        }
+    }
+
+    /// Decides `requests` against `sessions` (of tenant `t`) at [`NOW`].
+    fn decide(
+        dialect: Dialect,
+        sessions: Vec<Loaded>,
+        stored_keys: &[&str],
+        requests: &[(&str, &NewExchange)],
+    ) -> (Vec<Outcome>, Vec<Statement>) {
+        let mut run = Run::new(dialect, SearchWrites::Inline, requests);
+        for loaded in sessions {
+            run.add_loaded("t", loaded);
+        }
+        for key in stored_keys {
+            run.stored_keys.push(("t".to_owned(), (*key).to_owned()));
+        }
+        run.decide(NOW)
+    }
+
+    fn done(outcome: Outcome) -> Result<Applied> {
+        match outcome {
+            Outcome::Done(result) => result,
+            Outcome::Deferred => panic!("deferred"),
+        }
+    }
+
+    fn appended(outcome: Outcome) -> (i64, AppendedExchange) {
+        match done(outcome).map(|applied| applied.written) {
+            Ok(Written::Appended(revision, appended)) => (revision, appended),
+            Ok(_) => panic!("not an append"),
+            Err(error) => panic!("refused: {error}"),
+        }
+    }
+
+    #[test]
+    fn numbers_messages_links_responses_and_counts_the_call() {
+        let request = exchange("s");
+        let (mut outcomes, writes) = decide(
+            Dialect::Sqlite,
+            vec![session("s", 4)],
+            &[],
+            &[("t", &request)],
+        );
+        let (revision, appended) = appended(outcomes.remove(0));
+        assert_eq!(revision, 5);
+        assert_eq!(appended.next_sequence, 2);
+        let call = appended.provider_call.expect("the call is recorded");
+        assert!(call.id.starts_with("call_"));
+        assert_eq!((call.total_tokens, call.create_time), (5, NOW));
+        let sequences: Vec<i64> = appended.messages.iter().map(|m| m.sequence).collect();
+        assert_eq!(sequences, [0, 1]);
+        assert_eq!(appended.messages[0].produced_by_call_id, "");
+        assert_eq!(appended.messages[1].produced_by_call_id, call.id);
+        // Calls, messages, search, the session row, the event.
+        // The table each statement writes: the word after INTO (or FAIL).
+        let tables: Vec<&str> = writes
+            .iter()
+            .map(|w| {
+                let words: Vec<&str> = w.sql.split_whitespace().collect();
+                let at = (words.iter().position(|w| *w == "INTO"))
+                    .or_else(|| words.iter().position(|w| *w == "FAIL"));
+                at.and_then(|at| words.get(at + 1))
+                    .copied()
+                    .unwrap_or_default()
+            })
+            .collect();
+        assert_eq!(
+            tables,
+            [
+                "provider_calls",
+                "messages",
+                "search.message_search",
+                "sessions",
+                "events"
+            ],
+            "{tables:?}"
+        );
+        assert!(writes[3].sql.starts_with("UPDATE OR FAIL sessions"));
+    }
+
+    #[test]
+    fn refusals_write_nothing_and_name_the_rule() {
+        let missing = exchange("nope");
+        let mut busy_session = session("busy", 1);
+        busy_session.session.active_run_id = "run-1".into();
+        busy_session.session.run_expire_time = Timestamp(NOW.0 + 1);
+        let busy = exchange("busy");
+        let mut stale = exchange("s");
+        stale.expected_next_sequence = Some(3);
+        let (outcomes, writes) = decide(
+            Dialect::Sqlite,
+            vec![session("s", 1), busy_session],
+            &[],
+            &[("t", &missing), ("t", &busy), ("t", &stale)],
+        );
+        let errors: Vec<Error> = outcomes
+            .into_iter()
+            .map(|o| done(o).err().expect("refused"))
+            .collect();
+        assert!(matches!(&errors[0], Error::SessionNotFound(id) if id == "nope"));
+        assert!(
+            matches!(&errors[1], Error::SessionBusy { active_run_id, .. } if active_run_id == "run-1")
+        );
+        assert!(matches!(
+            errors[2],
+            Error::SequenceMismatch {
+                expected: 3,
+                actual: 0
+            }
+        ));
+        assert!(writes.is_empty(), "a refused request writes nothing");
+    }
+
+    #[test]
+    fn the_lease_holder_may_append() {
+        let mut held = session("s", 1);
+        held.session.active_run_id = "run-1".into();
+        held.session.run_expire_time = Timestamp(NOW.0 + 1);
+        let mut request = exchange("s");
+        request.run_id = "run-1".into();
+        let (mut outcomes, _) = decide(Dialect::Sqlite, vec![held], &[], &[("t", &request)]);
+        assert_eq!(appended(outcomes.remove(0)).1.run_id, "run-1");
+    }
+
+    #[test]
+    fn defers_what_the_general_path_must_prepare_and_keeps_session_order() {
+        let mut expired = session("old", 1);
+        expired.session.active_run_id = "run-1".into();
+        expired.session.run_expire_time = NOW;
+        let on_expired = exchange("old");
+        let mut retry = exchange("s");
+        retry.request_id = "r1".into();
+        let after_retry = exchange("s");
+        let mut history = exchange("h");
+        history.full_history = vec![Message::text(Role::User, "hi")];
+        history.messages.clear();
+        let mut twice = exchange("u");
+        twice.request_id = "r2".into();
+        let (outcomes, _) = decide(
+            Dialect::Sqlite,
+            vec![expired, session("s", 1), session("h", 1), session("u", 1)],
+            &["r1"],
+            &[
+                ("t", &on_expired),
+                ("t", &retry),
+                ("t", &after_retry),
+                ("t", &history),
+                ("t", &twice),
+                ("t", &twice),
+            ],
+        );
+        let kinds: Vec<&str> = outcomes
+            .iter()
+            .map(|o| match o {
+                Outcome::Deferred => "deferred",
+                Outcome::Done(Ok(_)) => "done",
+                Outcome::Done(Err(_)) => "refused",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "deferred", "deferred", "deferred", "deferred", "done", "deferred"
+            ],
+            "expired lease, stored key, what follows on that session, full_history, \
+             a request id seen earlier in the run"
+        );
+    }
+
+    #[test]
+    fn a_diffed_full_history_appends_its_new_tail() {
+        let mut request = exchange("s");
+        request.messages.clear();
+        request.full_history = vec![
+            Message::text(Role::User, "stored"),
+            Message::text(Role::User, "new"),
+        ];
+        let mut loaded = session("s", 2);
+        loaded.next_sequence = 1;
+        let requests = [("t", &request)];
+        let mut run = Run::new(Dialect::Sqlite, SearchWrites::Inline, &requests);
+        run.history_from = Some(1);
+        run.add_loaded("t", loaded);
+        let (mut outcomes, _) = run.decide(NOW);
+        let (_, appended) = appended(outcomes.remove(0));
+        let texts: Vec<(i64, &str)> = appended
+            .messages
+            .iter()
+            .map(|m| (m.sequence, m.message.content.as_str()))
+            .collect();
+        assert_eq!(texts, [(1, "new"), (2, "hello")]);
+    }
+
+    #[test]
+    fn several_appends_to_one_session_chain_and_share_statements() {
+        let first = exchange("s");
+        let mut second = exchange("s");
+        second.expected_next_sequence = Some(2);
+        second.request_id = "k".into();
+        let (outcomes, writes) = decide(
+            Dialect::Postgres,
+            vec![session("s", 1)],
+            &[],
+            &[("t", &first), ("t", &second)],
+        );
+        let revisions: Vec<i64> = outcomes.into_iter().map(|o| appended(o).0).collect();
+        assert_eq!(revisions, [2, 3]);
+        assert_eq!(writes.len(), 1, "PostgreSQL: one statement for the run");
+        let sql = &writes[0].sql;
+        assert!(sql.contains("idempotency_keys"), "{sql}");
+        assert!(
+            sql.contains("pg_notify"),
+            "the commit hints go with it: {sql}"
+        );
+    }
+
+    #[test]
+    fn the_lease_and_sequence_checks_come_first() {
+        let mut loaded = session("s", 1);
+        loaded.session.active_run_id = "other".into();
+        let mut request = exchange("s");
+        request.expected_next_sequence = Some(9);
+        assert!(matches!(
+            admit(&loaded.session, 0, &request),
+            Err(Error::SessionBusy { .. })
+        ));
+        loaded.session.active_run_id.clear();
+        assert!(matches!(
+            admit(&loaded.session, 0, &request),
+            Err(Error::SequenceMismatch { .. })
+        ));
+        request.expected_next_sequence = Some(0);
+        assert!(admit(&loaded.session, 0, &request).is_ok());
+    }
 
     #[test]
     fn numbers_placeholders_row_by_row() {

@@ -96,6 +96,19 @@ pub fn is_disk_full(error: &rusqlite::Error) -> bool {
     error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
 }
 
+/// Whether a failed PostgreSQL write is worth retrying from the start: a
+/// serialization failure, a deadlock, or a unique violation from a racing
+/// writer (the retry then sees the winner's row and answers accordingly).
+pub fn is_retryable(error: &Error) -> bool {
+    let Error::Storage(source) = error else {
+        return false;
+    };
+    let Some(sqlx::Error::Database(db)) = source.downcast_ref::<sqlx::Error>() else {
+        return false;
+    };
+    db.is_unique_violation() || matches!(db.code().as_deref(), Some("40001" | "40P01"))
+}
+
 /// Whether `error` is the database's state rather than the request's
 /// (unreachable, disk full): every request in a batch would fail alike, so
 /// retrying each on its own would only wait for the same fault again.

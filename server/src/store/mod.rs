@@ -19,6 +19,7 @@ mod export;
 mod fault;
 mod ops;
 mod postgres;
+mod rows;
 mod sql;
 mod sqlite;
 mod sqlite_appends;
@@ -93,23 +94,37 @@ pub async fn open(
     }
 }
 
+/// What [`migrate`] did: the migrations it applied (`VERSION description`)
+/// and the schema version the database is now at.
+#[derive(Debug)]
+pub struct Migrated {
+    pub applied: Vec<String>,
+    pub version: i64,
+}
+
 /// Applies the migrations for a database URL and returns.
-pub async fn migrate(url: &str) -> Result<(), OpenError> {
-    let pool = match backend_of(url)? {
-        Backend::Sqlite => {
-            let pool = sqlite::connect(url).await?;
-            sqlite::MIGRATOR.run(&pool).await?;
-            pool
-        }
+pub async fn migrate(url: &str) -> Result<Migrated, OpenError> {
+    let (pool, migrator) = match backend_of(url)? {
+        Backend::Sqlite => (sqlite::connect(url).await?, &sqlite::MIGRATOR),
         Backend::Postgres => {
             postgres::check_reachable(url).await?;
-            let pool = postgres::connect(url, 2).await?;
-            postgres::MIGRATOR.run(&pool).await?;
-            pool
+            (postgres::connect(url, 2).await?, &postgres::MIGRATOR)
         }
     };
+    // Missing before the first run: nothing applied yet.
+    let before: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(&pool)
+        .await
+        .unwrap_or_default();
+    migrator.run(&pool).await?;
     pool.close().await;
-    Ok(())
+    let applied = migrator
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration() && !before.contains(&m.version))
+        .map(|m| format!("{} {}", m.version, m.description))
+        .collect();
+    let version = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+    Ok(Migrated { applied, version })
 }
 
 /// A live session as a reader needs it: its internal key and current head.

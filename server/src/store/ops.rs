@@ -5,10 +5,14 @@
 
 use std::sync::Arc;
 
-use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 
-use super::text::{escape, escape_ordered, unescape};
+use super::batch;
+use super::rows::{
+    MESSAGE_COLUMNS, SESSION_COLUMNS, decode, encode, search_rowid, session_from_row,
+    stored_message_from_row,
+};
+use super::text::{escape, escape_ordered};
 use crate::domain::exchange::diff_full_history;
 use crate::domain::{
     AppendedExchange, Change, Control, Controlled, Error, Fork, Message, NewExchange, NewSession,
@@ -120,72 +124,6 @@ pub async fn apply(
         written,
         events: tx.events,
     })
-}
-
-pub fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
-    serde_json::to_string(value).map_err(Error::storage)
-}
-
-pub fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T> {
-    serde_json::from_str(text).map_err(Error::storage)
-}
-
-/// Reads an escaped text column.
-pub fn text_col(row: &AnyRow, column: &str) -> Result<String> {
-    Ok(unescape(row.try_get::<String, _>(column)?))
-}
-
-/// The session columns [`session_from_row`] reads.
-pub const SESSION_COLUMNS: &str = "key, id, title, system_prompt, user_name, metadata, \
-     summary_message_id, revision, create_time, update_time, next_sequence, \
-     parent_session_id, parent_sequence, run_id, run_expire_time";
-
-/// Columns by name, over sqlx's rows and the SQLite engine's (the bulk
-/// append path reads session rows through both).
-pub trait Columns {
-    fn int(&self, column: &str) -> Result<i64>;
-    /// A text column as stored (escaped).
-    fn raw_text(&self, column: &str) -> Result<String>;
-    /// An escaped text column, unescaped.
-    fn text(&self, column: &str) -> Result<String> {
-        Ok(unescape(self.raw_text(column)?))
-    }
-}
-
-impl Columns for AnyRow {
-    fn int(&self, column: &str) -> Result<i64> {
-        Ok(self.try_get(column)?)
-    }
-
-    fn raw_text(&self, column: &str) -> Result<String> {
-        Ok(self.try_get(column)?)
-    }
-}
-
-/// A session as stored. The lease fields are raw: a lease past its expiry
-/// still shows until it is settled (see [`Session::hide_expired_lease`]).
-pub fn session_from_row(row: &impl Columns) -> Result<Session> {
-    Ok(Session {
-        id: row.text("id")?,
-        title: row.text("title")?,
-        system_prompt: row.text("system_prompt")?,
-        user: row.text("user_name")?,
-        metadata: decode(&row.raw_text("metadata")?)?,
-        summary_message_id: row.text("summary_message_id")?,
-        revision: row.int("revision")?,
-        create_time: Timestamp(row.int("create_time")?),
-        update_time: Timestamp(row.int("update_time")?),
-        parent_session_id: row.text("parent_session_id")?,
-        parent_sequence: row.int("parent_sequence")?,
-        active_run_id: row.text("run_id")?,
-        run_expire_time: Timestamp(row.int("run_expire_time")?),
-    })
-}
-
-/// The full-text row id of a message in SQLite: one session's messages form
-/// one contiguous range, so a rollback or delete removes a range.
-pub(super) fn search_rowid(session_key: i64, sequence: i64) -> i64 {
-    session_key.saturating_mul(1 << 32).saturating_add(sequence)
 }
 
 /// A live session row as the write path needs it.
@@ -757,14 +695,18 @@ impl Tx<'_> {
                 .bind(revision)
                 .fetch_one(&mut *self.conn)
                 .await?;
-        let Change::ExchangeAppended(first) = decode::<Change>(&body)? else {
+        let Change::ExchangeAppended(mut first) = decode::<Change>(&body)? else {
             return Err(Error::storage(std::io::Error::other(
                 "idempotency key points at a non-append event",
             )));
         };
+        first.replayed = true;
         Ok(Some(Written::Appended(revision, first)))
     }
 
+    /// An append on the general path: the steps a bulk run defers, then
+    /// the decider ([`batch::append_loaded`]), the one place the rules of
+    /// an append live.
     async fn append_exchange(&mut self, tenant: &str, exchange: NewExchange) -> Result<Written> {
         // Idempotency first: a retry gets the first result even if it would
         // now fail another check (a stale expected_next_sequence, say).
@@ -777,6 +719,7 @@ impl Tx<'_> {
             return Ok(first);
         }
 
+        // Settles an expired lease first.
         let row = self.load_live(tenant, &exchange.session_id).await?;
         if self.dialect == Dialect::Postgres
             && let Some(fingerprint) = &fingerprint
@@ -787,158 +730,49 @@ impl Tx<'_> {
             // A concurrent retry committed while we waited for the row lock.
             return Ok(first);
         }
-        Self::check_lease(&row, &exchange.run_id)?;
-        let key = row.key;
-        let next_sequence = row.next_sequence;
-        if let Some(expected) = exchange.expected_next_sequence
-            && expected != next_sequence
-        {
-            return Err(Error::SequenceMismatch {
-                expected,
-                actual: next_sequence,
-            });
-        }
-        let call = exchange.normalized_call();
-        let NewExchange {
-            messages,
-            mut full_history,
-            response_messages,
-            run_id,
-            request_id,
-            ..
-        } = exchange;
-        let inputs = if full_history.is_empty() {
-            messages
+        let history_from = if exchange.full_history.is_empty() {
+            None
         } else {
+            // The lease and sequence come before the diff, as for any append.
+            batch::admit(&row.session, row.next_sequence, &exchange)?;
             let bodies: Vec<String> = sqlx::query_scalar(
                 "SELECT body FROM messages WHERE session_key = $1 ORDER BY sequence",
             )
-            .bind(key)
+            .bind(row.key)
             .fetch_all(&mut *self.conn)
             .await?;
             let stored = bodies
                 .iter()
                 .map(|b| decode::<Message>(b))
                 .collect::<Result<Vec<_>>>()?;
-            let new_from = diff_full_history(&full_history, &row.session.system_prompt, &stored)?;
-            full_history.split_off(new_from)
-        };
-        if inputs.is_empty() && call.is_none() {
-            return Err(Error::invalid(
-                "full_history",
-                "holds no message beyond the stored history and there is no provider_call: nothing to write",
-            ));
-        }
-
-        let now = self.now;
-        let call = call.map(|mut call| {
-            call.id = ids::call_id();
-            call.session_id = row.session.id.clone();
-            call.create_time = now;
-            call
-        });
-        if let Some(call) = &call {
-            sqlx::query(
-                "INSERT INTO provider_calls (id, session_key, request_id, provider, model, \
-                 requested_provider, requested_model, prompt_tokens, completion_tokens, \
-                 total_tokens, cost_micros_usd, create_time) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            )
-            .bind(&call.id)
-            .bind(key)
-            .bind(escape(&call.request_id))
-            .bind(escape(&call.provider))
-            .bind(escape(&call.model))
-            .bind(escape(&call.requested_provider))
-            .bind(escape(&call.requested_model))
-            .bind(call.prompt_tokens)
-            .bind(call.completion_tokens)
-            .bind(call.total_tokens)
-            .bind(call.cost_micros_usd)
-            .bind(now.0)
-            .execute(&mut *self.conn)
-            .await?;
-        }
-        let call_id = call.as_ref().map(|c| c.id.clone());
-        let to_store =
-            inputs
-                .into_iter()
-                .map(NewRow::input)
-                .chain(response_messages.into_iter().map(|message| NewRow {
-                    message,
-                    call_id: call_id.clone(),
-                    redacted: false,
-                }));
-        let session_id = row.session.id.clone();
-        let stored = self
-            .insert_messages(key, &session_id, next_sequence, to_store)
-            .await?;
-        let added = i64::try_from(stored.len()).map_err(Error::storage)?;
-        let next_sequence = next_sequence + added;
-        let revision = row.session.revision + 1;
-        match &call {
-            None => {
-                sqlx::query(
-                    "UPDATE sessions SET revision = $1, next_sequence = $2, \
-                     message_count = message_count + $3, update_time = $4 WHERE key = $5",
-                )
-                .bind(revision)
-                .bind(next_sequence)
-                .bind(added)
-                .bind(now.0)
-                .bind(key)
-                .execute(&mut *self.conn)
-                .await?;
+            let from =
+                diff_full_history(&exchange.full_history, &row.session.system_prompt, &stored)?;
+            if from >= exchange.full_history.len() && exchange.provider_call.is_none() {
+                return Err(Error::invalid(
+                    "full_history",
+                    "holds no message beyond the stored history and there is no provider_call: nothing to write",
+                ));
             }
-            Some(call) => {
-                sqlx::query(
-                    "UPDATE sessions SET revision = $1, next_sequence = $2, \
-                     message_count = message_count + $3, update_time = $4, \
-                     provider_call_count = provider_call_count + 1, last_model = $5, \
-                     last_provider = $6, last_cost_micros_usd = $7, last_request_id = $8, \
-                     total_tokens = CASE WHEN total_tokens > 9223372036854775807 - $9 \
-                         THEN 9223372036854775807 ELSE total_tokens + $9 END, \
-                     total_cost_micros_usd = CASE \
-                         WHEN total_cost_micros_usd > 9223372036854775807 - $7 \
-                         THEN 9223372036854775807 ELSE total_cost_micros_usd + $7 END \
-                     WHERE key = $10",
-                )
-                .bind(revision)
-                .bind(next_sequence)
-                .bind(added)
-                .bind(now.0)
-                .bind(escape(&call.model))
-                .bind(escape(&call.provider))
-                .bind(call.cost_micros_usd)
-                .bind(escape(&call.request_id))
-                .bind(call.total_tokens)
-                .bind(key)
-                .execute(&mut *self.conn)
-                .await?;
-            }
-        }
-        let appended = AppendedExchange {
-            messages: stored,
-            provider_call: call,
-            run_id,
-            next_sequence,
+            Some(from)
         };
-        self.insert_event(key, revision, Change::ExchangeAppended(appended.clone()))
-            .await?;
-        if let Some(fingerprint) = fingerprint {
-            sqlx::query(
-                "INSERT INTO idempotency_keys (tenant, request_id, session_key, fingerprint, revision) \
-                 VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(escape(tenant))
-            .bind(escape(&request_id))
-            .bind(key)
-            .bind(fingerprint)
-            .bind(revision)
-            .execute(&mut *self.conn)
-            .await?;
-        }
-        Ok(Written::Appended(revision, appended))
+        let loaded = batch::Loaded {
+            key: row.key,
+            next_sequence: row.next_sequence,
+            session: row.session,
+        };
+        let applied = batch::append_loaded(
+            self.conn,
+            self.dialect,
+            self.search,
+            tenant,
+            &exchange,
+            loaded,
+            history_from,
+            self.now,
+        )
+        .await?;
+        self.events.extend(applied.events);
+        Ok(applied.written)
     }
 
     async fn control(&mut self, tenant: &str, id: &str, control: Control) -> Result<Written> {
@@ -1241,49 +1075,6 @@ fn check_version(key: &str, expected: Option<i64>, current: Option<i64>) -> Resu
     }
 }
 
-/// The message columns [`MessageRow`] holds, in its order.
-pub const MESSAGE_COLUMNS: &str = "id, sequence, produced_by_call_id, body, create_time, redacted";
-
-/// A message row as stored, before its body is decoded; read by sqlx here
-/// and by the SQLite engine directly in `sqlite_reads.rs`.
-/// The engine decodes the body where SQLite holds it (`B` = `&str`).
-pub struct MessageRow<B = String> {
-    pub id: String,
-    pub sequence: i64,
-    pub produced_by_call_id: Option<String>,
-    pub body: B,
-    pub create_time: i64,
-    pub redacted: i64,
-}
-
-impl<B: AsRef<str>> MessageRow<B> {
-    /// The stored message this row holds.
-    pub fn into_stored(self, session_id: &str) -> Result<StoredMessage> {
-        Ok(StoredMessage {
-            id: self.id,
-            session_id: session_id.to_owned(),
-            sequence: self.sequence,
-            produced_by_call_id: self.produced_by_call_id.unwrap_or_default(),
-            message: decode(self.body.as_ref())?,
-            create_time: Timestamp(self.create_time),
-            redacted: self.redacted != 0,
-        })
-    }
-}
-
-/// Reads a message row ([`MESSAGE_COLUMNS`]).
-pub fn stored_message_from_row(row: &AnyRow, session_id: &str) -> Result<StoredMessage> {
-    MessageRow {
-        id: row.try_get("id")?,
-        sequence: row.try_get("sequence")?,
-        produced_by_call_id: row.try_get("produced_by_call_id")?,
-        body: row.try_get::<String, _>("body")?,
-        create_time: row.try_get("create_time")?,
-        redacted: row.try_get("redacted")?,
-    }
-    .into_stored(session_id)
-}
-
 /// Maps a unique violation on a session insert to "already exists" (two
 /// creators raced for one caller-chosen id).
 fn taken_or(error: sqlx::Error, id: &str) -> Error {
@@ -1293,17 +1084,4 @@ fn taken_or(error: sqlx::Error, id: &str) -> Error {
         }
         _ => Error::from(error),
     }
-}
-
-/// Whether a failed PostgreSQL write is worth retrying from the start: a
-/// serialization failure, a deadlock, or a unique violation from a racing
-/// writer (the retry then sees the winner's row and answers accordingly).
-pub fn is_retryable(error: &Error) -> bool {
-    let Error::Storage(source) = error else {
-        return false;
-    };
-    let Some(sqlx::Error::Database(db)) = source.downcast_ref::<sqlx::Error>() else {
-        return false;
-    };
-    db.is_unique_violation() || matches!(db.code().as_deref(), Some("40001" | "40P01"))
 }

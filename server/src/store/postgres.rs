@@ -32,6 +32,7 @@ use sqlx::{Any, AnyPool, Connection as _, Executor, Row};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::ops::{self, Dialect, NOTIFY_CHANNEL, SearchWrites, WriteOp, Written};
+use super::rows;
 use super::sql::{Inner, Publisher, SqlStore, WritePath, next_batch, publish, queue_and_wait};
 use super::{CommitSink, OpenError, StoreOptions};
 use super::{batch, fault};
@@ -316,7 +317,7 @@ async fn commit_appends(
                     return;
                 }
                 // A race with another replica is expected; anything else is worth a warning.
-                if ops::is_retryable(&error) {
+                if fault::is_retryable(&error) {
                     tracing::debug!(%error, "bulk append lost a race; writing the appends one by one");
                 } else {
                     tracing::warn!(%error, "bulk append failed; writing the appends one by one");
@@ -380,7 +381,7 @@ pub(super) async fn write(
         .await;
         match result {
             Ok(applied) => return Ok(publish(sink, applied)),
-            Err(error) if attempt < WRITE_ATTEMPTS && ops::is_retryable(&error) => {
+            Err(error) if attempt < WRITE_ATTEMPTS && fault::is_retryable(&error) => {
                 tracing::debug!(attempt, "write lost a race; retrying");
                 attempt += 1;
             }
@@ -401,7 +402,7 @@ pub(super) async fn send_ephemeral(
     session_key: i64,
     ephemeral: &Ephemeral,
 ) -> Result<()> {
-    let json = ops::encode(ephemeral)?;
+    let json = rows::encode(ephemeral)?;
     let body = if json.len() <= MAX_INLINE_PAYLOAD {
         json
     } else {
@@ -503,7 +504,7 @@ impl Listening {
                 return;
             }
         };
-        match ops::decode::<Ephemeral>(&json) {
+        match rows::decode::<Ephemeral>(&json) {
             Ok(ephemeral) => self.sink.ephemeral(session_key, Arc::new(ephemeral)),
             Err(_) => tracing::warn!("undecodable ephemeral payload"),
         }

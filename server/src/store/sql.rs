@@ -10,9 +10,9 @@ use sqlx::{AnyPool, Row};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::ops::{
-    self, MESSAGE_COLUMNS, SESSION_COLUMNS, WriteOp, Written, decode, session_from_row,
-    stored_message_from_row, text_col,
+use super::ops::{self, WriteOp, Written};
+use super::rows::{
+    MESSAGE_COLUMNS, SESSION_COLUMNS, decode, session_from_row, stored_message_from_row, text_col,
 };
 use super::sqlite_reads::{self, EngineReads};
 use super::sqlite_search::SearchIndexer;

@@ -38,7 +38,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::OpenError;
 use super::batch::{Outcome, Run, Statement, Value};
-use super::ops::{Columns, Dialect, SearchWrites};
+use super::ops::{Dialect, SearchWrites};
+use super::rows::Columns;
 use super::sqlite_reads::open_engine;
 use crate::domain::{Error, NewExchange, Result, Timestamp};
 

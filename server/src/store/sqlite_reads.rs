@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::ops::{MessageRow, decode};
+use super::rows::{MessageRow, decode};
 use super::{Page, ReadBound};
 use crate::domain::{Error, Result, SessionEvent, StoredMessage, Timestamp};
 

@@ -46,7 +46,7 @@ use tokio::sync::watch;
 
 use super::OpenError;
 use super::fault::{self, DiskSpace};
-use super::ops::{decode, search_rowid};
+use super::rows::{decode, search_rowid};
 use super::sqlite_appends::WAL_SIZE_LIMIT;
 use super::sqlite_reads::open_engine;
 use crate::domain::{Error, Message, Result, control};
