@@ -11,6 +11,7 @@ mod client;
 mod concurrency;
 mod core;
 mod crash;
+mod export_file;
 mod faults;
 mod faults_edge;
 mod faults_streams;

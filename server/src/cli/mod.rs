@@ -77,7 +77,8 @@ pub enum SessionsCommand {
     },
     /// A session's metadata and its transcript.
     Show { id: String },
-    /// Write a session out: `json` is lossless and re-importable.
+    /// Write a session out: `json` holds everything `import` restores
+    /// (messages, provider calls and their links, state, summary marker).
     Export {
         id: String,
         #[arg(long, value_enum, default_value_t = ExportFormat::Json)]
@@ -86,7 +87,9 @@ pub enum SessionsCommand {
         #[arg(long, short)]
         output: Option<PathBuf>,
     },
-    /// Create a session from a `sessions export --format json` file.
+    /// Create a session from a `sessions export --format json` file,
+    /// replaying its history, provider calls, redactions, state and
+    /// summary marker.
     Import {
         file: PathBuf,
         /// The new session's id (default: the one in the file).
@@ -161,7 +164,8 @@ fn parse_tokens(text: &str) -> Result<(i64, i64), String> {
 /// What `sessions export` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ExportFormat {
-    /// sessionstore's lossless JSON (thinking, signatures, blocks, metadata).
+    /// sessionstore's lossless JSON (messages with thinking, signatures,
+    /// blocks and metadata; provider calls; state; summary marker).
     Json,
     /// A Markdown transcript for people.
     Markdown,
@@ -231,6 +235,10 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
         );
     }
     let client = builder.connect().await?;
+    let server = server_url(&args.connection.server);
+    let token_given = args.connection.token.is_some();
+    // An import that fails part-way says why, then what it left behind.
+    let explain = |error| explain(error, &server, token_given);
     let out = std::io::stdout();
     let mut out = out.lock();
     let result = match args.command {
@@ -248,7 +256,9 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
             }
             None => export(&client, &id, format, &mut out).await,
         },
-        SessionsCommand::Import { file, id } => import(&client, &file, id, &mut out).await,
+        SessionsCommand::Import { file, id } => {
+            import(&client, &file, id, &explain, &mut out).await
+        }
         SessionsCommand::Watch { id, after_revision } => {
             watch(&client, &id, after_revision, &mut out).await
         }
