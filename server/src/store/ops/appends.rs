@@ -1,0 +1,122 @@
+//! AppendExchange on the general path: the steps a bulk run defers, then
+//! the decider.
+
+use super::{Dialect, Tx, Written};
+use crate::domain::exchange::diff_full_history;
+use crate::domain::{Change, Error, Message, NewExchange, Result};
+use crate::store::batch;
+use crate::store::rows::decode;
+use crate::store::text::escape;
+
+impl Tx<'_> {
+    /// The first result of an earlier request with this idempotency key, if any.
+    pub(super) async fn earlier_result(
+        &mut self,
+        tenant: &str,
+        request_id: &str,
+        fingerprint: &[u8],
+    ) -> Result<Option<Written>> {
+        let earlier: Option<(Vec<u8>, i64, i64)> = sqlx::query_as(
+            "SELECT fingerprint, session_key, revision FROM idempotency_keys \
+             WHERE tenant = $1 AND request_id = $2",
+        )
+        .bind(escape(tenant))
+        .bind(escape(request_id))
+        .fetch_optional(&mut *self.conn)
+        .await?;
+        let Some((earlier_fingerprint, key, revision)) = earlier else {
+            return Ok(None);
+        };
+        if earlier_fingerprint != fingerprint {
+            return Err(Error::IdempotencyConflict(request_id.to_owned()));
+        }
+        let body: String =
+            sqlx::query_scalar("SELECT body FROM events WHERE session_key = $1 AND revision = $2")
+                .bind(key)
+                .bind(revision)
+                .fetch_one(&mut *self.conn)
+                .await?;
+        let Change::ExchangeAppended(mut first) = decode::<Change>(&body)? else {
+            return Err(Error::storage(std::io::Error::other(
+                "idempotency key points at a non-append event",
+            )));
+        };
+        first.replayed = true;
+        Ok(Some(Written::Appended(revision, first)))
+    }
+
+    /// An append on the general path: the steps a bulk run defers, then
+    /// the decider ([`batch::append_loaded`]), the one place the rules of
+    /// an append live.
+    pub(super) async fn append_exchange(
+        &mut self,
+        tenant: &str,
+        exchange: NewExchange,
+    ) -> Result<Written> {
+        // Idempotency first: a retry gets the first result even if it would
+        // now fail another check (a stale expected_next_sequence, say).
+        let fingerprint = (!exchange.request_id.is_empty()).then(|| exchange.fingerprint());
+        if let Some(fingerprint) = &fingerprint
+            && let Some(first) = self
+                .earlier_result(tenant, &exchange.request_id, fingerprint)
+                .await?
+        {
+            return Ok(first);
+        }
+
+        // Settles an expired lease first.
+        let row = self.load_live(tenant, &exchange.session_id).await?;
+        if self.dialect == Dialect::Postgres
+            && let Some(fingerprint) = &fingerprint
+            && let Some(first) = self
+                .earlier_result(tenant, &exchange.request_id, fingerprint)
+                .await?
+        {
+            // A concurrent retry committed while we waited for the row lock.
+            return Ok(first);
+        }
+        let history_from = if exchange.full_history.is_empty() {
+            None
+        } else {
+            // The lease and sequence come before the diff, as for any append.
+            batch::admit(&row.session, row.next_sequence, &exchange)?;
+            let bodies: Vec<String> = sqlx::query_scalar(
+                "SELECT body FROM messages WHERE session_key = $1 ORDER BY sequence",
+            )
+            .bind(row.key)
+            .fetch_all(&mut *self.conn)
+            .await?;
+            let stored = bodies
+                .iter()
+                .map(|b| decode::<Message>(b))
+                .collect::<Result<Vec<_>>>()?;
+            let from =
+                diff_full_history(&exchange.full_history, &row.session.system_prompt, &stored)?;
+            if from >= exchange.full_history.len() && exchange.provider_call.is_none() {
+                return Err(Error::invalid(
+                    "full_history",
+                    "holds no message beyond the stored history and there is no provider_call: nothing to write",
+                ));
+            }
+            Some(from)
+        };
+        let loaded = batch::Loaded {
+            key: row.key,
+            next_sequence: row.next_sequence,
+            session: row.session,
+        };
+        let applied = batch::append_loaded(
+            self.conn,
+            self.dialect,
+            self.search,
+            tenant,
+            &exchange,
+            loaded,
+            history_from,
+            self.now,
+        )
+        .await?;
+        self.events.extend(applied.events);
+        Ok(applied.written)
+    }
+}

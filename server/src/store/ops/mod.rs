@@ -1,0 +1,424 @@
+//! Write operations, each run inside a transaction the caller owns. The SQL
+//! is shared by both backends (`$N` placeholders work in SQLite and
+//! PostgreSQL alike); [`Dialect`] covers the two places they differ: row
+//! locking and the cross-replica commit hint.
+
+use std::sync::Arc;
+
+use sqlx::{AnyConnection, Row};
+
+use super::rows::{
+    MESSAGE_COLUMNS, SESSION_COLUMNS, encode, search_rowid, session_from_row,
+    stored_message_from_row,
+};
+use super::text::escape;
+use crate::domain::{
+    AppendedExchange, Change, Control, Controlled, Error, Fork, Message, NewExchange, NewSession,
+    Result, Session, SessionEvent, SessionPatch, StoredMessage, Timestamp, control, ids,
+};
+
+mod appends;
+mod conversation;
+mod sessions;
+mod state;
+mod sweeps;
+
+/// The PostgreSQL channel carrying commit hints (`"<session key>:<revision>"`).
+pub const NOTIFY_CHANNEL: &str = "sessionstore_commits";
+
+/// Which SQL dialect a connection speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// Where writes put what the search index needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SearchWrites {
+    /// The words, into the search table, in the write's own transaction
+    /// (PostgreSQL, and SQLite in memory).
+    Inline,
+    /// The message ranges that changed, into `search_log`, which the
+    /// SQLite indexer thread re-indexes into the search file (SQLite file
+    /// databases; `sqlite_search.rs`).
+    Logged,
+}
+
+/// Records a changed message range for the SQLite indexer thread.
+pub const LOG_SEARCH: &str =
+    "INSERT INTO search_log (session_key, from_sequence, until_sequence) VALUES ($1, $2, $3)";
+
+/// A write request.
+#[derive(Clone)]
+pub enum WriteOp {
+    Create(NewSession),
+    Update {
+        id: String,
+        patch: SessionPatch,
+    },
+    Delete {
+        id: String,
+    },
+    Append(Box<NewExchange>),
+    Control {
+        id: String,
+        control: Control,
+    },
+    Fork(Fork),
+    /// Delete the session if its last revision is older than `idle_before`.
+    DeleteIdle {
+        id: String,
+        idle_before: Timestamp,
+    },
+    /// Remove at most `limit` tombstones of sessions deleted before `before`.
+    PurgeTombstones {
+        before: Timestamp,
+        limit: i64,
+    },
+}
+
+/// A write's answer.
+pub enum Written {
+    Created(Session, Vec<StoredMessage>),
+    Updated(Session),
+    Deleted,
+    Appended(i64, AppendedExchange),
+    Controlled(Controlled),
+    /// How many sessions a sweep removed.
+    Swept(u64),
+}
+
+/// What one applied request committed: its answer and the events to
+/// publish, each with its session's internal key.
+pub struct Applied {
+    pub written: Written,
+    pub events: Vec<(i64, Arc<SessionEvent>)>,
+}
+
+/// Applies one write inside the caller's transaction.
+pub async fn apply(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    search: SearchWrites,
+    tenant: &str,
+    op: WriteOp,
+) -> Result<Applied> {
+    let mut tx = Tx {
+        conn,
+        dialect,
+        search,
+        now: Timestamp::now(),
+        events: Vec::new(),
+    };
+    let written = match op {
+        WriteOp::Create(new) => tx.create_session(tenant, new).await?,
+        WriteOp::Update { id, patch } => tx.update_session(tenant, &id, patch).await?,
+        WriteOp::Delete { id } => tx.delete_session(tenant, &id, None).await?,
+        WriteOp::Append(exchange) => tx.append_exchange(tenant, *exchange).await?,
+        WriteOp::Control { id, control } => tx.control(tenant, &id, control).await?,
+        WriteOp::Fork(fork) => tx.fork_session(tenant, fork).await?,
+        WriteOp::DeleteIdle { id, idle_before } => {
+            tx.delete_session(tenant, &id, Some(idle_before)).await?
+        }
+        WriteOp::PurgeTombstones { before, limit } => tx.purge_tombstones(before, limit).await?,
+    };
+    Ok(Applied {
+        written,
+        events: tx.events,
+    })
+}
+
+/// A live session row as the write path needs it.
+struct SessionRow {
+    key: i64,
+    session: Session,
+    next_sequence: i64,
+}
+
+/// A message to insert: the message, the call that produced it, whether it
+/// is a redaction marker.
+struct NewRow {
+    message: Message,
+    call_id: Option<String>,
+    redacted: bool,
+}
+
+impl NewRow {
+    fn input(message: Message) -> Self {
+        NewRow {
+            message,
+            call_id: None,
+            redacted: false,
+        }
+    }
+}
+
+struct Tx<'c> {
+    conn: &'c mut AnyConnection,
+    dialect: Dialect,
+    search: SearchWrites,
+    /// The time of every revision this request makes.
+    now: Timestamp,
+    /// The events this request recorded, with their session keys.
+    events: Vec<(i64, Arc<SessionEvent>)>,
+}
+
+impl Tx<'_> {
+    /// Loads a live session, locking its row on PostgreSQL so concurrent
+    /// writers to one session serialise (SQLite's writer is already alone).
+    /// A lease that has run out is settled first: its `run_ended` is
+    /// recorded before the caller's own change.
+    async fn load_live(&mut self, tenant: &str, id: &str) -> Result<SessionRow> {
+        let mut row = self.load_unsettled(tenant, id).await?;
+        let session = &row.session;
+        if !session.active_run_id.is_empty() && session.run_expire_time <= self.now {
+            let run_id = std::mem::take(&mut row.session.active_run_id);
+            row.session.run_expire_time = Timestamp(0);
+            sqlx::query("UPDATE sessions SET run_id = '', run_expire_time = 0 WHERE key = $1")
+                .bind(row.key)
+                .execute(&mut *self.conn)
+                .await?;
+            self.bump(
+                &mut row,
+                Change::RunEnded {
+                    run_id,
+                    expired: true,
+                },
+            )
+            .await?;
+        }
+        Ok(row)
+    }
+
+    async fn load_unsettled(&mut self, tenant: &str, id: &str) -> Result<SessionRow> {
+        let lock = match self.dialect {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => " FOR UPDATE",
+        };
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions \
+             WHERE tenant = $1 AND id = $2 AND deleted = 0{lock}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(escape(tenant))
+            .bind(escape(id))
+            .fetch_optional(&mut *self.conn)
+            .await?
+            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
+        Ok(SessionRow {
+            key: row.try_get("key")?,
+            session: session_from_row(&row)?,
+            next_sequence: row.try_get("next_sequence")?,
+        })
+    }
+
+    /// Records `change` as the session's next revision (revision and
+    /// `update_time` on the row, and the event). Returns the revision.
+    async fn bump(&mut self, row: &mut SessionRow, change: Change) -> Result<i64> {
+        row.session.revision += 1;
+        row.session.update_time = self.now;
+        sqlx::query("UPDATE sessions SET revision = $1, update_time = $2 WHERE key = $3")
+            .bind(row.session.revision)
+            .bind(self.now.0)
+            .bind(row.key)
+            .execute(&mut *self.conn)
+            .await?;
+        self.insert_event(row.key, row.session.revision, change)
+            .await?;
+        Ok(row.session.revision)
+    }
+
+    async fn insert_event(
+        &mut self,
+        session_key: i64,
+        revision: i64,
+        change: Change,
+    ) -> Result<()> {
+        let hint = match &change {
+            // Other replicas drop the buffered deltas of a run that closed.
+            Change::ExchangeAppended(appended) if !appended.run_id.is_empty() => {
+                format!("{session_key}:{revision}:{}", appended.run_id)
+            }
+            Change::RunEnded { run_id, .. } => format!("{session_key}:{revision}:{run_id}"),
+            _ => format!("{session_key}:{revision}"),
+        };
+        let event = SessionEvent {
+            revision,
+            time: self.now,
+            change,
+        };
+        sqlx::query(
+            "INSERT INTO events (session_key, revision, time, body) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(session_key)
+        .bind(revision)
+        .bind(self.now.0)
+        .bind(encode(&event.change)?)
+        .execute(&mut *self.conn)
+        .await?;
+        if self.dialect == Dialect::Postgres {
+            // Delivered at commit, to every replica's listener: a hint to
+            // re-read the log, never the payload.
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(NOTIFY_CHANNEL)
+                .bind(hint)
+                .execute(&mut *self.conn)
+                .await?;
+        }
+        self.events.push((session_key, Arc::new(event)));
+        Ok(())
+    }
+
+    /// Refuses a transcript write while another run holds the lease.
+    fn check_lease(row: &SessionRow, run_id: &str) -> Result<()> {
+        let active = &row.session.active_run_id;
+        if !active.is_empty() && active != run_id {
+            return Err(Error::SessionBusy {
+                active_run_id: active.clone(),
+                expire_time: row.session.run_expire_time,
+            });
+        }
+        Ok(())
+    }
+
+    /// Inserts messages at consecutive sequences from `first_sequence`, and
+    /// their searchable text.
+    async fn insert_messages(
+        &mut self,
+        session_key: i64,
+        session_id: &str,
+        first_sequence: i64,
+        rows: impl IntoIterator<Item = NewRow>,
+    ) -> Result<Vec<StoredMessage>> {
+        let mut stored = Vec::new();
+        for (offset, row) in (0_i64..).zip(rows) {
+            let id = ids::message_id();
+            let sequence = first_sequence + offset;
+            sqlx::query(
+                "INSERT INTO messages (session_key, sequence, id, produced_by_call_id, body, \
+                 create_time, redacted) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(session_key)
+            .bind(sequence)
+            .bind(&id)
+            .bind(row.call_id.as_deref())
+            .bind(encode(&row.message)?)
+            .bind(self.now.0)
+            .bind(i64::from(row.redacted))
+            .execute(&mut *self.conn)
+            .await?;
+            if !row.redacted {
+                self.index(session_key, sequence, &row.message).await?;
+            }
+            stored.push(StoredMessage {
+                id,
+                session_id: session_id.to_owned(),
+                sequence,
+                produced_by_call_id: row.call_id.unwrap_or_default(),
+                message: row.message,
+                create_time: self.now,
+                redacted: row.redacted,
+            });
+        }
+        Ok(stored)
+    }
+
+    /// Adds a message's words to the search index.
+    async fn index(&mut self, session_key: i64, sequence: i64, message: &Message) -> Result<()> {
+        if self.search == SearchWrites::Logged {
+            return self.log_search(session_key, sequence, sequence + 1).await;
+        }
+        let text = control::search_text(message);
+        if text.trim().is_empty() {
+            return Ok(());
+        }
+        let query = match self.dialect {
+            Dialect::Sqlite => {
+                sqlx::query("INSERT INTO search.message_search (rowid, text) VALUES ($1, $2)")
+                    .bind(search_rowid(session_key, sequence))
+                    .bind(text)
+            }
+            Dialect::Postgres => sqlx::query(
+                "INSERT INTO message_search (session_key, sequence, text) VALUES ($1, $2, $3)",
+            )
+            .bind(session_key)
+            .bind(sequence)
+            .bind(text),
+        };
+        query.execute(&mut *self.conn).await?;
+        Ok(())
+    }
+
+    /// Removes the words of messages `from..until` from the search index.
+    async fn unindex(&mut self, session_key: i64, from: i64, until: i64) -> Result<()> {
+        if self.search == SearchWrites::Logged {
+            return self.log_search(session_key, from, until).await;
+        }
+        let query = match self.dialect {
+            Dialect::Sqlite => {
+                sqlx::query("DELETE FROM search.message_search WHERE rowid >= $1 AND rowid < $2")
+                    .bind(search_rowid(session_key, from))
+                    .bind(search_rowid(session_key, until))
+            }
+            Dialect::Postgres => sqlx::query(
+                "DELETE FROM message_search WHERE session_key = $1 AND sequence >= $2 AND sequence < $3",
+            )
+            .bind(session_key)
+            .bind(from)
+            .bind(until),
+        };
+        query.execute(&mut *self.conn).await?;
+        Ok(())
+    }
+
+    /// Records that messages `from..until` changed, for the indexer thread
+    /// to re-index ([`SearchWrites::Logged`]).
+    async fn log_search(&mut self, session_key: i64, from: i64, until: i64) -> Result<()> {
+        sqlx::query(LOG_SEARCH)
+            .bind(session_key)
+            .bind(from)
+            .bind(until)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn find_message(&mut self, row: &SessionRow, message_id: &str) -> Result<StoredMessage> {
+        let found = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = $1 AND id = $2"
+        ))
+        .bind(row.key)
+        .bind(escape(message_id))
+        .fetch_optional(&mut *self.conn)
+        .await?
+        .ok_or_else(|| Error::MessageNotFound(message_id.to_owned()))?;
+        stored_message_from_row(&found, &row.session.id)
+    }
+
+    /// Replaces a stored message's body (same id and sequence) and its
+    /// searchable text.
+    async fn replace_message(
+        &mut self,
+        row: &SessionRow,
+        old: &StoredMessage,
+        message: &Message,
+        redacted: bool,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE messages SET body = $1, redacted = $2 WHERE session_key = $3 AND sequence = $4",
+        )
+        .bind(encode(message)?)
+        .bind(i64::from(redacted))
+        .bind(row.key)
+        .bind(old.sequence)
+        .execute(&mut *self.conn)
+        .await?;
+        self.unindex(row.key, old.sequence, old.sequence + 1)
+            .await?;
+        if !redacted {
+            self.index(row.key, old.sequence, message).await?;
+        }
+        Ok(())
+    }
+}

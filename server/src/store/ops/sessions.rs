@@ -1,0 +1,261 @@
+//! Sessions: create (with an initial history), fork, update, delete.
+
+use super::{NewRow, Tx, Written};
+use crate::domain::{
+    Change, Error, Fork, NewSession, Result, Session, SessionPatch, StoredMessage, Timestamp, ids,
+};
+use crate::store::rows::{MESSAGE_COLUMNS, encode, stored_message_from_row};
+use crate::store::text::escape;
+
+impl Tx<'_> {
+    pub(super) async fn create_session(
+        &mut self,
+        tenant: &str,
+        new: NewSession,
+    ) -> Result<Written> {
+        let history: Vec<NewRow> = new
+            .history_to_store()
+            .iter()
+            .cloned()
+            .map(NewRow::input)
+            .collect();
+        let session = Session {
+            id: new.id.clone().unwrap_or_else(ids::session_id),
+            title: new.title,
+            system_prompt: new.system_prompt,
+            user: new.user,
+            metadata: new.metadata,
+            summary_message_id: String::new(),
+            revision: 1,
+            create_time: self.now,
+            update_time: self.now,
+            parent_session_id: String::new(),
+            parent_sequence: 0,
+            active_run_id: String::new(),
+            run_expire_time: Timestamp(0),
+        };
+        let (session, messages) = self.insert_session(tenant, session, history, None).await?;
+        Ok(Written::Created(session, messages))
+    }
+
+    /// Inserts a new session (revision 1) with its history and its
+    /// `session_created` event. `summary_index` names the history entry
+    /// that is the summary message, if any.
+    pub(super) async fn insert_session(
+        &mut self,
+        tenant: &str,
+        mut session: Session,
+        history: Vec<NewRow>,
+        summary_index: Option<usize>,
+    ) -> Result<(Session, Vec<StoredMessage>)> {
+        let taken: Option<i64> = sqlx::query_scalar(
+            "SELECT key FROM sessions WHERE tenant = $1 AND id = $2 AND deleted = 0",
+        )
+        .bind(escape(tenant))
+        .bind(escape(&session.id))
+        .fetch_optional(&mut *self.conn)
+        .await?;
+        if taken.is_some() {
+            return Err(Error::SessionExists(session.id));
+        }
+        let count = i64::try_from(history.len()).map_err(Error::storage)?;
+        let key: i64 = sqlx::query_scalar(
+            "INSERT INTO sessions (tenant, id, title, system_prompt, user_name, metadata, revision, \
+             next_sequence, message_count, create_time, update_time, parent_session_id, \
+             parent_sequence) \
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $8, $8, $9, $10) RETURNING key",
+        )
+        .bind(escape(tenant))
+        .bind(escape(&session.id))
+        .bind(escape(&session.title))
+        .bind(escape(&session.system_prompt))
+        .bind(escape(&session.user))
+        .bind(encode(&session.metadata)?)
+        .bind(count)
+        .bind(self.now.0)
+        .bind(escape(&session.parent_session_id))
+        .bind(session.parent_sequence)
+        .fetch_one(&mut *self.conn)
+        .await
+        .map_err(|e| taken_or(e, &session.id))?;
+        let messages = self.insert_messages(key, &session.id, 0, history).await?;
+        if let Some(summary) = summary_index.and_then(|i| messages.get(i)) {
+            session.summary_message_id = summary.id.clone();
+            sqlx::query("UPDATE sessions SET summary_message_id = $1 WHERE key = $2")
+                .bind(escape(&session.summary_message_id))
+                .bind(key)
+                .execute(&mut *self.conn)
+                .await?;
+        }
+        let change = Change::SessionCreated {
+            session: session.clone(),
+            messages: messages.clone(),
+        };
+        self.insert_event(key, 1, change).await?;
+        Ok((session, messages))
+    }
+
+    pub(super) async fn fork_session(&mut self, tenant: &str, fork: Fork) -> Result<Written> {
+        let source = self.load_live(tenant, &fork.source_id).await?;
+        let last = source.next_sequence - 1;
+        if fork.at_sequence > last {
+            return Err(Error::invalid(
+                "at_sequence",
+                format!(
+                    "{} is past the end of session {:?} (its last sequence is {last})",
+                    fork.at_sequence, fork.source_id
+                ),
+            ));
+        }
+        let rows = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages \
+             WHERE session_key = $1 AND sequence <= $2 ORDER BY sequence"
+        ))
+        .bind(source.key)
+        .bind(fork.at_sequence)
+        .fetch_all(&mut *self.conn)
+        .await?;
+        let mut summary_index = None;
+        let mut history = Vec::with_capacity(rows.len());
+        for (index, row) in rows.iter().enumerate() {
+            let stored = stored_message_from_row(row, &source.session.id)?;
+            if stored.id == source.session.summary_message_id {
+                summary_index = Some(index);
+            }
+            history.push(NewRow {
+                message: stored.message,
+                call_id: None,
+                redacted: stored.redacted,
+            });
+        }
+        let parent = source.session;
+        let session = Session {
+            id: fork.new_id.unwrap_or_else(ids::session_id),
+            title: parent.title,
+            system_prompt: parent.system_prompt,
+            user: parent.user,
+            metadata: parent.metadata,
+            summary_message_id: String::new(),
+            revision: 1,
+            create_time: self.now,
+            update_time: self.now,
+            parent_session_id: parent.id,
+            parent_sequence: fork.at_sequence,
+            active_run_id: String::new(),
+            run_expire_time: Timestamp(0),
+        };
+        let (session, messages) = self
+            .insert_session(tenant, session, history, summary_index)
+            .await?;
+        Ok(Written::Created(session, messages))
+    }
+
+    pub(super) async fn update_session(
+        &mut self,
+        tenant: &str,
+        id: &str,
+        patch: SessionPatch,
+    ) -> Result<Written> {
+        let mut row = self.load_live(tenant, id).await?;
+        if let Some(summary) = patch.summary_message_id.as_ref().filter(|s| !s.is_empty()) {
+            let exists: Option<i64> = sqlx::query_scalar(
+                "SELECT sequence FROM messages WHERE session_key = $1 AND id = $2",
+            )
+            .bind(row.key)
+            .bind(escape(summary))
+            .fetch_optional(&mut *self.conn)
+            .await?;
+            if exists.is_none() {
+                return Err(Error::invalid(
+                    "session.summary_message_id",
+                    format!("names no message of session {id:?}"),
+                ));
+            }
+        }
+        let SessionPatch {
+            title,
+            system_prompt,
+            metadata,
+            summary_message_id,
+        } = patch;
+        let session = &mut row.session;
+        if let Some(title) = title {
+            session.title = title;
+        }
+        if let Some(prompt) = system_prompt {
+            session.system_prompt = prompt;
+        }
+        if let Some(metadata) = metadata {
+            session.metadata = metadata;
+        }
+        if let Some(summary) = summary_message_id {
+            session.summary_message_id = summary;
+        }
+        sqlx::query(
+            "UPDATE sessions SET title = $1, system_prompt = $2, metadata = $3, \
+             summary_message_id = $4 WHERE key = $5",
+        )
+        .bind(escape(&session.title))
+        .bind(escape(&session.system_prompt))
+        .bind(encode(&session.metadata)?)
+        .bind(escape(&session.summary_message_id))
+        .bind(row.key)
+        .execute(&mut *self.conn)
+        .await?;
+        let mut updated = row.session.clone();
+        updated.revision += 1;
+        updated.update_time = self.now;
+        let change = Change::SessionUpdated {
+            session: updated.clone(),
+        };
+        self.bump(&mut row, change).await?;
+        Ok(Written::Updated(updated))
+    }
+
+    /// Deletes a session (only if idle since before `idle_before`, when given).
+    pub(super) async fn delete_session(
+        &mut self,
+        tenant: &str,
+        id: &str,
+        idle_before: Option<Timestamp>,
+    ) -> Result<Written> {
+        let mut row = self.load_unsettled(tenant, id).await?;
+        if idle_before.is_some_and(|cutoff| row.session.update_time >= cutoff) {
+            return Ok(Written::Swept(0));
+        }
+        let key = row.key;
+        for sql in [
+            "DELETE FROM idempotency_keys WHERE session_key = $1",
+            "DELETE FROM messages WHERE session_key = $1",
+            "DELETE FROM provider_calls WHERE session_key = $1",
+            "DELETE FROM events WHERE session_key = $1",
+            "DELETE FROM session_state WHERE session_key = $1",
+        ] {
+            sqlx::query(sql).bind(key).execute(&mut *self.conn).await?;
+        }
+        self.unindex(key, 0, 1 << 32).await?;
+        sqlx::query(
+            "UPDATE sessions SET deleted = 1, message_count = 0, run_id = '', run_expire_time = 0 \
+             WHERE key = $1",
+        )
+        .bind(key)
+        .execute(&mut *self.conn)
+        .await?;
+        self.bump(&mut row, Change::SessionDeleted).await?;
+        Ok(match idle_before {
+            Some(_) => Written::Swept(1),
+            None => Written::Deleted,
+        })
+    }
+}
+
+/// Maps a unique violation on a session insert to "already exists" (two
+/// creators raced for one caller-chosen id).
+fn taken_or(error: sqlx::Error, id: &str) -> Error {
+    match &error {
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            Error::SessionExists(id.to_owned())
+        }
+        _ => Error::from(error),
+    }
+}
