@@ -27,6 +27,7 @@ mod sqlite_checkpoints;
 mod sqlite_reads;
 mod sqlite_search;
 mod text;
+mod writer;
 
 pub use export::ExportStart;
 pub use sql::SqlStore;
@@ -89,8 +90,14 @@ pub async fn open(
     options: &StoreOptions,
 ) -> Result<SqlStore, OpenError> {
     match backend_of(url)? {
-        Backend::Sqlite => sqlite::open(url, sink).await,
-        Backend::Postgres => postgres::open(url, sink, options).await,
+        Backend::Sqlite => {
+            let opened = sqlite::open(url, Arc::clone(&sink)).await?;
+            Ok(SqlStore::sqlite(opened, sink))
+        }
+        Backend::Postgres => {
+            let opened = postgres::open(url, Arc::clone(&sink), options).await?;
+            Ok(SqlStore::postgres(opened, sink))
+        }
     }
 }
 

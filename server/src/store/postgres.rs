@@ -21,7 +21,7 @@
 //! `'<replica>:<key>:#<id>'` naming a `delta_spill` row when the JSON is too
 //! big for a notification. Each replica skips its own.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::any::AnyPoolOptions;
@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::ops::{self, Dialect, NOTIFY_CHANNEL, SearchWrites, WriteOp, Written};
 use super::rows;
-use super::sql::{Inner, Publisher, SqlStore, WritePath, next_batch, publish, queue_and_wait};
+use super::writer::{Publisher, next_batch, publish, queue_and_wait};
 use super::{CommitSink, OpenError, StoreOptions};
 use super::{batch, fault};
 use crate::domain::{Ephemeral, Error, NewExchange, Result, Timestamp};
@@ -108,12 +108,23 @@ pub(super) async fn check_reachable(url: &str) -> Result<(), OpenError> {
     }
 }
 
+/// An opened PostgreSQL database: its pool, the append writers' queues,
+/// the listener and writers, and this replica's name.
+pub(super) struct Opened {
+    pub pool: AnyPool,
+    pub appends: Appends,
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
+    pub closing: watch::Sender<bool>,
+    /// This process's name among the replicas (ephemeral hints).
+    pub replica: String,
+}
+
 /// Connects, migrates, and starts the commit-hint listener.
 pub(super) async fn open(
     url: &str,
     sink: Arc<dyn CommitSink>,
     options: &StoreOptions,
-) -> Result<SqlStore, OpenError> {
+) -> Result<Opened, OpenError> {
     check_reachable(url).await?;
     let pool = connect(url, options.max_connections).await?;
     MIGRATOR.run(&pool).await?;
@@ -142,16 +153,13 @@ pub(super) async fn open(
             publisher.clone(),
         )));
     }
-    Ok(SqlStore::from_inner(Inner {
+    Ok(Opened {
         pool,
-        writes: WritePath::Direct(Appends { queues }),
-        sink,
-        tasks: Mutex::new(tasks),
+        appends: Appends { queues },
+        tasks,
         closing,
         replica,
-        engine_reads: None,
-        search_indexer: None,
-    }))
+    })
 }
 
 /// The batch writers' queues. A session's appends always go to the same

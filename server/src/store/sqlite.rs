@@ -21,8 +21,8 @@
 
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::any::AnyPoolOptions;
@@ -34,11 +34,11 @@ use tokio::sync::{mpsc, oneshot};
 use super::batch;
 use super::fault::{self, DiskSpace};
 use super::ops::{self, Dialect, SearchWrites, WriteOp, Written};
-use super::sql::{Inner, SqlStore, WritePath, next_batch, publish, queue_and_wait};
 use super::sqlite_appends::{EngineAppends, WAL_SIZE_LIMIT};
 use super::sqlite_checkpoints::Checkpointer;
 use super::sqlite_reads::EngineReads;
 use super::sqlite_search::{self, SearchIndexer};
+use super::writer::{next_batch, publish, queue_and_wait};
 use super::{CommitSink, OpenError};
 use crate::domain::{Error, NewExchange, Result};
 
@@ -140,8 +140,22 @@ pub(super) async fn connect(url: &str) -> Result<AnyPool, OpenError> {
         .map_err(OpenError::from)
 }
 
+/// An opened SQLite database: its pool, the writer's queue and the
+/// threads and tasks that serve it.
+pub(super) struct Opened {
+    pub pool: AnyPool,
+    /// The writer task's queue; `None` asks it to stop.
+    pub queue: mpsc::Sender<Option<Job>>,
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
+    pub closing: tokio::sync::watch::Sender<bool>,
+    /// Message reads through the engine itself (file databases only).
+    pub engine_reads: Option<Arc<EngineReads>>,
+    /// The thread writing the search file (file databases only).
+    pub search_indexer: Option<Arc<SearchIndexer>>,
+}
+
 /// Opens (creating if missing) and migrates the database, then starts the writer.
-pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStore, OpenError> {
+pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<Opened, OpenError> {
     let pool = connect(url).await?;
     MIGRATOR.run(&pool).await?;
     let space = Arc::new(DiskSpace::default());
@@ -180,16 +194,14 @@ pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<SqlStor
     if let Some(checkpointer) = checkpointer {
         tasks.push(tokio::spawn(checkpointer.run_until(closing.subscribe())));
     }
-    Ok(SqlStore::from_inner(Inner {
+    Ok(Opened {
         pool,
-        writes: WritePath::Queue(queue),
-        sink,
-        tasks: Mutex::new(tasks),
+        queue,
+        tasks,
         closing,
-        replica: String::new(),
         engine_reads,
         search_indexer: indexer,
-    }))
+    })
 }
 
 /// Queues a write and waits for its commit.
