@@ -37,25 +37,13 @@ crate::backend_tests!(
 
 type Client = SessionStoreClient<Channel>;
 
-/// Safety net for "the next event arrives": generous, never a pacing sleep.
-const NEXT_EVENT: Duration = Duration::from_secs(10);
-
 // ---------------------------------------------------------------------------
 // Helpers
-
-/// The next event of a stream; panics if the stream ends, fails or stalls.
-async fn next(stream: &mut Events) -> pb::SessionEvent {
-    tokio::time::timeout(NEXT_EVENT, stream.message())
-        .await
-        .expect("an event within the timeout")
-        .expect("a healthy watch stream")
-        .expect("the watch stream ended early")
-}
 
 /// The next event that records a revision (skipping progress markers).
 async fn next_revision(stream: &mut Events) -> pb::SessionEvent {
     loop {
-        let event = next(stream).await;
+        let event = next_event(stream).await;
         if !matches!(event.event, Some(Event::Progress(_))) {
             return event;
         }
@@ -102,10 +90,6 @@ async fn try_get(client: &mut Client, id: &str) -> Result<pb::Session, Status> {
         })
         .await
         .map(tonic::Response::into_inner)
-}
-
-async fn get(client: &mut Client, id: &str) -> pb::Session {
-    try_get(client, id).await.expect("get session")
 }
 
 async fn rollback(

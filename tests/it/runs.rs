@@ -15,7 +15,8 @@ use tonic::transport::Channel;
 use crate::support::kill_listeners;
 use crate::support::{
     Backend, Events, Storage, TestServer, all_messages, assistant, connect, content, create,
-    error_details, event_kind, exchange, exchange_request, get, postgres_available, rename,
+    error_details, event_kind, exchange, exchange_request, get, next_change, postgres_available,
+    rename,
 };
 
 /// Safety net for "the next event / the next step arrives": never a pacing sleep.
@@ -183,25 +184,11 @@ async fn watch_from(client: &mut Client, id: &str, after: i64, active_deltas: bo
         .into_inner()
 }
 
-/// The next event other than `progress`; panics if the stream ends, fails or stalls.
-async fn next(stream: &mut Events) -> pb::SessionEvent {
-    loop {
-        let event = tokio::time::timeout(WAIT, stream.message())
-            .await
-            .expect("an event within the timeout")
-            .expect("a healthy watch stream")
-            .expect("the watch stream ended early");
-        if !matches!(event.event, Some(Event::Progress(_))) {
-            return event;
-        }
-    }
-}
-
 /// Reads through `caught_up`: the replayed events and the caught-up revision.
 async fn through_caught_up(stream: &mut Events) -> (Vec<pb::SessionEvent>, i64) {
     let mut replayed = Vec::new();
     loop {
-        let event = next(stream).await;
+        let event = next_change(stream).await;
         if matches!(event.event, Some(Event::CaughtUp(_))) {
             return (replayed, event.revision);
         }
@@ -426,7 +413,7 @@ async fn lease_makes_session_busy_for_other_runs(backend: Backend) {
         expire >= before + 59_000_000 && expire <= now_micros() + 61_000_000,
         "expire_time about a minute ahead: {begun:?}"
     );
-    let event = next(&mut stream).await;
+    let event = next_change(&mut stream).await;
     assert_eq!(event.revision, 3);
     let run_begun = as_run_begun(&event);
     assert_eq!(run_begun.run_id, "A");
@@ -510,22 +497,25 @@ async fn lease_makes_session_busy_for_other_runs(backend: Backend) {
         .expect("set state while busy")
         .into_inner();
     assert_eq!(entry.value, "/tmp");
-    assert_eq!(event_kind(&next(&mut stream).await), "state_changed");
+    assert_eq!(event_kind(&next_change(&mut stream).await), "state_changed");
     let renamed = rename(&mut client, &id, "renamed while busy").await;
     assert_eq!(renamed.revision, 5);
-    assert_eq!(event_kind(&next(&mut stream).await), "session_updated");
+    assert_eq!(
+        event_kind(&next_change(&mut stream).await),
+        "session_updated"
+    );
 
     // The holder does all of it.
     let partial = publish(&mut client, text_delta(&id, "A", 0, "Hel")).await;
     assert_eq!(partial, 5);
-    assert_text_delta(&next(&mut stream).await, "A", 0, "Hel", 5);
+    assert_text_delta(&next_change(&mut stream).await, "A", 0, "Hel", 5);
     let appended = client
         .append_exchange(run_exchange(&id, "q1", "Hello", "A"))
         .await
         .expect("the holder appends")
         .into_inner();
     assert_eq!(appended.revision, 6);
-    let event = next(&mut stream).await;
+    let event = next_change(&mut stream).await;
     assert_eq!(event.revision, 6);
     assert_eq!(as_appended(&event).run_id, "A");
     assert_eq!(as_appended(&event).messages, appended.messages);
@@ -542,7 +532,10 @@ async fn lease_makes_session_busy_for_other_runs(backend: Backend) {
         .expect("the holder edits")
         .into_inner();
     assert_eq!(edited.revision, 7);
-    assert_eq!(event_kind(&next(&mut stream).await), "message_edited");
+    assert_eq!(
+        event_kind(&next_change(&mut stream).await),
+        "message_edited"
+    );
     let redacted = client
         .redact_message(pb::RedactMessageRequest {
             session_id: id.clone(),
@@ -554,7 +547,10 @@ async fn lease_makes_session_busy_for_other_runs(backend: Backend) {
         .expect("the holder redacts")
         .into_inner();
     assert_eq!(redacted.revision, 8);
-    assert_eq!(event_kind(&next(&mut stream).await), "message_redacted");
+    assert_eq!(
+        event_kind(&next_change(&mut stream).await),
+        "message_redacted"
+    );
     let rolled_back = client
         .rollback_session(pb::RollbackSessionRequest {
             session_id: id.clone(),
@@ -565,7 +561,7 @@ async fn lease_makes_session_busy_for_other_runs(backend: Backend) {
         .expect("the holder rolls back")
         .into_inner();
     assert_eq!((rolled_back.revision, rolled_back.next_sequence), (9, 2));
-    assert_eq!(event_kind(&next(&mut stream).await), "rolled_back");
+    assert_eq!(event_kind(&next_change(&mut stream).await), "rolled_back");
 
     let messages = all_messages(&mut client, &id).await;
     assert_eq!(
@@ -589,7 +585,7 @@ async fn renew_and_end_run(backend: Backend) {
 
     let first = begin(&mut client, &id, "A", 30_000).await;
     assert_eq!(first.revision, 2);
-    let event = next(&mut stream).await;
+    let event = next_change(&mut stream).await;
     assert_eq!(
         (event.revision, as_run_begun(&event).run_id.as_str()),
         (2, "A")
@@ -602,7 +598,7 @@ async fn renew_and_end_run(backend: Backend) {
         micros(renewed.expire_time.as_ref()) > micros(first.expire_time.as_ref()),
         "{renewed:?} renews {first:?}"
     );
-    let event = next(&mut stream).await;
+    let event = next_change(&mut stream).await;
     assert_eq!(event.revision, 3);
     assert_eq!(as_run_begun(&event).run_id, "A");
     assert_eq!(as_run_begun(&event).expire_time, renewed.expire_time);
@@ -620,7 +616,7 @@ async fn renew_and_end_run(backend: Backend) {
 
     // EndRun by the holder.
     assert_eq!(end(&mut client, &id, "A").await, 4);
-    let event = next(&mut stream).await;
+    let event = next_change(&mut stream).await;
     assert_eq!(event.revision, 4, "no event for B's EndRun: {event:?}");
     let ended = as_run_ended(&event);
     assert_eq!(ended.run_id, "A");
@@ -640,14 +636,14 @@ async fn renew_and_end_run(backend: Backend) {
             .unwrap_or_else(|status| panic!("append with run {run:?}: {status:?}"))
             .into_inner();
         assert_eq!(appended.revision, 5 + i64::try_from(i).unwrap());
-        let event = next(&mut stream).await;
+        let event = next_change(&mut stream).await;
         assert_eq!(event.revision, appended.revision);
         assert_eq!(as_appended(&event).run_id, run);
     }
     // And another run may take the lease.
     let other = begin(&mut client, &id, "B", 30_000).await;
     assert_eq!(other.revision, 8);
-    let event = next(&mut stream).await;
+    let event = next_change(&mut stream).await;
     assert_eq!(
         (event.revision, as_run_begun(&event).run_id.as_str()),
         (8, "B")
@@ -701,9 +697,9 @@ async fn lease_expiry_recorded_by_sweeper(backend: Backend) {
         2
     );
 
-    assert_eq!(as_run_begun(&next(&mut stream).await).run_id, "A");
-    assert_text_delta(&next(&mut stream).await, "A", 0, "partial", 2);
-    let event = next(&mut stream).await;
+    assert_eq!(as_run_begun(&next_change(&mut stream).await).run_id, "A");
+    assert_text_delta(&next_change(&mut stream).await, "A", 0, "partial", 2);
+    let event = next_change(&mut stream).await;
     assert_eq!(event.revision, 3);
     let ended = as_run_ended(&event);
     assert_eq!(ended.run_id, "A");
@@ -723,13 +719,13 @@ async fn lease_expiry_recorded_by_sweeper(backend: Backend) {
     let mut late = watch_from(&mut client, &id, 3, true).await;
     assert_eq!(through_caught_up(&mut late).await, (Vec::new(), 3));
     publish(&mut client, text_delta(&id, "marker", 0, "m")).await;
-    assert_text_delta(&next(&mut late).await, "marker", 0, "m", 3);
+    assert_text_delta(&next_change(&mut late).await, "marker", 0, "m", 3);
 
     // Free: B takes the lease.
     let other = begin(&mut client, &id, "B", 60_000).await;
     assert_eq!(other.revision, 4);
-    assert_text_delta(&next(&mut stream).await, "marker", 0, "m", 3);
-    let event = next(&mut stream).await;
+    assert_text_delta(&next_change(&mut stream).await, "marker", 0, "m", 3);
+    let event = next_change(&mut stream).await;
     assert_eq!(
         (event.revision, as_run_begun(&event).run_id.as_str()),
         (4, "B")
@@ -828,7 +824,7 @@ async fn deltas_are_ephemeral_and_reach_watchers(backend: Backend) {
         publish(&mut client, text_delta(&id, "r", 0, "Hel")).await,
         1
     );
-    assert_text_delta(&next(&mut stream).await, "r", 0, "Hel", 1);
+    assert_text_delta(&next_change(&mut stream).await, "r", 0, "Hel", 1);
     let thinking = pb::ContentBlock {
         block: Some(pb::content_block::Block::Thinking(pb::ThinkingBlock {
             thinking: "let me think \u{0}".into(),
@@ -839,7 +835,7 @@ async fn deltas_are_ephemeral_and_reach_watchers(backend: Backend) {
         publish(&mut client, block_delta(&id, "r", 1, thinking.clone())).await,
         1
     );
-    let event = next(&mut stream).await;
+    let event = next_change(&mut stream).await;
     assert_eq!(event.revision, 1);
     let delta = as_delta(&event);
     assert_eq!((delta.run_id.as_str(), delta.index), ("r", 1));
@@ -853,7 +849,7 @@ async fn deltas_are_ephemeral_and_reach_watchers(backend: Backend) {
         .expect("append the run's exchange")
         .into_inner();
     assert_eq!(appended.revision, 2);
-    let event = next(&mut stream).await;
+    let event = next_change(&mut stream).await;
     assert_eq!(event.revision, 2);
     assert_eq!(as_appended(&event).run_id, "r");
     assert_eq!(as_appended(&event).messages, appended.messages);
@@ -863,9 +859,9 @@ async fn deltas_are_ephemeral_and_reach_watchers(backend: Backend) {
         publish(&mut client, text_delta(&id, "s", 0, "Nev")).await,
         2
     );
-    assert_text_delta(&next(&mut stream).await, "s", 0, "Nev", 2);
+    assert_text_delta(&next_change(&mut stream).await, "s", 0, "Nev", 2);
     assert_eq!(discard(&mut client, &id, "s").await, 2);
-    let event = next(&mut stream).await;
+    let event = next_change(&mut stream).await;
     assert_eq!(event.revision, 2);
     let Some(Event::RunDiscarded(discarded)) = &event.event else {
         panic!(
@@ -889,9 +885,12 @@ async fn deltas_are_ephemeral_and_reach_watchers(backend: Backend) {
     assert_eq!(kinds(&events), ["session_created", "exchange_appended"]);
     let renamed = rename(&mut client, &id, "after the deltas").await;
     assert_eq!(renamed.revision, 3);
-    let event = next(&mut replay).await;
+    let event = next_change(&mut replay).await;
     assert_eq!((event.revision, event_kind(&event)), (3, "session_updated"));
-    assert_eq!(event_kind(&next(&mut stream).await), "session_updated");
+    assert_eq!(
+        event_kind(&next_change(&mut stream).await),
+        "session_updated"
+    );
 }
 
 async fn include_active_deltas_replays_open_runs(backend: Backend) {
@@ -948,7 +947,7 @@ async fn include_active_deltas_replays_open_runs(backend: Backend) {
     for stream in [&mut from_zero, &mut at_head] {
         let mut runs: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
         loop {
-            let event = next(stream).await;
+            let event = next_change(stream).await;
             assert_eq!(event.revision, head, "{event:?}");
             let delta = as_delta(&event);
             let text = match &delta.delta {
@@ -987,7 +986,7 @@ async fn include_active_deltas_replays_open_runs(backend: Backend) {
         assert_eq!(runs, expected, "open runs only, each in index order, once");
     }
     // Without the flag, only live deltas.
-    assert_text_delta(&next(&mut without).await, "open", 4, "o4", head);
+    assert_text_delta(&next_change(&mut without).await, "open", 4, "o4", head);
 
     // Once the open runs end, new joiners get nothing of them.
     client
@@ -998,7 +997,7 @@ async fn include_active_deltas_replays_open_runs(backend: Backend) {
     let mut late = watch_from(&mut client, &id, head + 1, true).await;
     assert_eq!(through_caught_up(&mut late).await, (Vec::new(), head + 1));
     publish(&mut client, text_delta(&id, "marker", 0, "m")).await;
-    assert_text_delta(&next(&mut late).await, "marker", 0, "m", head + 1);
+    assert_text_delta(&next_change(&mut late).await, "marker", 0, "m", head + 1);
 }
 
 /// Watchers joining while a run streams get every delta exactly once, in order.
@@ -1041,7 +1040,7 @@ async fn active_deltas_exactly_once_while_publishing(backend: Backend) {
                 assert_eq!((kinds(&replayed), caught_up), (vec!["session_created"], 1));
                 let mut indexes = Vec::new();
                 while indexes.last() != Some(&DELTAS) {
-                    let event = next(&mut stream).await;
+                    let event = next_change(&mut stream).await;
                     let delta = as_delta(&event);
                     assert_eq!(event.revision, 1);
                     assert_eq!(delta_text(delta), format!("d{}", delta.index));
@@ -1130,7 +1129,7 @@ async fn deltas_never_follow_a_later_revision(backend: Backend) {
         let mut caught_up = 0;
         let mut deltas = 0;
         loop {
-            let event = next(&mut stream).await;
+            let event = next_change(&mut stream).await;
             match &event.event {
                 Some(Event::CaughtUp(_)) => {
                     caught_up += 1;
@@ -1213,7 +1212,7 @@ async fn primed_watch_on_b(a: &mut Client, b: &mut Client, id: &str) -> (Events,
     through_caught_up(&mut stream).await;
     let renamed = rename(a, id, "primed through A").await;
     loop {
-        let event = next(&mut stream).await;
+        let event = next_change(&mut stream).await;
         if event.revision == renamed.revision {
             assert_eq!(event_kind(&event), "session_updated");
             return (stream, renamed.revision);
@@ -1248,29 +1247,29 @@ async fn deltas_cross_replicas() {
         publish(&mut a, text_delta(&id, "x", 2, "third")).await,
         head
     );
-    assert_text_delta(&next(&mut on_b).await, "x", 0, "first", head);
-    let event = next(&mut on_b).await;
+    assert_text_delta(&next_change(&mut on_b).await, "x", 0, "first", head);
+    let event = next_change(&mut on_b).await;
     let delta = as_delta(&event);
     assert_eq!(
         (delta.run_id.as_str(), delta.index, event.revision),
         ("x", 1, head)
     );
     assert_eq!(delta.delta, Some(pb::delta::Delta::Block(big.clone())));
-    assert_text_delta(&next(&mut on_b).await, "x", 2, "third", head);
+    assert_text_delta(&next_change(&mut on_b).await, "x", 2, "third", head);
 
     // B buffered what A published: a joiner on B gets it.
     let mut joiner = watch_from(&mut b, &id, head, true).await;
     assert_eq!(through_caught_up(&mut joiner).await, (Vec::new(), head));
-    assert_text_delta(&next(&mut joiner).await, "x", 0, "first", head);
-    let event = next(&mut joiner).await;
+    assert_text_delta(&next_change(&mut joiner).await, "x", 0, "first", head);
+    let event = next_change(&mut joiner).await;
     assert_eq!(as_delta(&event).index, 1);
     assert_eq!(as_delta(&event).delta, Some(pb::delta::Delta::Block(big)));
-    assert_text_delta(&next(&mut joiner).await, "x", 2, "third", head);
+    assert_text_delta(&next_change(&mut joiner).await, "x", 2, "third", head);
 
     // A discard through A reaches B and drops B's buffer.
     assert_eq!(discard(&mut a, &id, "x").await, head);
     for stream in [&mut on_b, &mut joiner] {
-        let event = next(stream).await;
+        let event = next_change(stream).await;
         assert_eq!(event.revision, head);
         let Some(Event::RunDiscarded(discarded)) = &event.event else {
             panic!(
@@ -1283,8 +1282,8 @@ async fn deltas_cross_replicas() {
     let mut late = watch_from(&mut b, &id, head, true).await;
     assert_eq!(through_caught_up(&mut late).await, (Vec::new(), head));
     publish(&mut a, text_delta(&id, "y", 0, "marker")).await;
-    assert_text_delta(&next(&mut late).await, "y", 0, "marker", head);
-    assert_text_delta(&next(&mut on_b).await, "y", 0, "marker", head);
+    assert_text_delta(&next_change(&mut late).await, "y", 0, "marker", head);
+    assert_text_delta(&next_change(&mut on_b).await, "y", 0, "marker", head);
 
     drop((on_b, joiner, late, a, b));
     replicas.stop().await;
@@ -1304,27 +1303,27 @@ async fn runs_and_leases_cross_replicas() {
     // A run's exchange appended through A closes B's buffer of its deltas.
     publish(&mut a, text_delta(&id, "z", 0, "par")).await;
     publish(&mut a, text_delta(&id, "z", 1, "tial")).await;
-    assert_text_delta(&next(&mut on_b).await, "z", 0, "par", head);
-    assert_text_delta(&next(&mut on_b).await, "z", 1, "tial", head);
+    assert_text_delta(&next_change(&mut on_b).await, "z", 0, "par", head);
+    assert_text_delta(&next_change(&mut on_b).await, "z", 1, "tial", head);
     let appended = a
         .append_exchange(run_exchange(&id, "q", "partial", "z"))
         .await
         .expect("append through A")
         .into_inner();
     assert_eq!(appended.revision, head + 1);
-    let event = next(&mut on_b).await;
+    let event = next_change(&mut on_b).await;
     assert_eq!(event.revision, head + 1);
     assert_eq!(as_appended(&event).run_id, "z");
     let mut late = watch_from(&mut b, &id, head + 1, true).await;
     assert_eq!(through_caught_up(&mut late).await, (Vec::new(), head + 1));
     publish(&mut a, text_delta(&id, "m", 0, "marker")).await;
-    assert_text_delta(&next(&mut late).await, "m", 0, "marker", head + 1);
-    assert_text_delta(&next(&mut on_b).await, "m", 0, "marker", head + 1);
+    assert_text_delta(&next_change(&mut late).await, "m", 0, "marker", head + 1);
+    assert_text_delta(&next_change(&mut on_b).await, "m", 0, "marker", head + 1);
 
     // A lease taken through A holds on B.
     let begun = begin(&mut a, &id, "L", 60_000).await;
     assert_eq!(begun.revision, head + 2);
-    let event = next(&mut on_b).await;
+    let event = next_change(&mut on_b).await;
     assert_eq!(
         (event.revision, as_run_begun(&event).run_id.as_str()),
         (head + 2, "L")
@@ -1353,9 +1352,9 @@ async fn runs_and_leases_cross_replicas() {
         .into_inner();
     assert_eq!(appended.revision, head + 3);
     assert_eq!(end(&mut b, &id, "L").await, head + 4);
-    let event = next(&mut on_b).await;
+    let event = next_change(&mut on_b).await;
     assert_eq!(as_appended(&event).run_id, "L");
-    let event = next(&mut on_b).await;
+    let event = next_change(&mut on_b).await;
     assert_eq!(event.revision, head + 4);
     assert!(!as_run_ended(&event).expired);
     assert_eq!(get(&mut a, &id).await.active_run_id, "");
@@ -1398,8 +1397,8 @@ async fn exchange_missed_by_b_listener_still_closes_run_on_b() {
 
     publish(&mut a, text_delta(&id, "z", 0, "par")).await;
     publish(&mut a, text_delta(&id, "z", 1, "tial")).await;
-    assert_text_delta(&next(&mut on_b).await, "z", 0, "par", head);
-    assert_text_delta(&next(&mut on_b).await, "z", 1, "tial", head);
+    assert_text_delta(&next_change(&mut on_b).await, "z", 0, "par", head);
+    assert_text_delta(&next_change(&mut on_b).await, "z", 1, "tial", head);
 
     // Cut every LISTEN connection and keep it from coming back while the
     // run's exchange commits through A (on a pooled connection A holds).
@@ -1415,7 +1414,7 @@ async fn exchange_missed_by_b_listener_still_closes_run_on_b() {
     assert_eq!(appended.revision, head + 1);
 
     // B reconnects and finds the commit by re-reading the heads.
-    let event = next(&mut on_b).await;
+    let event = next_change(&mut on_b).await;
     assert_eq!(event.revision, head + 1);
     assert_eq!(as_appended(&event).run_id, "z");
 
@@ -1428,7 +1427,7 @@ async fn exchange_missed_by_b_listener_still_closes_run_on_b() {
         publish(&mut a, text_delta(&id, &marker, 0, "m")).await;
         // Earlier markers are open runs and may come first; run z never.
         loop {
-            let event = next(&mut late).await;
+            let event = next_change(&mut late).await;
             let delta = as_delta(&event);
             assert_ne!(
                 delta.run_id, "z",

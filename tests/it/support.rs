@@ -409,6 +409,28 @@ pub fn content(message: &pb::StoredMessage) -> &str {
 /// A WatchSession stream.
 pub type Events = tonic::Streaming<pb::SessionEvent>;
 
+/// How long a test waits for a watch stream's next event before failing.
+pub const NEXT_EVENT: Duration = Duration::from_secs(20);
+
+/// The next event of a watch stream; panics if it ends, fails or stalls.
+pub async fn next_event(stream: &mut Events) -> pb::SessionEvent {
+    tokio::time::timeout(NEXT_EVENT, stream.message())
+        .await
+        .expect("an event within the timeout")
+        .expect("a healthy watch stream")
+        .expect("the watch stream ended early")
+}
+
+/// The next event other than a `progress` keep-alive.
+pub async fn next_change(stream: &mut Events) -> pb::SessionEvent {
+    loop {
+        let event = next_event(stream).await;
+        if !matches!(event.event, Some(pb::session_event::Event::Progress(_))) {
+            return event;
+        }
+    }
+}
+
 /// Opens a watch of `session_id` after `after_revision`.
 pub async fn watch(
     client: &mut SessionStoreClient<Channel>,

@@ -11,8 +11,8 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::support::{
-    Backend, Storage, TestServer, assistant, authed, call, error_details, event_kind, token_line,
-    user,
+    Backend, Storage, TestServer, assistant, authed, call, error_details, event_kind, next_change,
+    token_line, user,
 };
 
 type Client = SessionStoreClient<Channel>;
@@ -313,27 +313,13 @@ async fn watch(
         .into_inner()
 }
 
-/// The next event that is not a keep-alive.
-async fn next_event(events: &mut crate::support::Events) -> pb::SessionEvent {
-    loop {
-        let event = tokio::time::timeout(STEP, events.message())
-            .await
-            .expect("no event in time")
-            .expect("watch stream failed")
-            .expect("watch stream ended");
-        if !matches!(event.event, Some(pb::session_event::Event::Progress(_))) {
-            return event;
-        }
-    }
-}
-
 /// Every replayed event, then the `caught_up` marker (its `time`, which is
 /// "now", cleared).
 async fn replay(client: &mut Client, token: &str, id: &str) -> Vec<pb::SessionEvent> {
     let mut events = watch(client, token, id, 0).await;
     let mut out = Vec::new();
     loop {
-        let mut event = next_event(&mut events).await;
+        let mut event = next_change(&mut events).await;
         let done = matches!(event.event, Some(pb::session_event::Event::CaughtUp(_)));
         if done {
             event.time = None;
@@ -623,7 +609,7 @@ async fn another_tenants_session_is_an_unknown_session(backend: Backend) {
     let before = snapshot(&mut client, OWNER, SHARED).await;
     assert_eq!(before.hits.len(), 2, "{:?}", before.hits);
     let mut live = watch(&mut client, OWNER, SHARED, before.session.revision).await;
-    let caught_up = next_event(&mut live).await;
+    let caught_up = next_change(&mut live).await;
     assert_eq!(event_kind(&caught_up), "caught_up");
 
     // --- Core RPCs.
@@ -1103,7 +1089,7 @@ async fn another_tenants_session_is_an_unknown_session(backend: Backend) {
         .into_inner()
         .revision;
     assert_eq!(revision, before.session.revision);
-    let event = next_event(&mut live).await;
+    let event = next_change(&mut live).await;
     match &event.event {
         Some(pb::session_event::Event::Delta(delta)) => {
             assert_eq!(delta.run_id, RUN);
@@ -1157,7 +1143,7 @@ async fn another_tenants_session_is_an_unknown_session(backend: Backend) {
         .unwrap()
         .into_inner();
     assert_eq!(ended.revision, before.session.revision + 1);
-    let event = next_event(&mut live).await;
+    let event = next_change(&mut live).await;
     assert_eq!(event_kind(&event), "run_ended", "{event:?}");
     assert_eq!(event.revision, ended.revision);
 
@@ -1383,7 +1369,7 @@ async fn ids_and_idempotency_keys_are_per_tenant(backend: Backend) {
     // not even its deletion.
     let head = get(&mut client, OWNER, "ses_x").await.unwrap().revision;
     let mut live = watch(&mut client, OWNER, "ses_x", head).await;
-    assert_eq!(event_kind(&next_event(&mut live).await), "caught_up");
+    assert_eq!(event_kind(&next_change(&mut live).await), "caught_up");
     set_state(&mut client, INTRUDER, "ses_x", "k", "globex again").await;
     client
         .publish_delta(authed(
@@ -1423,7 +1409,7 @@ async fn ids_and_idempotency_keys_are_per_tenant(backend: Backend) {
         .await
         .expect("globex deleting its ses_x leaves acme's")
         .into_inner();
-    let event = next_event(&mut live).await;
+    let event = next_change(&mut live).await;
     assert_eq!(event_kind(&event), "session_updated", "{event:?}");
     assert_eq!(event.revision, renamed.revision);
     assert_eq!(renamed.revision, head + 1);

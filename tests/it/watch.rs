@@ -10,12 +10,9 @@ use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::support::{
-    Backend, Events, Storage, TestServer, assert_appended, assistant, call, content, create,
-    error_details, event_kind, exchange, user, watch,
+    Backend, NEXT_EVENT, Storage, TestServer, assert_appended, assistant, call, content, create,
+    error_details, event_kind, exchange, next_event, user, watch,
 };
-
-/// Safety net for "the next event arrives": generous, never a pacing sleep.
-const NEXT_EVENT: Duration = Duration::from_secs(10);
 
 async fn watch_err(
     client: &mut SessionStoreClient<Channel>,
@@ -43,15 +40,6 @@ async fn watch_err(
             }
         }
     }
-}
-
-/// The next event of a stream; panics if the stream ends, fails or stalls.
-async fn next(stream: &mut Events) -> pb::SessionEvent {
-    tokio::time::timeout(NEXT_EVENT, stream.message())
-        .await
-        .expect("an event within the timeout")
-        .expect("a healthy watch stream")
-        .expect("the watch stream ended early")
 }
 
 /// Events that record a revision (not markers).
@@ -88,7 +76,7 @@ async fn replay_from_zero_then_live(backend: Backend) {
     );
 
     let mut stream = watch(&mut client, &created.id, 0).await;
-    let first = next(&mut stream).await;
+    let first = next_event(&mut stream).await;
     assert_eq!(first.revision, 1);
     assert!(first.time.is_some());
     let Some(Event::SessionCreated(session_created)) = &first.event else {
@@ -102,17 +90,17 @@ async fn replay_from_zero_then_live(backend: Backend) {
 
     let mut last = first.revision;
     for expected in &appended {
-        let event = next(&mut stream).await;
+        let event = next_event(&mut stream).await;
         assert_eq!(event.revision, last + 1, "revisions are consecutive");
         assert_appended(&event, expected);
         last = event.revision;
     }
-    assert_caught_up(&next(&mut stream).await, 4);
+    assert_caught_up(&next_event(&mut stream).await, 4);
 
     // Live.
     let live = exchange(&mut client, &created.id, "q3", "a3").await;
     assert_eq!(live.revision, 5);
-    let event = next(&mut stream).await;
+    let event = next_event(&mut stream).await;
     assert_eq!(event.revision, last + 1);
     assert_appended(&event, &live);
     // The live event's messages are exactly what is stored.
@@ -155,7 +143,7 @@ async fn replay_includes_initial_history(backend: Backend) {
         .unwrap()
         .into_inner();
     let mut stream = watch(&mut client, &created.id, 0).await;
-    let event = next(&mut stream).await;
+    let event = next_event(&mut stream).await;
     assert_eq!(event.revision, 1);
     let Some(Event::SessionCreated(session_created)) = &event.event else {
         panic!("expected session_created, got {event:?}");
@@ -166,7 +154,7 @@ async fn replay_includes_initial_history(backend: Backend) {
         .map(|m| (m.sequence, m.message.as_ref().unwrap().content.as_str()))
         .collect();
     assert_eq!(contents, [(0, "hi"), (1, "hello")]);
-    assert_caught_up(&next(&mut stream).await, 1);
+    assert_caught_up(&next_event(&mut stream).await, 1);
 }
 
 async fn resume_after_revision(backend: Backend) {
@@ -179,17 +167,17 @@ async fn resume_after_revision(backend: Backend) {
     }
 
     let mut stream = watch(&mut client, &created.id, 3).await;
-    let event = next(&mut stream).await;
+    let event = next_event(&mut stream).await;
     assert_appended(&event, &appended[2]);
-    assert_caught_up(&next(&mut stream).await, 4);
+    assert_caught_up(&next_event(&mut stream).await, 4);
 
     // Resuming at the head replays nothing and is caught up at once.
     let mut at_head = watch(&mut client, &created.id, 4).await;
-    assert_caught_up(&next(&mut at_head).await, 4);
+    assert_caught_up(&next_event(&mut at_head).await, 4);
     // ... and then sees the next write live.
     let live = exchange(&mut client, &created.id, "q", "a").await;
-    assert_appended(&next(&mut at_head).await, &live);
-    assert_appended(&next(&mut stream).await, &live);
+    assert_appended(&next_event(&mut at_head).await, &live);
+    assert_appended(&next_event(&mut stream).await, &live);
 }
 
 async fn watch_errors(backend: Backend) {
@@ -234,8 +222,11 @@ async fn update_and_delete_events(backend: Backend) {
     let mut client = server.client().await;
     let created = create(&mut client, "ses_watch_upd").await;
     let mut stream = watch(&mut client, &created.id, 0).await;
-    assert_eq!(event_kind(&next(&mut stream).await), "session_created");
-    assert_caught_up(&next(&mut stream).await, 1);
+    assert_eq!(
+        event_kind(&next_event(&mut stream).await),
+        "session_created"
+    );
+    assert_caught_up(&next_event(&mut stream).await, 1);
 
     let updated = client
         .update_session(pb::UpdateSessionRequest {
@@ -255,7 +246,7 @@ async fn update_and_delete_events(backend: Backend) {
     assert_eq!(updated.title, "renamed");
     assert_eq!(updated.system_prompt, created.system_prompt);
 
-    let event = next(&mut stream).await;
+    let event = next_event(&mut stream).await;
     assert_eq!(event.revision, 2);
     let Some(Event::SessionUpdated(session_updated)) = &event.event else {
         panic!(
@@ -266,7 +257,7 @@ async fn update_and_delete_events(backend: Backend) {
     assert_eq!(session_updated.session.as_ref(), Some(&updated));
 
     let appended = exchange(&mut client, &created.id, "q", "a").await;
-    assert_appended(&next(&mut stream).await, &appended);
+    assert_appended(&next_event(&mut stream).await, &appended);
 
     client
         .delete_session(pb::DeleteSessionRequest {
@@ -274,7 +265,7 @@ async fn update_and_delete_events(backend: Backend) {
         })
         .await
         .unwrap();
-    let event = next(&mut stream).await;
+    let event = next_event(&mut stream).await;
     assert!(
         matches!(event.event, Some(Event::SessionDeleted(_))),
         "expected session_deleted, got {}: {event:?}",
@@ -298,13 +289,13 @@ async fn update_and_delete_events(backend: Backend) {
     let again = create(&mut client, &created.id).await;
     assert_eq!(again.revision, 1);
     let mut fresh = watch(&mut client, &again.id, 0).await;
-    let event = next(&mut fresh).await;
+    let event = next_event(&mut fresh).await;
     assert_eq!(event.revision, 1);
     let Some(Event::SessionCreated(session_created)) = &event.event else {
         panic!("expected session_created, got {event:?}");
     };
     assert_eq!(session_created.session.as_ref(), Some(&again));
-    assert_caught_up(&next(&mut fresh).await, 1);
+    assert_caught_up(&next_event(&mut fresh).await, 1);
 }
 
 /// A watcher that is replaying while the session is deleted still ends
@@ -351,10 +342,13 @@ async fn progress_when_idle(backend: Backend) {
     let mut client = server.client().await;
     let created = create(&mut client, "ses_watch_progress").await;
     let mut stream = watch(&mut client, &created.id, 0).await;
-    assert_eq!(event_kind(&next(&mut stream).await), "session_created");
-    assert_caught_up(&next(&mut stream).await, 1);
+    assert_eq!(
+        event_kind(&next_event(&mut stream).await),
+        "session_created"
+    );
+    assert_caught_up(&next_event(&mut stream).await, 1);
 
-    let event = next(&mut stream).await;
+    let event = next_event(&mut stream).await;
     assert!(
         matches!(event.event, Some(Event::Progress(_))),
         "expected progress, got {}: {event:?}",
@@ -366,7 +360,7 @@ async fn progress_when_idle(backend: Backend) {
     // After a write, progress carries the new head.
     let appended = exchange(&mut client, &created.id, "q", "a").await;
     loop {
-        let event = next(&mut stream).await;
+        let event = next_event(&mut stream).await;
         match &event.event {
             Some(Event::Progress(_)) => assert_eq!(event.revision, 1),
             _ => {
@@ -375,7 +369,7 @@ async fn progress_when_idle(backend: Backend) {
             }
         }
     }
-    let event = next(&mut stream).await;
+    let event = next_event(&mut stream).await;
     assert!(
         matches!(event.event, Some(Event::Progress(_))),
         "expected progress, got {event:?}"
@@ -409,7 +403,7 @@ async fn many_watchers_see_every_event(backend: Backend) {
             let mut events: Vec<pb::SessionEvent> = Vec::new();
             let mut caught_up = 0;
             while events.last().map(|e| e.revision) != Some(last_revision) {
-                let event = next(&mut stream).await;
+                let event = next_event(&mut stream).await;
                 match event.event {
                     Some(Event::CaughtUp(_)) => caught_up += 1,
                     Some(Event::Progress(_)) => {}
@@ -481,8 +475,11 @@ async fn slow_watcher_loses_nothing(backend: Backend) {
         .unwrap();
     let mut slow_client = SessionStoreClient::new(channel);
     let mut stream = watch(&mut slow_client, &created.id, 0).await;
-    assert_eq!(event_kind(&next(&mut stream).await), "session_created");
-    assert_caught_up(&next(&mut stream).await, 1);
+    assert_eq!(
+        event_kind(&next_event(&mut stream).await),
+        "session_created"
+    );
+    assert_caught_up(&next_event(&mut stream).await, 1);
 
     // ~8 KiB per event.
     let filler = "slow watcher filler ".repeat(200);
@@ -517,7 +514,7 @@ async fn slow_watcher_loses_nothing(backend: Backend) {
     let mut revisions = Vec::new();
     let mut sequences = Vec::new();
     while revisions.last() != Some(&head) {
-        let event = next(&mut stream).await;
+        let event = next_event(&mut stream).await;
         match &event.event {
             Some(Event::Progress(_)) => {}
             Some(Event::ExchangeAppended(appended)) => {
@@ -534,7 +531,7 @@ async fn slow_watcher_loses_nothing(backend: Backend) {
     // And the stream is still live.
     let live = exchange(&mut client, &created.id, "after", "backlog").await;
     loop {
-        let event = next(&mut stream).await;
+        let event = next_event(&mut stream).await;
         if !matches!(event.event, Some(Event::Progress(_))) {
             assert_appended(&event, &live);
             break;
@@ -548,9 +545,15 @@ async fn shutdown_ends_watch_cleanly(backend: Backend) {
     let created = create(&mut client, "ses_watch_shutdown").await;
     exchange(&mut client, &created.id, "q", "a").await;
     let mut stream = watch(&mut client, &created.id, 0).await;
-    assert_eq!(event_kind(&next(&mut stream).await), "session_created");
-    assert_eq!(event_kind(&next(&mut stream).await), "exchange_appended");
-    assert_caught_up(&next(&mut stream).await, 2);
+    assert_eq!(
+        event_kind(&next_event(&mut stream).await),
+        "session_created"
+    );
+    assert_eq!(
+        event_kind(&next_event(&mut stream).await),
+        "exchange_appended"
+    );
+    assert_caught_up(&next_event(&mut stream).await, 2);
 
     let stopping = tokio::spawn(server.stop());
     let end = tokio::time::timeout(NEXT_EVENT, stream.message())
