@@ -24,5 +24,6 @@ mod python;
 mod readme;
 mod replicas;
 mod runs;
+mod store;
 mod tenancy;
 mod watch;
