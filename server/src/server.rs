@@ -17,7 +17,7 @@ use crate::admission::{Admission, RateLimiter, WatchPermits};
 use crate::auth::Authenticator;
 use crate::config::ServeConfig;
 use crate::connection::Coalesced;
-use crate::grpc::{EncodedWatch, ServiceOptions, SessionStoreService};
+use crate::grpc::{EncodedWatch, Limits, ServiceOptions, SessionStoreService};
 use crate::health::{self, ProbeOptions};
 use crate::inflight::{self, InFlight, InFlightLayer};
 use crate::metrics::{self, Metrics, MetricsLayer};
@@ -159,7 +159,13 @@ async fn serve_store<S: Store>(
             watch: WatchOptions {
                 progress_interval: config.progress_interval(),
             },
-            limits: config.limits.clone(),
+            limits: Limits {
+                max_messages_per_exchange: config.limits.max_messages_per_exchange,
+                max_message_bytes: config.limits.max_message_bytes,
+                max_metadata_entries: config.limits.max_metadata_entries,
+                max_page_size: config.limits.max_page_size,
+                max_stream_buffer_bytes: config.limits.max_stream_buffer_bytes,
+            },
             watch_permits: WatchPermits::new(config.limits.max_watch_streams_per_tenant),
             metrics: Arc::clone(&metrics),
         },

@@ -8,8 +8,23 @@ use std::collections::BTreeMap;
 use prost::Message as _;
 use sessionstore_client::v1 as pb;
 
-use crate::config::LimitsConfig;
 use crate::domain::{Error, Result};
+
+/// The limits the service enforces, as configured (`--max-…` flags; each
+/// refusal names its flag).
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// New messages one AppendExchange may carry.
+    pub max_messages_per_exchange: usize,
+    /// The largest encoded message.
+    pub max_message_bytes: usize,
+    /// Entries in one metadata map.
+    pub max_metadata_entries: usize,
+    /// The longest page (a larger `page_size` is served this many).
+    pub max_page_size: usize,
+    /// What all streams together may hold read ahead of their readers.
+    pub max_stream_buffer_bytes: usize,
+}
 
 fn exceeded(field: impl Into<String>, limit: &'static str, description: String) -> Error {
     Error::LimitExceeded {
@@ -23,7 +38,7 @@ fn exceeded(field: impl Into<String>, limit: &'static str, description: String) 
 /// (`messages` and `response_messages`; a `full_history` is the whole
 /// conversation and is bounded by the request size instead), and each
 /// message's size and metadata.
-pub fn check_exchange(limits: &LimitsConfig, request: &pb::AppendExchangeRequest) -> Result<()> {
+pub fn check_exchange(limits: &Limits, request: &pb::AppendExchangeRequest) -> Result<()> {
     let count = request.messages.len() + request.response_messages.len();
     if count > limits.max_messages_per_exchange {
         return Err(exceeded(
@@ -48,11 +63,11 @@ pub fn check_exchange(limits: &LimitsConfig, request: &pb::AppendExchangeRequest
 /// Checks a history given whole (CreateSession's `initial_history`, a
 /// rehydrated conversation): each message, not their number, which the
 /// request size bounds.
-pub fn check_history(limits: &LimitsConfig, field: &str, messages: &[pb::Message]) -> Result<()> {
+pub fn check_history(limits: &Limits, field: &str, messages: &[pb::Message]) -> Result<()> {
     check_each(limits, field, messages)
 }
 
-fn check_each(limits: &LimitsConfig, field: &str, messages: &[pb::Message]) -> Result<()> {
+fn check_each(limits: &Limits, field: &str, messages: &[pb::Message]) -> Result<()> {
     for (index, message) in messages.iter().enumerate() {
         check_message(limits, &format!("{field}[{index}]"), message)?;
     }
@@ -60,7 +75,7 @@ fn check_each(limits: &LimitsConfig, field: &str, messages: &[pb::Message]) -> R
 }
 
 /// Checks one message's encoded size and its metadata.
-pub fn check_message(limits: &LimitsConfig, field: &str, message: &pb::Message) -> Result<()> {
+pub fn check_message(limits: &Limits, field: &str, message: &pb::Message) -> Result<()> {
     let size = message.encoded_len();
     if size > limits.max_message_bytes {
         return Err(exceeded(
@@ -77,7 +92,7 @@ pub fn check_message(limits: &LimitsConfig, field: &str, message: &pb::Message) 
 
 /// Checks the number of entries in a metadata map.
 pub fn check_metadata(
-    limits: &LimitsConfig,
+    limits: &Limits,
     field: &str,
     metadata: &BTreeMap<String, String>,
 ) -> Result<()> {
@@ -99,12 +114,13 @@ pub fn check_metadata(
 mod tests {
     use super::*;
 
-    fn limits() -> LimitsConfig {
-        LimitsConfig {
+    fn limits() -> Limits {
+        Limits {
             max_messages_per_exchange: 2,
             max_message_bytes: 100,
             max_metadata_entries: 1,
-            ..LimitsConfig::default()
+            max_page_size: 1000,
+            max_stream_buffer_bytes: 1 << 20,
         }
     }
 

@@ -14,7 +14,6 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
 use crate::admission::WatchPermits;
-use crate::config::LimitsConfig;
 use crate::domain::control::{check_state_key, require_run_id, validate_delta};
 use crate::domain::paging::{decode_token, encode_token, page_size, token_int};
 use crate::domain::session::require_session_id;
@@ -35,6 +34,7 @@ pub mod convert;
 mod status;
 
 pub use encoded_watch::EncodedWatch;
+pub use limits::Limits;
 pub use status::{ERROR_DOMAIN, limit_exceeded};
 
 use crate::auth::tenant_of;
@@ -58,7 +58,7 @@ pub struct SessionStoreService<S> {
 #[derive(Clone)]
 pub struct ServiceOptions {
     pub watch: WatchOptions,
-    pub limits: LimitsConfig,
+    pub limits: Limits,
     pub watch_permits: Arc<WatchPermits>,
     pub metrics: Arc<Metrics>,
 }
