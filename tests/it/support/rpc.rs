@@ -1,0 +1,291 @@
+//! Requests, and the readings of answers and events, that many tests share.
+
+use std::time::Duration;
+
+use sessionstore_client::SessionStoreClient;
+use sessionstore_client::v1 as pb;
+use tonic::transport::Channel;
+
+pub fn text(role: pb::Role, content: &str) -> pb::Message {
+    pb::Message {
+        role: role.into(),
+        content: content.to_owned(),
+        ..Default::default()
+    }
+}
+
+pub fn user(content: &str) -> pb::Message {
+    text(pb::Role::User, content)
+}
+
+pub fn assistant(content: &str) -> pb::Message {
+    text(pb::Role::Assistant, content)
+}
+
+pub fn call(
+    model: &str,
+    prompt_tokens: i64,
+    completion_tokens: i64,
+    cost: i64,
+) -> pb::ProviderCall {
+    pb::ProviderCall {
+        provider: "openai".into(),
+        model: model.into(),
+        requested_provider: "auto".into(),
+        requested_model: format!("{model}-requested"),
+        request_id: format!("gw-{model}-{cost}"),
+        prompt_tokens,
+        completion_tokens,
+        cost_micros_usd: cost,
+        ..Default::default()
+    }
+}
+
+pub async fn create(client: &mut SessionStoreClient<Channel>, id: &str) -> pb::Session {
+    client
+        .create_session(pb::CreateSessionRequest {
+            session_id: id.to_owned(),
+            title: format!("title of {id}"),
+            system_prompt: "You are terse.".into(),
+            user: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("create session")
+        .into_inner()
+}
+
+/// A request appending one user message and one assistant response with a
+/// provider call.
+pub fn exchange_request(
+    session_id: &str,
+    question: &str,
+    answer: &str,
+) -> pb::AppendExchangeRequest {
+    pb::AppendExchangeRequest {
+        session_id: session_id.to_owned(),
+        messages: vec![user(question)],
+        provider_call: Some(call("gpt-test", 10, 5, 42)),
+        response_messages: vec![assistant(answer)],
+        ..Default::default()
+    }
+}
+
+/// A stored message's text content.
+pub fn content(message: &pb::StoredMessage) -> &str {
+    message.message.as_ref().map_or("", |m| m.content.as_str())
+}
+
+/// A WatchSession stream.
+pub type Events = tonic::Streaming<pb::SessionEvent>;
+
+/// How long a test waits for a watch stream's next event before failing.
+pub const NEXT_EVENT: Duration = Duration::from_secs(20);
+
+/// The next event of a watch stream; panics if it ends, fails or stalls.
+pub async fn next_event(stream: &mut Events) -> pb::SessionEvent {
+    tokio::time::timeout(NEXT_EVENT, stream.message())
+        .await
+        .expect("an event within the timeout")
+        .expect("a healthy watch stream")
+        .expect("the watch stream ended early")
+}
+
+/// The next event other than a `progress` keep-alive.
+pub async fn next_change(stream: &mut Events) -> pb::SessionEvent {
+    loop {
+        let event = next_event(stream).await;
+        if !matches!(event.event, Some(pb::session_event::Event::Progress(_))) {
+            return event;
+        }
+    }
+}
+
+/// Opens a watch of `session_id` after `after_revision`.
+pub async fn watch(
+    client: &mut SessionStoreClient<Channel>,
+    session_id: &str,
+    after_revision: i64,
+) -> Events {
+    client
+        .watch_session(pb::WatchSessionRequest {
+            session_id: session_id.to_owned(),
+            after_revision,
+            include_active_deltas: false,
+        })
+        .await
+        .expect("watch session")
+        .into_inner()
+}
+
+/// The name of an event's kind, for assertions and messages.
+pub fn event_kind(event: &pb::SessionEvent) -> &'static str {
+    use pb::session_event::Event;
+    match &event.event {
+        Some(Event::SessionCreated(_)) => "session_created",
+        Some(Event::ExchangeAppended(_)) => "exchange_appended",
+        Some(Event::SessionUpdated(_)) => "session_updated",
+        Some(Event::SessionDeleted(_)) => "session_deleted",
+        Some(Event::CaughtUp(_)) => "caught_up",
+        Some(Event::Progress(_)) => "progress",
+        Some(Event::Delta(_)) => "delta",
+        Some(Event::RunDiscarded(_)) => "run_discarded",
+        Some(Event::RunBegun(_)) => "run_begun",
+        Some(Event::RunEnded(_)) => "run_ended",
+        Some(Event::RolledBack(_)) => "rolled_back",
+        Some(Event::MessageEdited(_)) => "message_edited",
+        Some(Event::MessageRedacted(_)) => "message_redacted",
+        Some(Event::StateChanged(_)) => "state_changed",
+        None => "none",
+    }
+}
+
+/// Checks that `event` is the `exchange_appended` of the acknowledged `expected`.
+pub fn assert_appended(event: &pb::SessionEvent, expected: &pb::AppendExchangeResponse) {
+    use pb::session_event::Event;
+    assert_eq!(event.revision, expected.revision, "revision of {event:?}");
+    assert!(event.time.is_some(), "event without time: {event:?}");
+    let Some(Event::ExchangeAppended(appended)) = &event.event else {
+        panic!(
+            "expected exchange_appended, got {}: {event:?}",
+            event_kind(event)
+        );
+    };
+    assert_eq!(
+        appended.messages, expected.messages,
+        "revision {}",
+        event.revision
+    );
+    assert_eq!(appended.provider_call, expected.provider_call);
+    assert_eq!(appended.next_sequence, expected.next_sequence);
+}
+
+/// Appends one user message and one assistant response with a provider call.
+pub async fn exchange(
+    client: &mut SessionStoreClient<Channel>,
+    session_id: &str,
+    question: &str,
+    answer: &str,
+) -> pb::AppendExchangeResponse {
+    client
+        .append_exchange(exchange_request(session_id, question, answer))
+        .await
+        .expect("append exchange")
+        .into_inner()
+}
+
+/// Every stored message of a session, following page tokens.
+pub async fn all_messages(
+    client: &mut SessionStoreClient<Channel>,
+    id: &str,
+) -> Vec<pb::StoredMessage> {
+    messages_in_pages(client, id, 1000).await
+}
+
+/// Every stored message of a session, `page_size` at a time (small pages
+/// for large messages: a reply stays under the client's decode limit).
+pub async fn messages_in_pages(
+    client: &mut SessionStoreClient<Channel>,
+    id: &str,
+    page_size: i32,
+) -> Vec<pb::StoredMessage> {
+    let mut out = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_messages(pb::ListMessagesRequest {
+                session_id: id.to_owned(),
+                page_size,
+                page_token,
+                ..Default::default()
+            })
+            .await
+            .expect("list messages")
+            .into_inner();
+        out.extend(page.messages);
+        if page.next_page_token.is_empty() {
+            return out;
+        }
+        page_token = page.next_page_token;
+    }
+}
+
+/// Exports a session's history as plain messages.
+pub async fn export(
+    client: &mut SessionStoreClient<Channel>,
+    request: pb::ExportHistoryRequest,
+) -> Vec<pb::Message> {
+    let mut stream = client
+        .export_history(request)
+        .await
+        .expect("export")
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.message().await.expect("export chunk") {
+        out.extend(chunk.messages);
+    }
+    out
+}
+
+/// The ErrorInfo reason and BadRequest field of a status, if present.
+pub fn error_details(status: &tonic::Status) -> (Option<String>, Option<String>) {
+    use tonic_types::StatusExt as _;
+    let details = status.get_error_details();
+    let reason = details.error_info().map(|i| i.reason.clone());
+    let field = details
+        .bad_request()
+        .and_then(|b| b.field_violations.first().map(|v| v.field.clone()));
+    (reason, field)
+}
+
+/// The session, which must exist.
+pub async fn get(client: &mut SessionStoreClient<Channel>, id: &str) -> pb::Session {
+    client
+        .get_session(pb::GetSessionRequest {
+            session_id: id.to_owned(),
+        })
+        .await
+        .expect("get session")
+        .into_inner()
+}
+
+/// Sets a session's title (one revision).
+pub async fn rename(
+    client: &mut SessionStoreClient<Channel>,
+    id: &str,
+    title: &str,
+) -> pb::Session {
+    client
+        .update_session(pb::UpdateSessionRequest {
+            session: Some(pb::Session {
+                id: id.to_owned(),
+                title: title.to_owned(),
+                ..Default::default()
+            }),
+            update_mask: Some(prost_types::FieldMask {
+                paths: vec!["title".into()],
+            }),
+        })
+        .await
+        .expect("update session")
+        .into_inner()
+}
+
+/// One `--auth-tokens` file line: `TENANT SHA256_HEX` of `token`.
+pub fn token_line(tenant: &str, token: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(token.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{tenant} {hex}\n")
+}
+
+/// A request carrying `authorization: Bearer TOKEN`.
+pub fn authed<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    let value = format!("Bearer {token}").parse().expect("header value");
+    request.metadata_mut().insert("authorization", value);
+    request
+}
+
+// ---------------------------------------------------------------------------
+// The real binary as a child process
