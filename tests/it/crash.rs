@@ -1,105 +1,27 @@
 //! Durability: the real `sessionstore` binary, killed with SIGKILL while
 //! appends are in flight, keeps every acknowledged exchange.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
-use tokio::process::{Child, Command};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::support::{all_messages, assistant, call, sessionstore_binary, user, watch};
+use crate::support::{
+    ServerProcess, all_messages, assistant, call, sessionstore_binary, user, watch,
+};
 
-/// Copies the server's log (stdout) lines to `path`, and sends the port from the
-/// `sessionstore serving` line once it appears.
-async fn copy_log(
-    output: tokio::process::ChildStdout,
-    path: PathBuf,
-    ready: tokio::sync::oneshot::Sender<u16>,
-) {
-    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
-    let mut file = tokio::fs::File::create(&path).await.expect("log file");
-    let mut lines = tokio::io::BufReader::new(output).lines();
-    let mut ready = Some(ready);
-    while let Ok(Some(line)) = lines.next_line().await {
-        let _ = file.write_all(format!("{line}\n").as_bytes()).await;
-        let _ = file.flush().await;
-        if line.contains("sessionstore serving")
-            && let Some(port) = bound_port(&line)
-            && let Some(ready) = ready.take()
-        {
-            let _ = ready.send(port);
-        }
-    }
-}
-
-/// The port in a log line's `127.0.0.1:PORT`.
-fn bound_port(line: &str) -> Option<u16> {
-    let (_, rest) = line.split_once("127.0.0.1:")?;
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
-}
-
-/// A running `sessionstore serve` child process.
-struct Instance {
-    child: Child,
-    endpoint: String,
-}
-
-impl Instance {
-    /// Starts the binary on an ephemeral port and waits for its ready signal:
-    /// the `sessionstore serving` log line, which names the bound address.
-    /// Its listener is bound by then, so connections are accepted.
-    async fn start(binary: &Path, database_url: &str, log_dir: &Path, n: usize) -> Instance {
-        let log = log_dir.join(format!("server-{n}.log"));
-        let mut child = Command::new(binary)
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--database-url",
-                database_url,
-            ])
-            .env_remove("SESSIONSTORE_AUTH_TOKENS")
-            .env("SESSIONSTORE_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn sessionstore");
-        let output = child.stdout.take().expect("piped stdout");
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(copy_log(output, log.clone(), ready_tx));
-        let port = match tokio::time::timeout(Duration::from_secs(30), ready_rx).await {
-            Ok(Ok(port)) => port,
-            _ => {
-                let log = std::fs::read_to_string(&log).unwrap_or_default();
-                panic!("sessionstore never became ready\n--- server log ---\n{log}");
-            }
-        };
-        Instance {
-            child,
-            endpoint: format!("http://127.0.0.1:{port}"),
-        }
-    }
-
-    async fn try_client(&self) -> Result<SessionStoreClient<Channel>, tonic::transport::Error> {
-        let channel = Endpoint::from_shared(self.endpoint.clone())?
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(10))
-            .connect()
-            .await?;
-        Ok(SessionStoreClient::new(channel))
-    }
-
-    async fn client(&self) -> SessionStoreClient<Channel> {
-        self.try_client().await.expect("connect to sessionstore")
-    }
+/// A client of `server` with short connect and call timeouts.
+async fn client_of(server: &ServerProcess) -> SessionStoreClient<Channel> {
+    let channel = Endpoint::from_shared(server.endpoint())
+        .expect("endpoint")
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .expect("connect to sessionstore");
+    SessionStoreClient::new(channel)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,8 +34,15 @@ async fn sigkill_keeps_every_acknowledged_exchange() {
     let dir = tempfile::tempdir().unwrap();
     let database_url = format!("sqlite://{}/db.sqlite", dir.path().display());
 
-    let mut server = Instance::start(&binary, &database_url, dir.path(), 1).await;
-    let mut client = server.client().await;
+    let mut server = ServerProcess::start(
+        &binary,
+        &database_url,
+        "127.0.0.1:0",
+        dir.path().join("server-1.log"),
+        &[],
+    )
+    .await;
+    let mut client = client_of(&server).await;
     let session_id = client
         .create_session(pb::CreateSessionRequest {
             session_id: "ses_crash".into(),
@@ -130,7 +59,7 @@ async fn sigkill_keeps_every_acknowledged_exchange() {
     let enough_tx = Arc::new(enough_tx);
     let mut writers = Vec::new();
     for w in 0..WRITERS {
-        let mut client = server.client().await;
+        let mut client = client_of(&server).await;
         let id = session_id.clone();
         let acked = Arc::clone(&acked);
         let enough_tx = Arc::clone(&enough_tx);
@@ -171,7 +100,7 @@ async fn sigkill_keeps_every_acknowledged_exchange() {
     .await
     .expect("enough acknowledgements in time")
     .unwrap();
-    server.child.kill().await.expect("SIGKILL sessionstore");
+    server.kill().await;
     for writer in writers {
         tokio::time::timeout(Duration::from_secs(60), writer)
             .await
@@ -182,8 +111,15 @@ async fn sigkill_keeps_every_acknowledged_exchange() {
     assert!(acked.len() >= KILL_AFTER);
 
     // Restart on the same database.
-    let server = Instance::start(&binary, &database_url, dir.path(), 2).await;
-    let mut client = server.client().await;
+    let server = ServerProcess::start(
+        &binary,
+        &database_url,
+        "127.0.0.1:0",
+        dir.path().join("server-2.log"),
+        &[],
+    )
+    .await;
+    let mut client = client_of(&server).await;
     let stored = all_messages(&mut client, &session_id).await;
 
     // Contiguous from 0, whole exchanges only.
