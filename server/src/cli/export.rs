@@ -309,6 +309,38 @@ fn close_list(out: &mut impl Write, count: usize) -> std::io::Result<()> {
     out.write_all(if count == 0 { b"]" } else { b"\n]" })
 }
 
+/// Writes a paged listing as the elements of a JSON array whose `[` is
+/// written already, then closes it: `page` reads the page after a token
+/// (its items and the next token, empty at the end), `record` makes the
+/// record of the item at an index. Returns how many were written.
+async fn write_pages<T, R, F>(
+    out: &mut impl Write,
+    mut page: impl FnMut(String) -> F,
+    mut record: impl FnMut(usize, T) -> anyhow::Result<R>,
+) -> anyhow::Result<usize>
+where
+    F: std::future::Future<Output = anyhow::Result<(Vec<T>, String)>>,
+    R: Serialize,
+{
+    let mut count = 0;
+    let mut token = String::new();
+    loop {
+        let (items, next) = page(token).await?;
+        for item in items {
+            let record = record(count, item)?;
+            separator(out, count)?;
+            serde_json::to_writer(&mut *out, &record)?;
+            count += 1;
+        }
+        if next.is_empty() {
+            break;
+        }
+        token = next;
+    }
+    close_list(out, count)?;
+    Ok(count)
+}
+
 /// The file described at the top of this module, written page by page so
 /// any size exports in bounded memory.
 async fn export_json(client: &Client, id: &str, out: &mut impl Write) -> anyhow::Result<()> {
@@ -335,70 +367,71 @@ async fn export_json(client: &Client, id: &str, out: &mut impl Write) -> anyhow:
     let failed = sessionstore_client::Error::from;
 
     let progress = Progress::new("exported", None);
-    let mut count = 0;
     let mut summary_sequence = None;
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .raw()
-            .list_messages(pb::ListMessagesRequest {
-                session_id: id.to_owned(),
-                page_size: PAGE_SIZE,
-                page_token,
-                ..Default::default()
-            })
-            .await
-            .map_err(failed)?
-            .into_inner();
-        for stored in page.messages {
+    let count = write_pages(
+        out,
+        |page_token| {
+            let (mut raw, id) = (client.raw(), id.to_owned());
+            async move {
+                let page = raw
+                    .list_messages(pb::ListMessagesRequest {
+                        session_id: id,
+                        page_size: PAGE_SIZE,
+                        page_token,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(failed)?
+                    .into_inner();
+                Ok((page.messages, page.next_page_token))
+            }
+        },
+        |index, stored: pb::StoredMessage| {
             if !session.summary_message_id.is_empty() && stored.id == session.summary_message_id {
                 summary_sequence = Some(stored.sequence);
             }
             let message = convert::message_from_pb(
                 stored.message.unwrap_or_default(),
-                &format!("messages[{count}].message"),
+                &format!("messages[{index}].message"),
             )?;
-            let record = ExportedMessage {
+            if (index + 1) % 1000 == 0 {
+                progress.show(index + 1);
+            }
+            Ok(ExportedMessage {
                 sequence: stored.sequence,
                 id: stored.id,
                 produced_by_call_id: stored.produced_by_call_id,
                 redacted: stored.redacted,
                 create_time: stored.create_time.as_ref().map(time_text),
                 message,
-            };
-            separator(out, count)?;
-            serde_json::to_writer(&mut *out, &record)?;
-            count += 1;
-            if count % 1000 == 0 {
-                progress.show(count);
-            }
-        }
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        page_token = page.next_page_token;
-    }
-    close_list(out, count)?;
+            })
+        },
+    )
+    .await?;
     if let Some(sequence) = summary_sequence {
         write!(out, ",\n\"summary_sequence\":{sequence}")?;
     }
 
     out.write_all(b",\n\"provider_calls\":[")?;
-    let mut calls = 0;
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .raw()
-            .list_provider_calls(pb::ListProviderCallsRequest {
-                session_id: id.to_owned(),
-                page_size: PAGE_SIZE,
-                page_token,
-            })
-            .await
-            .map_err(failed)?
-            .into_inner();
-        for call in page.provider_calls {
-            let record = ExportedCall {
+    write_pages(
+        out,
+        |page_token| {
+            let (mut raw, id) = (client.raw(), id.to_owned());
+            async move {
+                let page = raw
+                    .list_provider_calls(pb::ListProviderCallsRequest {
+                        session_id: id,
+                        page_size: PAGE_SIZE,
+                        page_token,
+                    })
+                    .await
+                    .map_err(failed)?
+                    .into_inner();
+                Ok((page.provider_calls, page.next_page_token))
+            }
+        },
+        |_, call: pb::ProviderCall| {
+            Ok(ExportedCall {
                 create_time: call.create_time.as_ref().map(time_text),
                 id: call.id,
                 request_id: call.request_id,
@@ -410,48 +443,38 @@ async fn export_json(client: &Client, id: &str, out: &mut impl Write) -> anyhow:
                 completion_tokens: call.completion_tokens,
                 total_tokens: call.total_tokens,
                 cost_micros_usd: call.cost_micros_usd,
-            };
-            separator(out, calls)?;
-            serde_json::to_writer(&mut *out, &record)?;
-            calls += 1;
-        }
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        page_token = page.next_page_token;
-    }
-    close_list(out, calls)?;
+            })
+        },
+    )
+    .await?;
 
     out.write_all(b",\n\"state\":[")?;
-    let mut entries = 0;
-    let mut page_token = String::new();
-    loop {
-        let page = client
-            .raw()
-            .list_state(pb::ListStateRequest {
-                session_id: id.to_owned(),
-                page_size: PAGE_SIZE,
-                page_token,
-            })
-            .await
-            .map_err(failed)?
-            .into_inner();
-        for entry in page.entries {
-            let record = ExportedState {
+    write_pages(
+        out,
+        |page_token| {
+            let (mut raw, id) = (client.raw(), id.to_owned());
+            async move {
+                let page = raw
+                    .list_state(pb::ListStateRequest {
+                        session_id: id,
+                        page_size: PAGE_SIZE,
+                        page_token,
+                    })
+                    .await
+                    .map_err(failed)?
+                    .into_inner();
+                Ok((page.entries, page.next_page_token))
+            }
+        },
+        |_, entry: pb::StateEntry| {
+            Ok(ExportedState {
                 update_time: entry.update_time.as_ref().map(time_text),
                 key: entry.key,
                 value: entry.value,
-            };
-            separator(out, entries)?;
-            serde_json::to_writer(&mut *out, &record)?;
-            entries += 1;
-        }
-        if page.next_page_token.is_empty() {
-            break;
-        }
-        page_token = page.next_page_token;
-    }
-    close_list(out, entries)?;
+            })
+        },
+    )
+    .await?;
 
     // The listings are separate reads: a change between them could pair
     // messages with calls from another moment.
