@@ -31,7 +31,7 @@ use sqlx::any::AnyArguments;
 use sqlx::query::Query;
 use sqlx::{Any, AnyConnection};
 
-use super::ops::{Applied, Dialect, NOTIFY_CHANNEL, SearchWrites, Written};
+use super::ops::{Appended, Applied, Dialect, NOTIFY_CHANNEL, SearchWrites};
 use super::rows::{Columns, SESSION_COLUMNS, encode, search_rowid, session_from_row};
 use super::text::escape;
 use crate::domain::{
@@ -43,7 +43,7 @@ use crate::domain::{
 // One per request, moved once into its reply: boxing would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 pub enum Outcome {
-    Done(Result<Applied>),
+    Done(Result<Applied<Appended>>),
     /// For the general path.
     Deferred,
 }
@@ -104,7 +104,7 @@ pub async fn append_loaded(
     loaded: Loaded,
     history_from: Option<usize>,
     now: Timestamp,
-) -> Result<Applied> {
+) -> Result<Applied<Appended>> {
     let requests = [(tenant, exchange)];
     let mut run = Run::new(dialect, search, &requests);
     run.history_from = history_from;
@@ -395,7 +395,7 @@ fn append_one(
     dialect: Dialect,
     search: SearchWrites,
     rows: &mut Rows,
-) -> Result<Applied> {
+) -> Result<Applied<Appended>> {
     admit(&state.session, state.next_sequence, exchange)?;
     let call = exchange.normalized_call().map(|mut call| {
         call.id = ids::call_id();
@@ -486,7 +486,7 @@ fn append_one(
         change,
     };
     Ok(Applied {
-        written: Written::Appended(revision, appended),
+        reply: (revision, appended),
         events: vec![(state.key, Arc::new(event))],
     })
 }
@@ -900,7 +900,7 @@ mod tests {
         run.decide(NOW)
     }
 
-    fn done(outcome: Outcome) -> Result<Applied> {
+    fn done(outcome: Outcome) -> Result<Applied<Appended>> {
         match outcome {
             Outcome::Done(result) => result,
             Outcome::Deferred => panic!("deferred"),
@@ -908,9 +908,8 @@ mod tests {
     }
 
     fn appended(outcome: Outcome) -> (i64, AppendedExchange) {
-        match done(outcome).map(|applied| applied.written) {
-            Ok(Written::Appended(revision, appended)) => (revision, appended),
-            Ok(_) => panic!("not an append"),
+        match done(outcome) {
+            Ok(applied) => applied.reply,
             Err(error) => panic!("refused: {error}"),
         }
     }

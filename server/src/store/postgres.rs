@@ -29,11 +29,11 @@ use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgListener;
 use sqlx::{Any, AnyPool, Connection as _, Executor, Row};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
-use super::ops::{self, Dialect, NOTIFY_CHANNEL, SearchWrites, WriteOp, Written};
+use super::ops::{Dialect, NOTIFY_CHANNEL, SearchWrites};
 use super::rows;
-use super::writer::{Publisher, next_batch, publish, queue_and_wait};
+use super::writer::{Job, PendingAppend, Publisher, Refused, enqueue, next_batch};
 use super::{CommitSink, OpenError, StoreOptions};
 use super::{batch, fault};
 use crate::domain::{Ephemeral, Error, NewExchange, Result, Timestamp};
@@ -166,7 +166,7 @@ pub(super) async fn open(
 /// writer (by a hash of its tenant and id), so they batch together and
 /// writers never wait for each other's row locks on one session.
 pub(super) struct Appends {
-    queues: Vec<mpsc::Sender<Option<AppendJob>>>,
+    queues: Vec<mpsc::Sender<Option<PendingAppend>>>,
 }
 
 impl Appends {
@@ -189,20 +189,13 @@ impl Appends {
         &self,
         tenant: &str,
         session_id: &str,
-    ) -> Option<&mpsc::Sender<Option<AppendJob>>> {
+    ) -> Option<&mpsc::Sender<Option<PendingAppend>>> {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         (tenant, session_id).hash(&mut hasher);
         let shard = usize::try_from(hasher.finish() % self.queues.len().max(1) as u64).ok()?;
         self.queues.get(shard)
     }
-}
-
-/// A queued append and where to send its answer.
-pub(super) struct AppendJob {
-    tenant: String,
-    exchange: Box<NewExchange>,
-    reply: oneshot::Sender<Result<Written>>,
 }
 
 /// Appends that may wait for a writer before callers are held back.
@@ -220,22 +213,11 @@ fn append_writers(max_connections: u32) -> usize {
         .clamp(1, 4)
 }
 
-/// Queues an append for the batch writers and waits for its commit.
-pub(super) async fn submit_append(
-    appends: &Appends,
-    tenant: &str,
-    exchange: Box<NewExchange>,
-) -> Result<Written> {
-    let queue = appends
-        .queue_for(tenant, &exchange.session_id)
-        .ok_or(Error::ShuttingDown)?;
-    let tenant = tenant.to_owned();
-    queue_and_wait(queue, |reply| AppendJob {
-        tenant,
-        exchange,
-        reply,
-    })
-    .await
+/// Queues an append for its session's batch writer.
+pub(super) async fn submit_append(appends: &Appends, pending: PendingAppend) {
+    if let Some(queue) = appends.queue_for(pending.tenant(), &pending.op().0.session_id) {
+        enqueue(queue, pending).await;
+    }
 }
 
 /// One batch writer: takes every append queued for it (up to
@@ -243,7 +225,7 @@ pub(super) async fn submit_append(
 /// path. Several run side by side; `None` stops one.
 async fn run_append_writer(
     pool: AnyPool,
-    mut jobs: mpsc::Receiver<Option<AppendJob>>,
+    mut jobs: mpsc::Receiver<Option<PendingAppend>>,
     sink: Arc<dyn CommitSink>,
     publisher: Publisher,
 ) {
@@ -272,19 +254,19 @@ async fn commit_appends(
     held: &mut Option<PoolConnection<Any>>,
     sink: &Arc<dyn CommitSink>,
     publisher: &Publisher,
-    mut jobs: Vec<AppendJob>,
+    mut jobs: Vec<PendingAppend>,
 ) {
     // A kept connection may have died since the last batch (the database
     // restarted): its failure is retried once on a fresh one.
     let mut kept = held.is_some();
     let outcomes = loop {
-        jobs.retain(|job| !job.reply.is_closed());
+        jobs.retain(|job| !job.abandoned());
         if jobs.is_empty() {
             return;
         }
         let requests: Vec<(&str, &NewExchange)> = jobs
             .iter()
-            .map(|job| (job.tenant.as_str(), job.exchange.as_ref()))
+            .map(|job| (job.tenant(), job.op().0.as_ref()))
             .collect();
         let attempt = async {
             let connection = match held {
@@ -295,7 +277,7 @@ async fn commit_appends(
             let outcomes =
                 batch::append_all(&mut tx, Dialect::Postgres, SearchWrites::Inline, &requests)
                     .await?;
-            if jobs.iter().any(|job| job.reply.is_closed()) {
+            if jobs.iter().any(PendingAppend::abandoned) {
                 tx.rollback().await?;
                 return Ok(None);
             }
@@ -320,7 +302,7 @@ async fn commit_appends(
                 if fault::is_shared(&error) {
                     tracing::warn!(%error, appends = jobs.len(), "bulk append failed");
                     for job in jobs {
-                        let _ = job.reply.send(Err(fault::again(&error)));
+                        job.fail(fault::again(&error));
                     }
                     return;
                 }
@@ -340,66 +322,61 @@ async fn commit_appends(
             let mut done = Vec::with_capacity(outcomes.len());
             for (job, outcome) in jobs.into_iter().zip(outcomes) {
                 match outcome {
-                    batch::Outcome::Done(result) => done.push((job.reply, result)),
+                    batch::Outcome::Done(Ok(applied)) => done.push(job.applied(applied)),
+                    batch::Outcome::Done(Err(error)) => job.fail(error),
                     batch::Outcome::Deferred => deferred.push(job),
                 }
             }
-            publisher.answer(sink, done);
+            publisher.committed(sink, done);
         }
         None => deferred = jobs,
     }
     // In arrival order: a session's later appends were deferred with it.
     for job in deferred {
-        if job.reply.is_closed() {
-            continue;
+        if !job.abandoned() {
+            write(pool, sink.as_ref(), Box::new(job)).await;
         }
-        let result = write(
-            pool,
-            sink.as_ref(),
-            &job.tenant,
-            WriteOp::Append(job.exchange),
-        )
-        .await;
-        let _ = job.reply.send(result);
     }
 }
 
-/// Runs one write in its own transaction, retrying lost races.
-pub(super) async fn write(
-    pool: &AnyPool,
-    sink: &dyn CommitSink,
-    tenant: &str,
-    op: WriteOp,
-) -> Result<Written> {
+/// Runs one write in its own transaction, retrying lost races, and
+/// answers it.
+pub(super) async fn write(pool: &AnyPool, sink: &dyn CommitSink, mut job: Box<dyn Job>) {
     let mut attempt = 1;
     loop {
-        let result = async {
-            let mut tx = pool.begin().await?;
-            let applied = ops::apply(
-                &mut tx,
-                Dialect::Postgres,
-                SearchWrites::Inline,
-                tenant,
-                op.clone(),
-            )
-            .await?;
-            tx.commit().await?;
-            Ok::<_, Error>(applied)
-        }
-        .await;
-        match result {
-            Ok(applied) => return Ok(publish(sink, applied)),
-            Err(error) if attempt < WRITE_ATTEMPTS && fault::is_retryable(&error) => {
-                tracing::debug!(attempt, "write lost a race; retrying");
-                attempt += 1;
-            }
-            Err(error) => {
-                if let Error::Storage(source) = &error {
-                    tracing::error!(error = %source, "write failed");
+        let mut tx = match pool.begin().await {
+            Ok(tx) => tx,
+            Err(error) => return job.fail(Error::from(error)),
+        };
+        let error = match job
+            .apply(&mut tx, Dialect::Postgres, SearchWrites::Inline)
+            .await
+        {
+            Ok(settle) => match tx.commit().await {
+                Ok(()) => return settle.committed(sink),
+                Err(error) => {
+                    job = settle.again();
+                    Error::from(error)
                 }
-                return Err(error);
+            },
+            // Rolled back as `tx` is dropped.
+            Err(Refused {
+                error,
+                job: refused,
+            }) => {
+                job = refused;
+                error
             }
+        };
+        if attempt < WRITE_ATTEMPTS && fault::is_retryable(&error) {
+            tracing::debug!(attempt, "write lost a race; retrying");
+            attempt += 1;
+            continue;
         }
+        if let Error::Storage(source) = &error {
+            tracing::error!(error = %source, "write failed");
+        }
+        return job.fail(error);
     }
 }
 

@@ -10,13 +10,17 @@ use sqlx::{AnyPool, Row};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::ops::{WriteOp, Written};
+use super::ops::{
+    AppendExchange, Appended, ControlSession, CreateSession, DeleteIdle, DeleteSession,
+    ForkSession, PurgeTombstones, UpdateSession, Write,
+};
 use super::rows::{
     MESSAGE_COLUMNS, SESSION_COLUMNS, decode, session_from_row, stored_message_from_row, text_col,
 };
 use super::sqlite_reads::{self, EngineReads};
 use super::sqlite_search::SearchIndexer;
 use super::text::{escape, escape_ordered, unescape_ordered};
+use super::writer::{self, Pending};
 use super::{
     CommitSink, ListedCall, Page, ReadBound, SearchQuery, SessionHandle, Store, SweepCandidate,
     postgres, sqlite,
@@ -51,7 +55,7 @@ pub(super) struct Inner {
 /// How writes reach the database.
 pub(super) enum WritePath {
     /// Queued to the one SQLite writer task; `None` asks it to stop.
-    Queue(mpsc::Sender<Option<sqlite::Job>>),
+    Queue(mpsc::Sender<Option<sqlite::Queued>>),
     /// PostgreSQL: appends queued to a few batch writers, every other
     /// write a transaction of its own on the pool.
     Direct(postgres::Appends),
@@ -92,16 +96,34 @@ impl SqlStore {
         }
     }
 
-    async fn write(&self, tenant: &str, op: WriteOp) -> Result<Written> {
+    /// Runs `op` through the backend's write path and waits for its answer.
+    async fn write<W: Write>(&self, tenant: &str, op: W) -> Result<W::Reply> {
+        let (pending, answer) = Pending::new(tenant, op);
         match &self.inner.writes {
-            WritePath::Queue(queue) => sqlite::submit(queue, tenant, op).await,
-            WritePath::Direct(appends) => match op {
-                WriteOp::Append(exchange) => {
-                    postgres::submit_append(appends, tenant, exchange).await
-                }
-                op => postgres::write(&self.inner.pool, self.inner.sink.as_ref(), tenant, op).await,
-            },
+            WritePath::Queue(queue) => {
+                writer::enqueue(queue, sqlite::Queued::Write(Box::new(pending))).await;
+            }
+            WritePath::Direct(_) => {
+                postgres::write(
+                    &self.inner.pool,
+                    self.inner.sink.as_ref(),
+                    Box::new(pending),
+                )
+                .await;
+            }
         }
+        writer::answer(answer).await
+    }
+
+    async fn append(&self, tenant: &str, exchange: NewExchange) -> Result<Appended> {
+        let (pending, answer) = Pending::new(tenant, AppendExchange(Box::new(exchange)));
+        match &self.inner.writes {
+            WritePath::Queue(queue) => {
+                writer::enqueue(queue, sqlite::Queued::Append(pending)).await
+            }
+            WritePath::Direct(appends) => postgres::submit_append(appends, pending).await,
+        }
+        writer::answer(answer).await
     }
 }
 
@@ -168,30 +190,13 @@ fn limit_param(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
-fn unexpected(written: Written) -> Error {
-    let what = match written {
-        Written::Created(..) => "created",
-        Written::Updated(_) => "updated",
-        Written::Deleted => "deleted",
-        Written::Appended(..) => "appended",
-        Written::Controlled(_) => "controlled",
-        Written::Swept(_) => "swept",
-    };
-    Error::storage(std::io::Error::other(format!(
-        "writer answered with the wrong kind of result ({what})"
-    )))
-}
-
 impl Store for SqlStore {
     async fn create_session(
         &self,
         tenant: &str,
         new: NewSession,
     ) -> Result<(Session, Vec<StoredMessage>)> {
-        match self.write(tenant, WriteOp::Create(new)).await? {
-            Written::Created(session, messages) => Ok((session, messages)),
-            other => Err(unexpected(other)),
-        }
+        self.write(tenant, CreateSession(new)).await
     }
 
     async fn get_session(&self, tenant: &str, id: &str) -> Result<Session> {
@@ -266,22 +271,13 @@ impl Store for SqlStore {
     }
 
     async fn update_session(&self, tenant: &str, id: &str, patch: SessionPatch) -> Result<Session> {
-        let op = WriteOp::Update {
-            id: id.to_owned(),
-            patch,
-        };
-        match self.write(tenant, op).await? {
-            Written::Updated(session) => Ok(session),
-            other => Err(unexpected(other)),
-        }
+        let id = id.to_owned();
+        self.write(tenant, UpdateSession { id, patch }).await
     }
 
     async fn delete_session(&self, tenant: &str, id: &str) -> Result<()> {
-        let op = WriteOp::Delete { id: id.to_owned() };
-        match self.write(tenant, op).await? {
-            Written::Deleted => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        let id = id.to_owned();
+        self.write(tenant, DeleteSession { id }).await
     }
 
     async fn append_exchange(
@@ -289,13 +285,7 @@ impl Store for SqlStore {
         tenant: &str,
         exchange: NewExchange,
     ) -> Result<(i64, AppendedExchange)> {
-        match self
-            .write(tenant, WriteOp::Append(Box::new(exchange)))
-            .await?
-        {
-            Written::Appended(revision, appended) => Ok((revision, appended)),
-            other => Err(unexpected(other)),
-        }
+        self.append(tenant, exchange).await
     }
 
     async fn resolve(&self, tenant: &str, id: &str) -> Result<SessionHandle> {
@@ -451,14 +441,8 @@ impl Store for SqlStore {
     }
 
     async fn control(&self, tenant: &str, id: &str, control: Control) -> Result<Controlled> {
-        let op = WriteOp::Control {
-            id: id.to_owned(),
-            control,
-        };
-        match self.write(tenant, op).await? {
-            Written::Controlled(controlled) => Ok(controlled),
-            other => Err(unexpected(other)),
-        }
+        let id = id.to_owned();
+        self.write(tenant, ControlSession { id, control }).await
     }
 
     async fn fork_session(
@@ -466,10 +450,7 @@ impl Store for SqlStore {
         tenant: &str,
         fork: Fork,
     ) -> Result<(Session, Vec<StoredMessage>)> {
-        match self.write(tenant, WriteOp::Fork(fork)).await? {
-            Written::Created(session, messages) => Ok((session, messages)),
-            other => Err(unexpected(other)),
-        }
+        self.write(tenant, ForkSession(fork)).await
     }
 
     async fn publish_ephemeral(&self, session: &SessionHandle, ephemeral: Ephemeral) -> Result<()> {
@@ -610,13 +591,12 @@ impl Store for SqlStore {
     }
 
     async fn delete_idle(&self, tenant: &str, id: &str, before: Timestamp) -> Result<bool> {
-        let op = WriteOp::DeleteIdle {
+        let op = DeleteIdle {
             id: id.to_owned(),
             idle_before: before,
         };
         match self.write(tenant, op).await {
-            Ok(Written::Swept(n)) => Ok(n > 0),
-            Ok(other) => Err(unexpected(other)),
+            Ok(deleted) => Ok(deleted),
             // Deleted meanwhile: nothing to do.
             Err(Error::SessionNotFound(_)) => Ok(false),
             Err(error) => Err(error),
@@ -624,14 +604,11 @@ impl Store for SqlStore {
     }
 
     async fn purge_tombstones(&self, before: Timestamp, limit: usize) -> Result<u64> {
-        let op = WriteOp::PurgeTombstones {
+        let op = PurgeTombstones {
             before,
             limit: limit_param(limit),
         };
-        match self.write("", op).await? {
-            Written::Swept(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        self.write("", op).await
     }
 
     async fn probe(&self) -> Result<()> {

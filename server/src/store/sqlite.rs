@@ -29,16 +29,16 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::batch;
 use super::fault::{self, DiskSpace};
-use super::ops::{self, Dialect, SearchWrites, WriteOp, Written};
+use super::ops::{Dialect, SearchWrites};
 use super::sqlite_appends::{EngineAppends, WAL_SIZE_LIMIT};
 use super::sqlite_checkpoints::Checkpointer;
 use super::sqlite_reads::EngineReads;
 use super::sqlite_search::{self, SearchIndexer};
-use super::writer::{next_batch, publish, queue_and_wait};
+use super::writer::{Job, PendingAppend, Refused, Settle, next_batch};
 use super::{CommitSink, OpenError};
 use crate::domain::{Error, NewExchange, Result};
 
@@ -49,11 +49,27 @@ const MAX_BATCH: usize = 256;
 /// Write requests that may wait for the writer before callers are held back.
 const QUEUE_DEPTH: usize = 4096;
 
-/// A queued write and where to send its answer.
-pub(super) struct Job {
-    tenant: String,
-    op: WriteOp,
-    reply: oneshot::Sender<Result<Written>>,
+/// A write queued for the writer: appends apart, so that a run of them
+/// goes through the bulk path together.
+pub(super) enum Queued {
+    Append(PendingAppend),
+    Write(Box<dyn Job>),
+}
+
+impl Queued {
+    fn abandoned(&self) -> bool {
+        match self {
+            Queued::Append(pending) => pending.abandoned(),
+            Queued::Write(job) => job.abandoned(),
+        }
+    }
+
+    fn fail(self, error: Error) {
+        match self {
+            Queued::Append(pending) => pending.fail(error),
+            Queued::Write(job) => job.fail(error),
+        }
+    }
 }
 
 fn is_in_memory(url: &str) -> bool {
@@ -145,7 +161,7 @@ pub(super) async fn connect(url: &str) -> Result<AnyPool, OpenError> {
 pub(super) struct Opened {
     pub pool: AnyPool,
     /// The writer task's queue; `None` asks it to stop.
-    pub queue: mpsc::Sender<Option<Job>>,
+    pub queue: mpsc::Sender<Option<Queued>>,
     pub tasks: Vec<tokio::task::JoinHandle<()>>,
     pub closing: tokio::sync::watch::Sender<bool>,
     /// Message reads through the engine itself (file databases only).
@@ -204,16 +220,6 @@ pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<Opened,
     })
 }
 
-/// Queues a write and waits for its commit.
-pub(super) async fn submit(
-    queue: &mpsc::Sender<Option<Job>>,
-    tenant: &str,
-    op: WriteOp,
-) -> Result<Written> {
-    let tenant = tenant.to_owned();
-    queue_and_wait(queue, |reply| Job { tenant, op, reply }).await
-}
-
 /// The writer: batches of queued requests, one transaction each. On a
 /// file database (`engine` is there) a batch's leading run of appends is
 /// written through the engine first, and the rest (with whatever that run
@@ -225,7 +231,7 @@ pub(super) async fn submit(
 /// batches.)
 async fn run_writer(
     pool: AnyPool,
-    mut queue: mpsc::Receiver<Option<Job>>,
+    mut queue: mpsc::Receiver<Option<Queued>>,
     sink: Arc<dyn CommitSink>,
     engine: Option<EngineAppends>,
     indexer: Option<Arc<SearchIndexer>>,
@@ -247,10 +253,7 @@ async fn run_writer(
         }
         // A caller already gone (its deadline passed, or it cancelled) before
         // its write began will hear of nothing: skip it.
-        let mut batch: Vec<Job> = batch
-            .into_iter()
-            .filter(|job| !job.reply.is_closed())
-            .collect();
+        let mut batch: Vec<Queued> = batch.into_iter().filter(|job| !job.abandoned()).collect();
         if let Some(engine) = &engine {
             batch = append_through_engine(engine, &sink, &space, batch).await;
         }
@@ -296,81 +299,65 @@ async fn run_writer(
 
 /// Writes the leading run of appends of `batch` through the engine, in a
 /// transaction of its own, and answers those it decided once that
-/// transaction is on disk (the syncer's turn; the writer goes on at once). Returns what is left for the general path, in arrival order:
-/// the requests the run deferred (all of them if it failed, having written
+/// transaction is on disk (the syncer's turn; the writer goes on at once).
+/// Returns what is left for the general path, in arrival order: the
+/// requests the run deferred (all of them if it failed, having written
 /// nothing), then the rest of the batch.
 async fn append_through_engine(
     engine: &EngineAppends,
     sink: &Arc<dyn CommitSink>,
     space: &DiskSpace,
-    batch: Vec<Job>,
-) -> Vec<Job> {
+    batch: Vec<Queued>,
+) -> Vec<Queued> {
     let mut jobs = batch.into_iter().peekable();
     let mut requests = Vec::new();
-    let mut replies = Vec::new();
-    while let Some(job) = jobs.next_if(|job| matches!(job.op, WriteOp::Append(_))) {
-        if let WriteOp::Append(exchange) = job.op {
-            requests.push((job.tenant, exchange));
-            replies.push(job.reply);
-        }
+    while let Some(Queued::Append(pending)) = jobs.next_if(|job| matches!(job, Queued::Append(_))) {
+        requests.push(pending);
     }
     if requests.is_empty() {
         return jobs.collect();
     }
+    let sent = requests.len();
     let (requests, outcomes) = engine.append(requests).await;
     let mut left = Vec::new();
     match outcomes {
         Ok(outcomes) => {
             let mut done = Vec::with_capacity(outcomes.len());
-            for (((tenant, exchange), reply), outcome) in
-                requests.into_iter().zip(replies).zip(outcomes)
-            {
+            for (pending, outcome) in requests.into_iter().zip(outcomes) {
                 match outcome {
-                    batch::Outcome::Done(result) => done.push((reply, result)),
-                    batch::Outcome::Deferred => left.push(Job {
-                        tenant,
-                        op: WriteOp::Append(exchange),
-                        reply,
-                    }),
+                    batch::Outcome::Done(Ok(applied)) => done.push(pending.applied(applied)),
+                    batch::Outcome::Done(Err(error)) => pending.fail(error),
+                    batch::Outcome::Deferred => left.push(Queued::Append(pending)),
                 }
             }
             // Answered, and published to watchers, once on disk.
             let sink = Arc::clone(sink);
             engine.after_sync(Box::new(move |synced| {
-                for (reply, result) in done {
-                    let answer = if synced {
-                        result.map(|applied| publish(sink.as_ref(), applied))
+                for settle in done {
+                    if synced {
+                        settle.committed(sink.as_ref());
                     } else {
-                        Err(batch_failed("the write could not be synced to disk"))
-                    };
-                    let _ = reply.send(answer);
+                        settle.fail(batch_failed("the write could not be synced to disk"));
+                    }
                 }
             }));
         }
         Err(error) if fault::is_shared(&error) => {
             // A full disk fails the general path alike.
             space.note(&error);
-            tracing::warn!(%error, appends = replies.len(), "bulk append failed");
-            for reply in replies {
-                let _ = reply.send(Err(fault::again(&error)));
+            tracing::warn!(%error, appends = requests.len(), "bulk append failed");
+            for pending in requests {
+                pending.fail(fault::again(&error));
             }
         }
-        Err(error) if requests.len() == replies.len() => {
+        Err(error) if requests.len() == sent => {
             tracing::warn!(%error, "bulk append failed; applying the requests one by one");
-            for ((tenant, exchange), reply) in requests.into_iter().zip(replies) {
-                left.push(Job {
-                    tenant,
-                    op: WriteOp::Append(exchange),
-                    reply,
-                });
-            }
+            left.extend(requests.into_iter().map(Queued::Append));
         }
         Err(error) => {
-            // The thread is gone, and the requests with it.
+            // The thread is gone, and the requests with it (their callers
+            // are told the server is shutting down).
             tracing::error!(%error, "bulk append lost");
-            for reply in replies {
-                let _ = reply.send(Err(batch_failed("the append writer stopped")));
-            }
         }
     }
     left.extend(jobs);
@@ -382,13 +369,16 @@ fn batch_failed(what: &'static str) -> Error {
 }
 
 /// Commits one batch on `conn`; `false` if the connection failed and
-/// should go back to the pool rather than be kept.
+/// should go back to the pool rather than be kept. Each request is applied
+/// in a savepoint of its own: one that fails is rolled back alone, answered
+/// with its error, and the batch goes on. The rest are answered once the
+/// batch has committed, or with the fault that stopped it.
 async fn commit_batch(
     conn: &mut AnyConnection,
     search: SearchWrites,
     sink: &dyn CommitSink,
     space: &DiskSpace,
-    jobs: Vec<Job>,
+    jobs: Vec<Queued>,
 ) -> bool {
     let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
         Ok(tx) => tx,
@@ -397,118 +387,142 @@ async fn commit_batch(
             return false;
         }
     };
-    let mut results = Vec::with_capacity(jobs.len());
+    let mut applied: Vec<Box<dyn Settle>> = Vec::with_capacity(jobs.len());
     let mut jobs = jobs.into_iter().peekable();
+    let mut broken = None;
     while let Some(job) = jobs.next() {
-        let applied = if matches!(job.op, WriteOp::Append(_)) {
-            // A run of appends goes through the bulk path together.
-            let mut run = vec![job];
-            while let Some(next) = jobs.next_if(|job| matches!(job.op, WriteOp::Append(_))) {
-                run.push(next);
+        let run = match job {
+            Queued::Append(first) => {
+                // A run of appends goes through the bulk path together.
+                let mut run = vec![first];
+                while let Some(Queued::Append(next)) =
+                    jobs.next_if(|job| matches!(job, Queued::Append(_)))
+                {
+                    run.push(next);
+                }
+                apply_appends(&mut tx, search, space, run, &mut applied).await
             }
-            apply_appends(&mut tx, search, run, &mut results).await
-        } else {
-            apply_one(&mut tx, search, job, &mut results).await
+            Queued::Write(job) => apply_one(&mut tx, search, space, job, &mut applied).await,
         };
-        if let Err((broken, unanswered)) = applied {
-            // The savepoint machinery itself failed: the transaction is unusable.
-            let error = Error::from(broken);
-            space.note(&error);
-            tracing::error!(%error, "write transaction broken; rolling back the batch");
-            drop(tx);
-            for (reply, _) in results {
-                let _ = reply.send(Err(fault::again(&error)));
-            }
-            for reply in unanswered.into_iter().chain(jobs.map(|job| job.reply)) {
-                let _ = reply.send(Err(fault::again(&error)));
-            }
-            return false;
+        if let Err(error) = run {
+            broken = Some(error);
+            break;
         }
+    }
+    if let Some(error) = broken {
+        // The savepoint machinery itself failed: the transaction is unusable.
+        space.note(&error);
+        tracing::error!(%error, "write transaction broken; rolling back the batch");
+        drop(tx);
+        for settle in applied {
+            settle.fail(fault::again(&error));
+        }
+        for job in jobs {
+            job.fail(fault::again(&error));
+        }
+        return false;
     }
     if let Err(error) = tx.commit().await {
         // A full disk, typically: nothing of the batch is written.
         let error = Error::from(error);
         space.note(&error);
         tracing::error!(%error, "commit failed");
-        for (reply, result) in results {
-            let _ = reply.send(result.and(Err(fault::again(&error))));
+        for settle in applied {
+            settle.fail(fault::again(&error));
         }
         return false;
     }
-    for (reply, result) in results {
-        if let Err(error) = &result {
-            space.note(error);
-        }
-        let _ = reply.send(result.map(|applied| publish(sink, applied)));
+    for settle in applied {
+        settle.committed(sink);
     }
     true
 }
 
-type Reply = oneshot::Sender<Result<Written>>;
-/// A broken transaction, and the callers not yet answered.
-type Broken = (sqlx::Error, Vec<Reply>);
-
-/// Applies one request in its own savepoint.
+/// Applies one request in a savepoint of its own: rolled back and answered
+/// with its error if it fails. `Err` means the savepoint machinery itself
+/// failed (the transaction is unusable; the request has been answered).
 async fn apply_one(
     conn: &mut AnyConnection,
     search: SearchWrites,
-    job: Job,
-    results: &mut Vec<(Reply, Result<ops::Applied>)>,
-) -> std::result::Result<(), Broken> {
-    match apply_in_savepoint(conn, search, &job.tenant, job.op).await {
-        Ok(result) => {
-            results.push((job.reply, result));
-            Ok(())
+    space: &DiskSpace,
+    job: Box<dyn Job>,
+    applied: &mut Vec<Box<dyn Settle>>,
+) -> Result<(), Error> {
+    let mut savepoint = match conn.begin().await {
+        Ok(savepoint) => savepoint,
+        Err(broken) => {
+            let broken = Error::from(broken);
+            job.fail(fault::again(&broken));
+            return Err(broken);
         }
-        Err(broken) => Err((broken, vec![job.reply])),
+    };
+    match job.apply(&mut savepoint, Dialect::Sqlite, search).await {
+        Ok(settle) => match savepoint.commit().await {
+            Ok(()) => applied.push(settle),
+            Err(broken) => {
+                let broken = Error::from(broken);
+                settle.fail(fault::again(&broken));
+                return Err(broken);
+            }
+        },
+        Err(Refused { error, job }) => {
+            let rolled_back = savepoint.rollback().await;
+            if let Error::Storage(source) = &error {
+                tracing::error!(error = %source, "write failed");
+            }
+            space.note(&error);
+            job.fail(error);
+            rolled_back.map_err(Error::from)?;
+        }
     }
+    Ok(())
 }
 
 /// Applies a run of appends through the bulk path, in a savepoint; the
 /// requests it defers (and, if it fails, all of them) then go one by one
-/// through the general path.
+/// through the general path. `Err` as for [`apply_one`]; the requests not
+/// yet answered are answered by the caller.
 async fn apply_appends(
     conn: &mut AnyConnection,
     search: SearchWrites,
-    run: Vec<Job>,
-    results: &mut Vec<(Reply, Result<ops::Applied>)>,
-) -> std::result::Result<(), Broken> {
+    space: &DiskSpace,
+    run: Vec<PendingAppend>,
+    applied: &mut Vec<Box<dyn Settle>>,
+) -> Result<(), Error> {
     let requests: Vec<(&str, &NewExchange)> = run
         .iter()
-        .filter_map(|job| match &job.op {
-            WriteOp::Append(exchange) => Some((job.tenant.as_str(), exchange.as_ref())),
-            _ => None,
-        })
+        .map(|pending| (pending.tenant(), pending.op().0.as_ref()))
         .collect();
     let outcomes = match bulk_in_savepoint(conn, search, &requests).await {
         Ok(outcomes) => outcomes,
-        Err(broken) => return Err((broken, run.into_iter().map(|job| job.reply).collect())),
+        Err(broken) => {
+            let broken = Error::from(broken);
+            for pending in run {
+                pending.fail(fault::again(&broken));
+            }
+            return Err(broken);
+        }
     };
-    let mut run = run.into_iter();
+    let mut deferred = Vec::new();
     match outcomes {
         Some(outcomes) => {
-            for outcome in outcomes {
-                let Some(job) = run.next() else { break };
+            for (pending, outcome) in run.into_iter().zip(outcomes) {
                 match outcome {
-                    batch::Outcome::Done(result) => results.push((job.reply, result)),
-                    batch::Outcome::Deferred => {
-                        if let Err((broken, mut unanswered)) =
-                            apply_one(conn, search, job, results).await
-                        {
-                            unanswered.extend(run.map(|job| job.reply));
-                            return Err((broken, unanswered));
-                        }
-                    }
+                    batch::Outcome::Done(Ok(done)) => applied.push(pending.applied(done)),
+                    batch::Outcome::Done(Err(error)) => pending.fail(error),
+                    batch::Outcome::Deferred => deferred.push(pending),
                 }
             }
         }
-        None => {
-            while let Some(job) = run.next() {
-                if let Err((broken, mut unanswered)) = apply_one(conn, search, job, results).await {
-                    unanswered.extend(run.map(|job| job.reply));
-                    return Err((broken, unanswered));
-                }
+        None => deferred = run,
+    }
+    let mut deferred = deferred.into_iter();
+    while let Some(pending) = deferred.next() {
+        if let Err(broken) = apply_one(conn, search, space, Box::new(pending), applied).await {
+            for pending in deferred {
+                pending.fail(fault::again(&broken));
             }
+            return Err(broken);
         }
     }
     Ok(())
@@ -535,37 +549,11 @@ async fn bulk_in_savepoint(
     }
 }
 
-fn fail_all(jobs: Vec<Job>, error: sqlx::Error) {
+fn fail_all(jobs: Vec<Queued>, error: sqlx::Error) {
     let error = Error::from(error);
     tracing::error!(%error, "cannot start a write transaction");
     for job in jobs {
-        let _ = job.reply.send(Err(fault::again(&error)));
-    }
-}
-
-/// Runs one request in a savepoint: on a domain error the savepoint is
-/// rolled back (the request writes nothing) and the batch goes on. The
-/// outer `Err` means the savepoint machinery itself failed.
-async fn apply_in_savepoint(
-    conn: &mut AnyConnection,
-    search: SearchWrites,
-    tenant: &str,
-    op: WriteOp,
-) -> Result<Result<ops::Applied>, sqlx::Error> {
-    let mut savepoint = conn.begin().await?;
-    let result = ops::apply(&mut savepoint, Dialect::Sqlite, search, tenant, op).await;
-    match result {
-        Ok(applied) => {
-            savepoint.commit().await?;
-            Ok(Ok(applied))
-        }
-        Err(error) => {
-            savepoint.rollback().await?;
-            if let Error::Storage(source) = &error {
-                tracing::error!(error = %source, "write failed");
-            }
-            Ok(Err(error))
-        }
+        job.fail(fault::again(&error));
     }
 }
 

@@ -41,10 +41,11 @@ use super::batch::{Outcome, Run, Statement, Value};
 use super::ops::{Dialect, SearchWrites};
 use super::rows::Columns;
 use super::sqlite_reads::open_engine;
+use super::writer::PendingAppend;
 use crate::domain::{Error, NewExchange, Result, Timestamp};
 
-/// A run's requests: tenant and exchange, in arrival order.
-pub(super) type Requests = Vec<(String, Box<NewExchange>)>;
+/// A run's requests, in arrival order.
+pub(super) type Requests = Vec<PendingAppend>;
 
 /// Distinct statement texts kept prepared: multi-row statements differ by
 /// row count, so a run's dozen statements take up to a few hundred texts.
@@ -146,7 +147,7 @@ impl EngineAppends {
                             let outcome = {
                                 let borrowed: Vec<(&str, &NewExchange)> = requests
                                     .iter()
-                                    .map(|(tenant, exchange)| (tenant.as_str(), exchange.as_ref()))
+                                    .map(|pending| (pending.tenant(), pending.op().0.as_ref()))
                                     .collect();
                                 append_run(&conn, &mut log, &borrowed)
                             };

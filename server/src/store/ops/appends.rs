@@ -1,7 +1,7 @@
 //! AppendExchange on the general path: the steps a bulk run defers, then
 //! the decider.
 
-use super::{Dialect, Tx, Written};
+use super::{AppendExchange, Appended, Dialect, Tx, Write};
 use crate::domain::exchange::diff_full_history;
 use crate::domain::{Change, Error, Message, NewExchange, Result};
 use crate::store::batch;
@@ -15,7 +15,7 @@ impl Tx<'_> {
         tenant: &str,
         request_id: &str,
         fingerprint: &[u8],
-    ) -> Result<Option<Written>> {
+    ) -> Result<Option<Appended>> {
         let earlier: Option<(Vec<u8>, i64, i64)> = sqlx::query_as(
             "SELECT fingerprint, session_key, revision FROM idempotency_keys \
              WHERE tenant = $1 AND request_id = $2",
@@ -42,7 +42,7 @@ impl Tx<'_> {
             )));
         };
         first.replayed = true;
-        Ok(Some(Written::Appended(revision, first)))
+        Ok(Some((revision, first)))
     }
 
     /// An append on the general path: the steps a bulk run defers, then
@@ -51,8 +51,8 @@ impl Tx<'_> {
     pub(super) async fn append_exchange(
         &mut self,
         tenant: &str,
-        exchange: NewExchange,
-    ) -> Result<Written> {
+        exchange: &NewExchange,
+    ) -> Result<Appended> {
         // Idempotency first: a retry gets the first result even if it would
         // now fail another check (a stale expected_next_sequence, say).
         let fingerprint = (!exchange.request_id.is_empty()).then(|| exchange.fingerprint());
@@ -79,7 +79,7 @@ impl Tx<'_> {
             None
         } else {
             // The lease and sequence come before the diff, as for any append.
-            batch::admit(&row.session, row.next_sequence, &exchange)?;
+            batch::admit(&row.session, row.next_sequence, exchange)?;
             let bodies: Vec<String> = sqlx::query_scalar(
                 "SELECT body FROM messages WHERE session_key = $1 ORDER BY sequence",
             )
@@ -110,13 +110,21 @@ impl Tx<'_> {
             self.dialect,
             self.search,
             tenant,
-            &exchange,
+            exchange,
             loaded,
             history_from,
             self.now,
         )
         .await?;
         self.events.extend(applied.events);
-        Ok(applied.written)
+        Ok(applied.reply)
+    }
+}
+
+impl Write for AppendExchange {
+    type Reply = Appended;
+
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<Appended> {
+        tx.append_exchange(tenant, &self.0).await
     }
 }

@@ -1,19 +1,22 @@
 //! Conversation control: run leases, rollback, edits, redaction.
 
-use super::{SessionRow, Tx, Written};
+use super::{ControlSession, SessionRow, Tx, Write};
 use crate::domain::{
     Change, Control, Controlled, Message, Result, StoredMessage, Timestamp, control,
 };
 use crate::store::rows::{decode, encode};
 use crate::store::text::escape;
 
+impl Write for ControlSession {
+    type Reply = Controlled;
+
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<Controlled> {
+        tx.control(tenant, &self.id, self.control).await
+    }
+}
+
 impl Tx<'_> {
-    pub(super) async fn control(
-        &mut self,
-        tenant: &str,
-        id: &str,
-        control: Control,
-    ) -> Result<Written> {
+    async fn control(&mut self, tenant: &str, id: &str, control: Control) -> Result<Controlled> {
         let mut row = self.load_live(tenant, id).await?;
         if let Some(run_id) = control.transcript_run() {
             Self::check_lease(&row, run_id)?;
@@ -66,7 +69,7 @@ impl Tx<'_> {
             } => self.delete_state(&mut row, key, expected_version).await?,
             Control::SettleLease => Controlled::Revision(row.session.revision),
         };
-        Ok(Written::Controlled(controlled))
+        Ok(controlled)
     }
 
     pub(super) async fn begin_run(

@@ -13,8 +13,8 @@ use super::rows::{
 };
 use super::text::escape;
 use crate::domain::{
-    AppendedExchange, Change, Control, Controlled, Error, Fork, Message, NewExchange, NewSession,
-    Result, Session, SessionEvent, SessionPatch, StoredMessage, Timestamp, control, ids,
+    AppendedExchange, Change, Control, Error, Fork, Message, NewExchange, NewSession, Result,
+    Session, SessionEvent, SessionPatch, StoredMessage, Timestamp, control, ids,
 };
 
 mod appends;
@@ -49,61 +49,86 @@ pub enum SearchWrites {
 pub const LOG_SEARCH: &str =
     "INSERT INTO search_log (session_key, from_sequence, until_sequence) VALUES ($1, $2, $3)";
 
-/// A write request.
-#[derive(Clone)]
-pub enum WriteOp {
-    Create(NewSession),
-    Update {
-        id: String,
-        patch: SessionPatch,
-    },
-    Delete {
-        id: String,
-    },
-    Append(Box<NewExchange>),
-    Control {
-        id: String,
-        control: Control,
-    },
-    Fork(Fork),
-    /// Delete the session if its last revision is older than `idle_before`.
-    DeleteIdle {
-        id: String,
-        idle_before: Timestamp,
-    },
-    /// Remove at most `limit` tombstones of sessions deleted before `before`.
-    PurgeTombstones {
-        before: Timestamp,
-        limit: i64,
-    },
-}
-
-/// A write's answer.
-pub enum Written {
-    Created(Session, Vec<StoredMessage>),
-    Updated(Session),
-    Deleted,
-    Appended(i64, AppendedExchange),
-    Controlled(Controlled),
-    /// How many sessions a sweep removed.
-    Swept(u64),
-}
-
-/// What one applied request committed: its answer and the events to
+/// What one applied write committed: its answer, and the events to
 /// publish, each with its session's internal key.
-pub struct Applied {
-    pub written: Written,
+pub struct Applied<T> {
+    pub reply: T,
     pub events: Vec<(i64, Arc<SessionEvent>)>,
 }
 
+/// An append's answer: the session's new revision and what was appended.
+pub type Appended = (i64, AppendedExchange);
+
+/// A write: what it changes inside the caller's transaction, and the
+/// answer its caller gets. Each is `Clone` so that a write that lost a
+/// race (PostgreSQL) can be applied again from the start.
+pub trait Write: Clone + Send + Sync + 'static {
+    type Reply: Send + 'static;
+
+    /// Applies the write inside `tx`'s transaction.
+    fn apply(
+        self,
+        tx: &mut Tx<'_>,
+        tenant: &str,
+    ) -> impl Future<Output = Result<Self::Reply>> + Send;
+}
+
+/// CreateSession, with its initial history.
+#[derive(Clone)]
+pub struct CreateSession(pub NewSession);
+
+/// UpdateSession: the fields `patch` names.
+#[derive(Clone)]
+pub struct UpdateSession {
+    pub id: String,
+    pub patch: SessionPatch,
+}
+
+/// DeleteSession.
+#[derive(Clone)]
+pub struct DeleteSession {
+    pub id: String,
+}
+
+/// AppendExchange.
+#[derive(Clone)]
+pub struct AppendExchange(pub Box<NewExchange>);
+
+/// A conversation-control request (runs, rollback, edits, state).
+#[derive(Clone)]
+pub struct ControlSession {
+    pub id: String,
+    pub control: Control,
+}
+
+/// ForkSession.
+#[derive(Clone)]
+pub struct ForkSession(pub Fork);
+
+/// The sweeper's delete: the session, if its last revision is older than
+/// `idle_before`. Answers whether it was deleted.
+#[derive(Clone)]
+pub struct DeleteIdle {
+    pub id: String,
+    pub idle_before: Timestamp,
+}
+
+/// The sweeper's purge: at most `limit` tombstones of sessions deleted
+/// before `before`. Answers how many it removed.
+#[derive(Clone)]
+pub struct PurgeTombstones {
+    pub before: Timestamp,
+    pub limit: i64,
+}
+
 /// Applies one write inside the caller's transaction.
-pub async fn apply(
+pub async fn apply<W: Write>(
     conn: &mut AnyConnection,
     dialect: Dialect,
     search: SearchWrites,
     tenant: &str,
-    op: WriteOp,
-) -> Result<Applied> {
+    op: W,
+) -> Result<Applied<W::Reply>> {
     let mut tx = Tx {
         conn,
         dialect,
@@ -111,20 +136,9 @@ pub async fn apply(
         now: Timestamp::now(),
         events: Vec::new(),
     };
-    let written = match op {
-        WriteOp::Create(new) => tx.create_session(tenant, new).await?,
-        WriteOp::Update { id, patch } => tx.update_session(tenant, &id, patch).await?,
-        WriteOp::Delete { id } => tx.delete_session(tenant, &id, None).await?,
-        WriteOp::Append(exchange) => tx.append_exchange(tenant, *exchange).await?,
-        WriteOp::Control { id, control } => tx.control(tenant, &id, control).await?,
-        WriteOp::Fork(fork) => tx.fork_session(tenant, fork).await?,
-        WriteOp::DeleteIdle { id, idle_before } => {
-            tx.delete_session(tenant, &id, Some(idle_before)).await?
-        }
-        WriteOp::PurgeTombstones { before, limit } => tx.purge_tombstones(before, limit).await?,
-    };
+    let reply = op.apply(&mut tx, tenant).await?;
     Ok(Applied {
-        written,
+        reply,
         events: tx.events,
     })
 }
@@ -154,7 +168,9 @@ impl NewRow {
     }
 }
 
-struct Tx<'c> {
+/// One write's transaction: the connection, the dialect, the time of
+/// its revisions and the events it recorded.
+pub struct Tx<'c> {
     conn: &'c mut AnyConnection,
     dialect: Dialect,
     search: SearchWrites,

@@ -1,6 +1,8 @@
 //! Sessions: create (with an initial history), fork, update, delete.
 
-use super::{NewRow, Tx, Written};
+use super::{
+    CreateSession, DeleteIdle, DeleteSession, ForkSession, NewRow, Tx, UpdateSession, Write,
+};
 use crate::domain::{
     Change, Error, Fork, NewSession, Result, Session, SessionPatch, StoredMessage, Timestamp, ids,
 };
@@ -12,7 +14,7 @@ impl Tx<'_> {
         &mut self,
         tenant: &str,
         new: NewSession,
-    ) -> Result<Written> {
+    ) -> Result<(Session, Vec<StoredMessage>)> {
         let history: Vec<NewRow> = new
             .history_to_store()
             .iter()
@@ -34,8 +36,7 @@ impl Tx<'_> {
             active_run_id: String::new(),
             run_expire_time: Timestamp(0),
         };
-        let (session, messages) = self.insert_session(tenant, session, history, None).await?;
-        Ok(Written::Created(session, messages))
+        self.insert_session(tenant, session, history, None).await
     }
 
     /// Inserts a new session (revision 1) with its history and its
@@ -95,7 +96,11 @@ impl Tx<'_> {
         Ok((session, messages))
     }
 
-    pub(super) async fn fork_session(&mut self, tenant: &str, fork: Fork) -> Result<Written> {
+    pub(super) async fn fork_session(
+        &mut self,
+        tenant: &str,
+        fork: Fork,
+    ) -> Result<(Session, Vec<StoredMessage>)> {
         let source = self.load_live(tenant, &fork.source_id).await?;
         let last = source.next_sequence - 1;
         if fork.at_sequence > last {
@@ -144,10 +149,8 @@ impl Tx<'_> {
             active_run_id: String::new(),
             run_expire_time: Timestamp(0),
         };
-        let (session, messages) = self
-            .insert_session(tenant, session, history, summary_index)
-            .await?;
-        Ok(Written::Created(session, messages))
+        self.insert_session(tenant, session, history, summary_index)
+            .await
     }
 
     pub(super) async fn update_session(
@@ -155,7 +158,7 @@ impl Tx<'_> {
         tenant: &str,
         id: &str,
         patch: SessionPatch,
-    ) -> Result<Written> {
+    ) -> Result<Session> {
         let mut row = self.load_live(tenant, id).await?;
         if let Some(summary) = patch.summary_message_id.as_ref().filter(|s| !s.is_empty()) {
             let exists: Option<i64> = sqlx::query_scalar(
@@ -209,19 +212,20 @@ impl Tx<'_> {
             session: updated.clone(),
         };
         self.bump(&mut row, change).await?;
-        Ok(Written::Updated(updated))
+        Ok(updated)
     }
 
-    /// Deletes a session (only if idle since before `idle_before`, when given).
+    /// Deletes a session (only if idle since before `idle_before`, when
+    /// given); whether it did.
     pub(super) async fn delete_session(
         &mut self,
         tenant: &str,
         id: &str,
         idle_before: Option<Timestamp>,
-    ) -> Result<Written> {
+    ) -> Result<bool> {
         let mut row = self.load_unsettled(tenant, id).await?;
         if idle_before.is_some_and(|cutoff| row.session.update_time >= cutoff) {
-            return Ok(Written::Swept(0));
+            return Ok(false);
         }
         let key = row.key;
         for sql in [
@@ -242,10 +246,48 @@ impl Tx<'_> {
         .execute(&mut *self.conn)
         .await?;
         self.bump(&mut row, Change::SessionDeleted).await?;
-        Ok(match idle_before {
-            Some(_) => Written::Swept(1),
-            None => Written::Deleted,
-        })
+        Ok(true)
+    }
+}
+
+impl Write for CreateSession {
+    type Reply = (Session, Vec<StoredMessage>);
+
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<Self::Reply> {
+        tx.create_session(tenant, self.0).await
+    }
+}
+
+impl Write for ForkSession {
+    type Reply = (Session, Vec<StoredMessage>);
+
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<Self::Reply> {
+        tx.fork_session(tenant, self.0).await
+    }
+}
+
+impl Write for UpdateSession {
+    type Reply = Session;
+
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<Session> {
+        tx.update_session(tenant, &self.id, self.patch).await
+    }
+}
+
+impl Write for DeleteSession {
+    type Reply = ();
+
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<()> {
+        tx.delete_session(tenant, &self.id, None).await.map(drop)
+    }
+}
+
+impl Write for DeleteIdle {
+    type Reply = bool;
+
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<bool> {
+        tx.delete_session(tenant, &self.id, Some(self.idle_before))
+            .await
     }
 }
 

@@ -1,14 +1,18 @@
 //! The sweeper's own write: purging deleted sessions' tombstones.
 
-use super::{Tx, Written};
+use super::{PurgeTombstones, Tx, Write};
 use crate::domain::{Result, Timestamp};
 
+impl Write for PurgeTombstones {
+    type Reply = u64;
+
+    async fn apply(self, tx: &mut Tx<'_>, _tenant: &str) -> Result<u64> {
+        tx.purge_tombstones(self.before, self.limit).await
+    }
+}
+
 impl Tx<'_> {
-    pub(super) async fn purge_tombstones(
-        &mut self,
-        before: Timestamp,
-        limit: i64,
-    ) -> Result<Written> {
+    async fn purge_tombstones(&mut self, before: Timestamp, limit: i64) -> Result<u64> {
         // Their events, and nothing else, are still there; the foreign keys cascade.
         let purged = sqlx::query(
             "DELETE FROM sessions WHERE key IN (SELECT key FROM sessions \
@@ -18,6 +22,6 @@ impl Tx<'_> {
         .bind(limit)
         .execute(&mut *self.conn)
         .await?;
-        Ok(Written::Swept(purged.rows_affected()))
+        Ok(purged.rows_affected())
     }
 }
