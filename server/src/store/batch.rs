@@ -54,7 +54,7 @@ const ROWS_PER_STATEMENT: usize = 500;
 
 /// Appends `requests` (tenant, exchange) in the caller's transaction,
 /// through sqlx. `Err` means a statement failed and the transaction must be
-/// rolled back. (`sqlite_appends.rs` runs the same [`Run`] through the
+/// rolled back. (`sqlite/appends.rs` runs the same [`Run`] through the
 /// SQLite engine.)
 pub async fn append_all(
     conn: &mut AnyConnection,

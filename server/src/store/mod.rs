@@ -22,10 +22,6 @@ mod postgres;
 mod rows;
 mod sql;
 mod sqlite;
-mod sqlite_appends;
-mod sqlite_checkpoints;
-mod sqlite_reads;
-mod sqlite_search;
 mod text;
 mod writer;
 
@@ -89,16 +85,17 @@ pub async fn open(
     sink: Arc<dyn CommitSink>,
     options: &StoreOptions,
 ) -> Result<SqlStore, OpenError> {
-    match backend_of(url)? {
+    let (pool, backend): (_, Box<dyn sql::Backend>) = match backend_of(url)? {
         Backend::Sqlite => {
-            let opened = sqlite::open(url, Arc::clone(&sink)).await?;
-            Ok(SqlStore::sqlite(opened, sink))
+            let (pool, sqlite) = sqlite::open(url, Arc::clone(&sink)).await?;
+            (pool, Box::new(sqlite))
         }
         Backend::Postgres => {
-            let opened = postgres::open(url, Arc::clone(&sink), options).await?;
-            Ok(SqlStore::postgres(opened, sink))
+            let (pool, postgres) = postgres::open(url, Arc::clone(&sink), options).await?;
+            (pool, Box::new(postgres))
         }
-    }
+    };
+    Ok(SqlStore::new(pool, sink, backend))
 }
 
 /// What [`migrate`] did: the migrations it applied (`VERSION description`)
@@ -112,7 +109,7 @@ pub struct Migrated {
 /// Applies the migrations for a database URL and returns.
 pub async fn migrate(url: &str) -> Result<Migrated, OpenError> {
     let (pool, migrator) = match backend_of(url)? {
-        Backend::Sqlite => (sqlite::connect(url).await?, &sqlite::MIGRATOR),
+        Backend::Sqlite => (sqlite::connections::pool(url).await?, &sqlite::MIGRATOR),
         Backend::Postgres => {
             postgres::check_reachable(url).await?;
             (postgres::connect(url, 2).await?, &postgres::MIGRATOR)

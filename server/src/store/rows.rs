@@ -78,7 +78,7 @@ pub(super) fn search_rowid(session_key: i64, sequence: i64) -> i64 {
 pub const MESSAGE_COLUMNS: &str = "id, sequence, produced_by_call_id, body, create_time, redacted";
 
 /// A message row as stored, before its body is decoded; read by sqlx here
-/// and by the SQLite engine directly in `sqlite_reads.rs`.
+/// and by the SQLite engine directly in `sqlite/reads.rs`.
 /// The engine decodes the body where SQLite holds it (`B` = `&str`).
 pub struct MessageRow<B = String> {
     pub id: String,

@@ -1,14 +1,17 @@
-//! [`SqlStore`]: the [`Store`] over SQLite or PostgreSQL. Reads are shared
-//! SQL on a pool; writes take the backend's write path (SQLite's group-commit
-//! writer, PostgreSQL's per-request transactions).
+//! [`SqlStore`]: the [`Store`] over a SQL database. Reads are shared SQL
+//! on the pool (`$N` placeholders work in SQLite and PostgreSQL alike);
+//! what differs between the backends is a [`Backend`] (`sqlite/`,
+//! `postgres/`): its write path, the reads it serves through machinery of
+//! its own, its search dialect, how ephemeral changes reach other
+//! replicas, and how it stops. The backend is chosen once, when the store
+//! is opened (`store::open`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use futures_core::future::BoxFuture;
 use futures_util::TryStreamExt as _;
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 use super::ops::{
     AppendExchange, Appended, ControlSession, CreateSession, DeleteIdle, DeleteSession,
@@ -17,18 +20,15 @@ use super::ops::{
 use super::rows::{
     MESSAGE_COLUMNS, SESSION_COLUMNS, decode, session_from_row, stored_message_from_row, text_col,
 };
-use super::sqlite_reads::{self, EngineReads};
-use super::sqlite_search::SearchIndexer;
 use super::text::{escape, escape_ordered, unescape_ordered};
-use super::writer::{self, Pending};
+use super::writer::{self, Job, Pending, PendingAppend};
 use super::{
     CommitSink, ListedCall, Page, ReadBound, SearchQuery, SessionHandle, Store, SweepCandidate,
-    postgres, sqlite,
 };
 use crate::domain::{
-    AppendedExchange, Control, Controlled, Ephemeral, Error, Fork, Message, NewExchange,
-    NewSession, ProviderCall, Result, SearchHit, Session, SessionEvent, SessionPatch, SessionQuery,
-    SessionSummary, StateEntry, StoredMessage, Timestamp,
+    Control, Controlled, Ephemeral, Error, Fork, Message, NewExchange, NewSession, ProviderCall,
+    Result, SearchHit, Session, SessionEvent, SessionPatch, SessionQuery, SessionSummary,
+    StateEntry, StoredMessage, Timestamp,
 };
 
 /// A sessionstore on a SQL database. Cheap to clone.
@@ -37,126 +37,166 @@ pub struct SqlStore {
     inner: Arc<Inner>,
 }
 
-pub(super) struct Inner {
-    pub(super) pool: AnyPool,
-    pub(super) writes: WritePath,
-    pub(super) sink: Arc<dyn CommitSink>,
-    /// Background tasks (the SQLite writer, the PostgreSQL listener).
-    pub(super) tasks: Mutex<Vec<JoinHandle<()>>>,
-    pub(super) closing: tokio::sync::watch::Sender<bool>,
-    /// This process's name among the replicas (PostgreSQL's ephemeral hints).
-    pub(super) replica: String,
-    /// Message reads through the SQLite engine itself (file databases only).
-    pub(super) engine_reads: Option<Arc<EngineReads>>,
-    /// The thread writing the search file (SQLite file databases only).
-    pub(super) search_indexer: Option<Arc<SearchIndexer>>,
+struct Inner {
+    pool: AnyPool,
+    sink: Arc<dyn CommitSink>,
+    backend: Box<dyn Backend>,
 }
 
-/// How writes reach the database.
-pub(super) enum WritePath {
-    /// Queued to the one SQLite writer task; `None` asks it to stop.
-    Queue(mpsc::Sender<Option<sqlite::Queued>>),
-    /// PostgreSQL: appends queued to a few batch writers, every other
-    /// write a transaction of its own on the pool.
-    Direct(postgres::Appends),
+/// What one backend does its own way. Everything else the store does is
+/// the shared SQL of this module.
+pub(super) trait Backend: Send + Sync + 'static {
+    /// Runs or queues `job`, which answers its caller itself (a job the
+    /// backend drops unanswered tells its caller the server is shutting
+    /// down).
+    fn write(&self, job: Box<dyn Job>) -> BoxFuture<'_, ()>;
+
+    /// Queues an append for the backend's batch writer.
+    fn append(&self, pending: PendingAppend) -> BoxFuture<'_, ()>;
+
+    /// The messages of `session` matching `range` (a condition on `$2`,
+    /// bound to `value`, and an order), within `bound`.
+    fn messages<'a>(
+        &'a self,
+        pool: &'a AnyPool,
+        session: &'a SessionHandle,
+        range: &'static str,
+        value: i64,
+        bound: ReadBound,
+    ) -> BoxFuture<'a, Result<Page<StoredMessage>>> {
+        Box::pin(messages(pool, session, range, value, bound))
+    }
+
+    /// A session's events after revision `after`, within `bound`.
+    fn events<'a>(
+        &'a self,
+        pool: &'a AnyPool,
+        session_key: i64,
+        after: i64,
+        bound: ReadBound,
+    ) -> BoxFuture<'a, Result<Page<SessionEvent>>> {
+        Box::pin(events(pool, session_key, after, bound))
+    }
+
+    /// The search statement in this backend's dialect (`$1` the words,
+    /// `$2` the tenant, `$3` and `$4` limit and offset, then
+    /// `user_filter`), and the words as it binds them.
+    fn search_statement(&self, user_filter: &str, words: &[String]) -> (String, String);
+
+    /// Waits until every write acknowledged so far is searchable.
+    fn search_ready<'a>(&'a self, _pool: &'a AnyPool) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Sends an ephemeral change to the other replicas, if there can be
+    /// any. (This replica's watchers get it from the store.)
+    fn send_ephemeral<'a>(
+        &'a self,
+        _pool: &'a AnyPool,
+        _session_key: i64,
+        _ephemeral: &'a Ephemeral,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Writes queued and not yet taken by a writer.
+    fn queued_writes(&self) -> usize;
+
+    /// Finishes the writes queued, stops every task and thread of the
+    /// backend, and closes `pool` ([`close_pool`]).
+    fn close<'a>(&'a self, pool: &'a AnyPool) -> BoxFuture<'a, ()>;
 }
 
 impl SqlStore {
-    /// The store over an opened SQLite database.
-    pub(super) fn sqlite(opened: sqlite::Opened, sink: Arc<dyn CommitSink>) -> Self {
-        SqlStore::from_inner(Inner {
-            pool: opened.pool,
-            writes: WritePath::Queue(opened.queue),
-            sink,
-            tasks: Mutex::new(opened.tasks),
-            closing: opened.closing,
-            replica: String::new(),
-            engine_reads: opened.engine_reads,
-            search_indexer: opened.search_indexer,
-        })
-    }
-
-    /// The store over an opened PostgreSQL database.
-    pub(super) fn postgres(opened: postgres::Opened, sink: Arc<dyn CommitSink>) -> Self {
-        SqlStore::from_inner(Inner {
-            pool: opened.pool,
-            writes: WritePath::Direct(opened.appends),
-            sink,
-            tasks: Mutex::new(opened.tasks),
-            closing: opened.closing,
-            replica: opened.replica,
-            engine_reads: None,
-            search_indexer: None,
-        })
-    }
-
-    fn from_inner(inner: Inner) -> Self {
+    /// The store over `pool`, its writes and own machinery `backend`'s.
+    pub(super) fn new(pool: AnyPool, sink: Arc<dyn CommitSink>, backend: Box<dyn Backend>) -> Self {
         SqlStore {
-            inner: Arc::new(inner),
+            inner: Arc::new(Inner {
+                pool,
+                sink,
+                backend,
+            }),
         }
     }
 
     /// Runs `op` through the backend's write path and waits for its answer.
     async fn write<W: Write>(&self, tenant: &str, op: W) -> Result<W::Reply> {
         let (pending, answer) = Pending::new(tenant, op);
-        match &self.inner.writes {
-            WritePath::Queue(queue) => {
-                writer::enqueue(queue, sqlite::Queued::Write(Box::new(pending))).await;
-            }
-            WritePath::Direct(_) => {
-                postgres::write(
-                    &self.inner.pool,
-                    self.inner.sink.as_ref(),
-                    Box::new(pending),
-                )
-                .await;
-            }
-        }
+        self.inner.backend.write(Box::new(pending)).await;
         writer::answer(answer).await
     }
 
     async fn append(&self, tenant: &str, exchange: NewExchange) -> Result<Appended> {
         let (pending, answer) = Pending::new(tenant, AppendExchange(Box::new(exchange)));
-        match &self.inner.writes {
-            WritePath::Queue(queue) => {
-                writer::enqueue(queue, sqlite::Queued::Append(pending)).await
-            }
-            WritePath::Direct(appends) => postgres::submit_append(appends, pending).await,
-        }
+        self.inner.backend.append(pending).await;
         writer::answer(answer).await
     }
-}
 
-impl SqlStore {
-    /// Messages of `session` matching `range` (a condition on `$2` and an
-    /// order), within `bound`.
     async fn messages_where(
         &self,
         session: &SessionHandle,
-        range: &str,
-        bound_value: i64,
+        range: &'static str,
+        value: i64,
         bound: ReadBound,
     ) -> Result<Page<StoredMessage>> {
-        let sql = format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = $1 AND {range} LIMIT $3"
-        );
-        if let Some(engine) = &self.inner.engine_reads {
-            let sql = sqlite_reads::unplanned(&sql);
-            let params = [session.key, bound_value, limit_param(bound.rows)];
-            return engine
-                .messages(sql, params, bound, session.id.clone())
-                .await;
-        }
-        let rows = sqlx::query(&sql)
-            .bind(session.key)
-            .bind(bound_value)
-            .bind(limit_param(bound.rows))
-            .fetch(&self.inner.pool);
-        bounded(rows, bound, "body", |row| {
-            stored_message_from_row(row, &session.id)
-        })
-        .await
+        let pool = &self.inner.pool;
+        self.inner
+            .backend
+            .messages(pool, session, range, value, bound)
+            .await
     }
+}
+
+/// The statement [`Backend::messages`] runs: `$1` the session key, `$3`
+/// the row limit.
+pub(super) fn messages_statement(range: &str) -> String {
+    format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = $1 AND {range} LIMIT $3")
+}
+
+/// [`Backend::messages`] through the pool.
+pub(super) async fn messages(
+    pool: &AnyPool,
+    session: &SessionHandle,
+    range: &str,
+    value: i64,
+    bound: ReadBound,
+) -> Result<Page<StoredMessage>> {
+    let sql = messages_statement(range);
+    let rows = sqlx::query(&sql)
+        .bind(session.key)
+        .bind(value)
+        .bind(limit_param(bound.rows))
+        .fetch(pool);
+    bounded(rows, bound, "body", |row| {
+        stored_message_from_row(row, &session.id)
+    })
+    .await
+}
+
+/// [`Backend::events`] through the pool.
+pub(super) async fn events(
+    pool: &AnyPool,
+    session_key: i64,
+    after: i64,
+    bound: ReadBound,
+) -> Result<Page<SessionEvent>> {
+    let rows = sqlx::query(
+        "SELECT revision, time, body FROM events WHERE session_key = $1 AND revision > $2 \
+         ORDER BY revision LIMIT $3",
+    )
+    .bind(session_key)
+    .bind(after)
+    .bind(limit_param(bound.rows))
+    .fetch(pool);
+    bounded(rows, bound, "body", |row| {
+        let body: &str = row.try_get("body")?;
+        Ok(SessionEvent {
+            revision: row.try_get("revision")?,
+            time: Timestamp(row.try_get("time")?),
+            change: decode(body)?,
+        })
+    })
+    .await
 }
 
 /// Consumes `rows` while `bound` admits them (measuring each by its
@@ -186,7 +226,8 @@ async fn bounded<T>(
     Ok(page)
 }
 
-fn limit_param(limit: usize) -> i64 {
+/// A row limit as a bound parameter.
+pub(super) fn limit_param(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
@@ -280,11 +321,7 @@ impl Store for SqlStore {
         self.write(tenant, DeleteSession { id }).await
     }
 
-    async fn append_exchange(
-        &self,
-        tenant: &str,
-        exchange: NewExchange,
-    ) -> Result<(i64, AppendedExchange)> {
+    async fn append_exchange(&self, tenant: &str, exchange: NewExchange) -> Result<Appended> {
         self.append(tenant, exchange).await
     }
 
@@ -418,26 +455,11 @@ impl Store for SqlStore {
         after: i64,
         bound: ReadBound,
     ) -> Result<Page<SessionEvent>> {
-        if let Some(engine) = &self.inner.engine_reads {
-            return engine.events(session_key, after, bound).await;
-        }
-        let rows = sqlx::query(
-            "SELECT revision, time, body FROM events WHERE session_key = $1 AND revision > $2 \
-             ORDER BY revision LIMIT $3",
-        )
-        .bind(session_key)
-        .bind(after)
-        .bind(limit_param(bound.rows))
-        .fetch(&self.inner.pool);
-        bounded(rows, bound, "body", |row| {
-            let body: &str = row.try_get("body")?;
-            Ok(SessionEvent {
-                revision: row.try_get("revision")?,
-                time: Timestamp(row.try_get("time")?),
-                change: decode(body)?,
-            })
-        })
-        .await
+        let pool = &self.inner.pool;
+        self.inner
+            .backend
+            .events(pool, session_key, after, bound)
+            .await
     }
 
     async fn control(&self, tenant: &str, id: &str, control: Control) -> Result<Controlled> {
@@ -454,17 +476,12 @@ impl Store for SqlStore {
     }
 
     async fn publish_ephemeral(&self, session: &SessionHandle, ephemeral: Ephemeral) -> Result<()> {
-        let ephemeral = Arc::new(ephemeral);
-        if let WritePath::Direct(_) = self.inner.writes {
-            postgres::send_ephemeral(
-                &self.inner.pool,
-                &self.inner.replica,
-                session.key,
-                &ephemeral,
-            )
+        let pool = &self.inner.pool;
+        self.inner
+            .backend
+            .send_ephemeral(pool, session.key, &ephemeral)
             .await?;
-        }
-        self.inner.sink.ephemeral(session.key, ephemeral);
+        self.inner.sink.ephemeral(session.key, Arc::new(ephemeral));
         Ok(())
     }
 
@@ -505,46 +522,11 @@ impl Store for SqlStore {
         } else {
             ""
         };
-        let (sql, words) = match self.inner.writes {
-            WritePath::Queue(_) => (
-                format!(
-                    "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, \
-                     snippet(message_search, 0, '**', '**', '…', 16) AS snippet \
-                     FROM search.message_search f \
-                     JOIN messages m ON m.session_key = (f.rowid >> 32) \
-                      AND m.sequence = (f.rowid & 4294967295) \
-                     JOIN sessions s ON s.key = m.session_key \
-                     WHERE message_search MATCH $1 AND s.tenant = $2 AND s.deleted = 0{user_filter} \
-                     ORDER BY f.rank, f.rowid LIMIT $3 OFFSET $4"
-                ),
-                // Each word a quoted FTS5 string: all must occur, no operators.
-                query
-                    .words
-                    .iter()
-                    .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ),
-            WritePath::Direct(_) => (
-                format!(
-                    "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, \
-                     ts_headline('simple', f.text, q, 'StartSel=**, StopSel=**, MaxWords=24, MinWords=8') AS snippet \
-                     FROM message_search f CROSS JOIN plainto_tsquery('simple', $1) q \
-                     JOIN messages m ON m.session_key = f.session_key AND m.sequence = f.sequence \
-                     JOIN sessions s ON s.key = f.session_key \
-                     WHERE f.words @@ q AND s.tenant = $2 AND s.deleted = 0{user_filter} \
-                     ORDER BY ts_rank(f.words, q) DESC, f.session_key, f.sequence LIMIT $3 OFFSET $4"
-                ),
-                query.words.join(" "),
-            ),
-        };
-        if let Some(indexer) = &self.inner.search_indexer {
-            // Every write acknowledged so far is indexed before the query.
-            let logged: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM search_log")
-                .fetch_one(&self.inner.pool)
-                .await?;
-            indexer.caught_up(logged).await?;
-        }
+        let (sql, words) = self
+            .inner
+            .backend
+            .search_statement(user_filter, &query.words);
+        self.inner.backend.search_ready(&self.inner.pool).await?;
         let mut q = sqlx::query(&sql)
             .bind(words)
             .bind(escape(tenant))
@@ -622,45 +604,12 @@ impl Store for SqlStore {
             connections: pool.size(),
             idle: pool.num_idle(),
             max: pool.options().get_max_connections(),
-            queued_writes: match &self.inner.writes {
-                WritePath::Queue(queue) => Some(queue.max_capacity() - queue.capacity()),
-                WritePath::Direct(appends) => Some(appends.queued()),
-            },
+            queued_writes: Some(self.inner.backend.queued_writes()),
         }
     }
 
     async fn close(&self) {
-        self.inner.closing.send_replace(true);
-        match &self.inner.writes {
-            // Ask the writers to finish what is queued.
-            WritePath::Queue(queue) => {
-                let _ = queue.send(None).await;
-            }
-            WritePath::Direct(appends) => appends.stop().await,
-        }
-        let tasks = self
-            .inner
-            .tasks
-            .lock()
-            .map(|mut t| std::mem::take(&mut *t))
-            .unwrap_or_default();
-        for task in tasks {
-            let _ = task.await;
-        }
-        if let Some(indexer) = &self.inner.search_indexer {
-            indexer.stop().await;
-        }
-        if let Some(engine) = &self.inner.engine_reads {
-            engine.close();
-        }
-        close_pool(&self.inner.pool).await;
-        if let Some(engine) = &self.inner.engine_reads {
-            let path = engine.path().to_owned();
-            let kept = tokio::task::spawn_blocking(move || sqlite::keep_wal_files(&path)).await;
-            if let Ok(Err(error)) = kept {
-                tracing::warn!(%error, "cannot leave the SQLite WAL files in place");
-            }
-        }
+        self.inner.backend.close(&self.inner.pool).await;
     }
 }
 
@@ -672,7 +621,7 @@ impl Store for SqlStore {
 /// On SQLite that connection then closes last, after the caller has gone
 /// on, so the WAL is not yet copied back when `close` returns (a restart in
 /// the same process, or a copy of the file, saw the database as it was).
-async fn close_pool(pool: &AnyPool) {
+pub(super) async fn close_pool(pool: &AnyPool) {
     loop {
         pool.close().await;
         if pool.size() == 0 {

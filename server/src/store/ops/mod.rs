@@ -41,7 +41,7 @@ pub enum SearchWrites {
     Inline,
     /// The message ranges that changed, into `search_log`, which the
     /// SQLite indexer thread re-indexes into the search file (SQLite file
-    /// databases; `sqlite_search.rs`).
+    /// databases; `sqlite/search.rs`).
     Logged,
 }
 

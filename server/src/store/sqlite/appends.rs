@@ -30,19 +30,19 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::OpenError;
-use super::batch::{Outcome, Run, Statement, Value};
-use super::ops::{Dialect, SearchWrites};
-use super::rows::Columns;
-use super::sqlite_reads::open_engine;
-use super::writer::PendingAppend;
+use super::connections::{self, Role};
 use crate::domain::{Error, NewExchange, Result, Timestamp};
+use crate::store::OpenError;
+use crate::store::batch::{Outcome, Run, Statement, Value};
+use crate::store::ops::{Dialect, SearchWrites};
+use crate::store::rows::Columns;
+use crate::store::writer::PendingAppend;
 
 /// A run's requests, in arrival order.
 pub(super) type Requests = Vec<PendingAppend>;
@@ -50,9 +50,6 @@ pub(super) type Requests = Vec<PendingAppend>;
 /// Distinct statement texts kept prepared: multi-row statements differ by
 /// row count, so a run's dozen statements take up to a few hundred texts.
 const STATEMENT_CACHE: usize = 512;
-
-/// The size (bytes) the WAL file is cut back to when it starts over.
-pub(super) const WAL_SIZE_LIMIT: i64 = 32 << 20;
 
 /// What the engine thread is asked to do.
 enum Work {
@@ -63,6 +60,8 @@ enum Work {
     },
     /// Checkpoint the WAL between runs (see [`WalCheckpoints`]).
     Checkpoint(oneshot::Sender<rusqlite::Result<Checkpointed>>),
+    /// Close the connection and end the thread.
+    Stop,
 }
 
 /// What `PRAGMA wal_checkpoint` reports: frames in the WAL, and how many
@@ -100,37 +99,18 @@ pub(super) type AfterSync = Box<dyn FnOnce(bool) + Send>;
 /// The engine writer thread's handle, and its syncer's.
 pub(super) struct EngineAppends {
     requests: mpsc::Sender<Work>,
-    stopped: oneshot::Receiver<()>,
+    stopped: Mutex<Option<oneshot::Receiver<()>>>,
     syncer: WalSyncer,
 }
 
 impl EngineAppends {
-    /// Opens a writing connection to the (migrated) database at `path`,
-    /// configured as sqlx's are, and starts its thread.
+    /// Opens a writing connection to the (migrated) database at `path`
+    /// ([`Role::Appends`]) and starts its thread.
     /// `indexed` is the last search log id the indexer has applied; the
     /// thread deletes the log rows before it now and then.
     pub(super) fn start(path: &Path, indexed: Arc<AtomicI64>) -> Result<Self, OpenError> {
         let engine = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
-        let conn = open_engine(path).map_err(engine)?;
-        // As sqlx's connections (sqlite.rs), but NORMAL: the syncer, not
-        // COMMIT, fsyncs the WAL (see the module notes); the checkpointer
-        // task copies the WAL back. And without foreign key checks: a run
-        // reads the session rows it writes under in its own `BEGIN
-        // IMMEDIATE` (no other writer can delete them meanwhile) and writes
-        // the provider calls its messages reference itself, so they could
-        // never fail; and an immediate check makes SQLite keep a statement
-        // journal for every multi-row statement (`batch.rs`, `OR FAIL`).
-        // Deletes, and their cascades, go through sqlx's connections, which
-        // keep the checks.
-        conn.execute_batch(
-            "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF; PRAGMA busy_timeout = 10000; \
-             PRAGMA cache_size = -32768; PRAGMA temp_store = MEMORY; \
-             PRAGMA wal_autocheckpoint = 0",
-        )
-        .map_err(engine)?;
-        // When this connection starts the WAL over, it cuts the file back.
-        conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
-            .map_err(engine)?;
+        let conn = connections::engine(path, Role::Appends).map_err(engine)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let (requests, mut queue) = mpsc::channel::<Work>(1);
         let (done, stopped) = oneshot::channel();
@@ -156,6 +136,7 @@ impl EngineAppends {
                         Work::Checkpoint(reply) => {
                             let _ = reply.send(Checkpointed::passive(&conn));
                         }
+                        Work::Stop => break,
                     }
                 }
                 drop(conn);
@@ -167,7 +148,7 @@ impl EngineAppends {
         let syncer = WalSyncer::start(PathBuf::from(wal))?;
         Ok(EngineAppends {
             requests,
-            stopped,
+            stopped: Mutex::new(Some(stopped)),
             syncer,
         })
     }
@@ -183,7 +164,7 @@ impl EngineAppends {
         {
             let requests = match work {
                 Work::Append { requests, .. } => requests,
-                Work::Checkpoint(_) => Vec::new(),
+                Work::Checkpoint(_) | Work::Stop => Vec::new(),
             };
             return (requests, Err(thread_gone()));
         }
@@ -206,10 +187,17 @@ impl EngineAppends {
     }
 
     /// Stops the thread and waits until its connection is closed and
-    /// everything waiting on a sync has run.
-    pub(super) async fn stop(self) {
-        drop(self.requests);
-        let _ = self.stopped.await;
+    /// everything waiting on a sync has run. Nothing may append after.
+    pub(super) async fn stop(&self) {
+        let _ = self.requests.send(Work::Stop).await;
+        let stopped = self
+            .stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(stopped) = stopped {
+            let _ = stopped.await;
+        }
         self.syncer.stop().await;
     }
 }
@@ -235,8 +223,9 @@ impl WalCheckpoints {
 
 /// The syncer thread's handle (see the module notes).
 struct WalSyncer {
-    waiting: std::sync::mpsc::Sender<AfterSync>,
-    stopped: oneshot::Receiver<()>,
+    /// `None` once stopped.
+    waiting: Mutex<Option<std::sync::mpsc::Sender<AfterSync>>>,
+    stopped: Mutex<Option<oneshot::Receiver<()>>>,
 }
 
 impl WalSyncer {
@@ -250,19 +239,39 @@ impl WalSyncer {
                 let _ = done.send(());
             })
             .map_err(|error| OpenError::Engine(Box::new(error)))?;
-        Ok(WalSyncer { waiting, stopped })
+        Ok(WalSyncer {
+            waiting: Mutex::new(Some(waiting)),
+            stopped: Mutex::new(Some(stopped)),
+        })
     }
 
     fn after(&self, then: AfterSync) {
-        if let Err(std::sync::mpsc::SendError(then)) = self.waiting.send(then) {
+        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        let sent = match waiting.as_ref() {
+            Some(waiting) => waiting.send(then).map_err(|error| error.0),
+            None => Err(then),
+        };
+        if let Err(then) = sent {
             // The thread is gone (it never stops while the store runs).
             then(false);
         }
     }
 
-    async fn stop(self) {
-        drop(self.waiting);
-        let _ = self.stopped.await;
+    async fn stop(&self) {
+        drop(
+            self.waiting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        let stopped = self
+            .stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(stopped) = stopped {
+            let _ = stopped.await;
+        }
     }
 }
 
@@ -356,7 +365,7 @@ impl SearchLog {
 
     /// Deletes the applied rows, once there are enough of them, in the
     /// run's transaction, keeping the last applied one so the log's end is
-    /// known (`sqlite_search.rs`). The id deleted before, if committed.
+    /// known (`search.rs`). The id deleted before, if committed.
     fn trim(&self, conn: &Connection) -> rusqlite::Result<i64> {
         let indexed = self.indexed.load(Ordering::Acquire);
         if indexed - self.deleted_before < Self::TRIM_ROWS {

@@ -34,10 +34,10 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ffi};
 
-use super::OpenError;
-use super::fault::{self, DiskSpace};
-use super::sqlite_appends::{Checkpointed, WAL_SIZE_LIMIT, WalCheckpoints};
-use super::sqlite_reads::open_engine;
+use super::appends::{Checkpointed, WalCheckpoints};
+use super::connections::{self, Role};
+use crate::store::OpenError;
+use crate::store::fault::{self, DiskSpace};
 
 /// How often the WAL is copied back into the database file.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
@@ -49,7 +49,7 @@ pub(super) const RESTART_FRAMES: i64 = 4096;
 /// The checkpointer thread's handle.
 pub(super) struct Checkpointer {
     stop: mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Checkpointer {
@@ -61,29 +61,29 @@ impl Checkpointer {
         space: Arc<DiskSpace>,
     ) -> Result<Self, OpenError> {
         let failed = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
-        let conn = open_engine(path).map_err(failed)?;
-        conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
-            .map_err(failed)?;
-        conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
-            .map_err(failed)?;
+        let conn = connections::engine(path, Role::Checkpoints).map_err(failed)?;
         let (stop, stopping) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("sqlite-checkpoints".into())
             .spawn(move || run(&conn, &engine, &stopping, &space))
             .map_err(|error| OpenError::Engine(Box::new(error)))?;
-        Ok(Checkpointer { stop, thread })
+        Ok(Checkpointer {
+            stop,
+            thread: std::sync::Mutex::new(Some(thread)),
+        })
     }
 
-    /// Stops the thread, once `closing` says so, and waits for it.
-    pub(super) async fn run_until(self, mut closing: tokio::sync::watch::Receiver<bool>) {
-        while !*closing.borrow_and_update() {
-            if closing.changed().await.is_err() {
-                break;
-            }
+    /// Stops the thread and waits for it.
+    pub(super) async fn stop(&self) {
+        let _ = self.stop.send(());
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
-        drop(self.stop);
-        let thread = self.thread;
-        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     }
 }
 

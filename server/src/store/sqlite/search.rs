@@ -44,12 +44,11 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension};
 use tokio::sync::watch;
 
-use super::OpenError;
-use super::fault::{self, DiskSpace};
-use super::rows::{decode, search_rowid};
-use super::sqlite_appends::WAL_SIZE_LIMIT;
-use super::sqlite_reads::open_engine;
+use super::connections::{self, Role};
 use crate::domain::{Error, Message, Result, control};
+use crate::store::OpenError;
+use crate::store::fault::{self, DiskSpace};
+use crate::store::rows::{decode, search_rowid};
 
 /// The FTS5 table, in the schema `search` (this file, or memory), and its
 /// merge setting. `automerge` 8 rather than FTS5's 4: a level's segments
@@ -158,23 +157,7 @@ impl SearchIndexer {
         space: Arc<DiskSpace>,
     ) -> Result<Self, OpenError> {
         let failed = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
-        let conn = open_engine(path).map_err(failed)?;
-        conn.execute_batch(&attach(&search_path(path)))
-            .map_err(failed)?;
-        // FULL: the log rows an applied id covers are deleted afterwards,
-        // so that id must be on disk first. The main database is only read
-        // here (and never checkpointed by this connection).
-        conn.execute_batch(
-            "PRAGMA search.synchronous = FULL; PRAGMA busy_timeout = 10000; \
-             PRAGMA cache_size = -16384; PRAGMA temp_store = MEMORY",
-        )
-        .map_err(failed)?;
-        conn.pragma_update(
-            Some(rusqlite::DatabaseName::Attached("search")),
-            "journal_size_limit",
-            WAL_SIZE_LIMIT,
-        )
-        .map_err(failed)?;
+        let conn = connections::engine(path, Role::Search).map_err(failed)?;
         let start = check_applied(&conn).map_err(failed)?;
         if let Some(id) = start {
             applied.store(id, Ordering::Release);

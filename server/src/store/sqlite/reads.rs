@@ -13,16 +13,16 @@
 //! The connections are read-only (`query_only`) and WAL lets them read
 //! beside the writer, as sqlx's read pool does.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 
-use super::rows::{MessageRow, decode};
-use super::{Page, ReadBound};
+use super::connections::{self, Role};
 use crate::domain::{Error, Result, SessionEvent, StoredMessage, Timestamp};
+use crate::store::rows::{MessageRow, decode};
+use crate::store::{Page, ReadBound};
 
 /// A session's events after a revision, in order (as `read_events`); its
 /// parameters written as [`unplanned`] does.
@@ -43,22 +43,8 @@ pub(super) fn unplanned(sql: &str) -> String {
         .replace('$', "?")
 }
 
-/// An engine connection of this thread's own to the (existing) database
-/// file at `path`: read-write, without SQLite's per-connection mutex (one
-/// thread uses it at a time). Each user adds its own settings.
-pub(super) fn open_engine(path: &Path) -> rusqlite::Result<Connection> {
-    Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-}
-
 /// Idle connections kept for the next read.
 const MAX_IDLE: usize = 8;
-/// How long a read waits on a lock before failing (as the sqlx pool's
-/// `busy_timeout`).
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// A small pool of read-only engine connections to one database file.
 pub(super) struct EngineReads {
     path: PathBuf,
@@ -186,11 +172,6 @@ impl EngineReads {
     /// Closes the idle connections and keeps none from now on, so the
     /// store's own pool, closing after this, holds the database's last
     /// connection (the one that checkpoints the WAL on its way out).
-    /// The database file these reads are of.
-    pub(super) fn path(&self) -> &Path {
-        &self.path
-    }
-
     pub(super) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.idle
@@ -200,9 +181,6 @@ impl EngineReads {
     }
 
     fn open(&self) -> rusqlite::Result<Connection> {
-        let conn = open_engine(&self.path)?;
-        conn.busy_timeout(BUSY_TIMEOUT)?;
-        conn.execute_batch("PRAGMA query_only = ON")?;
-        Ok(conn)
+        connections::engine(&self.path, Role::Read)
     }
 }

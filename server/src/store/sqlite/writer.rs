@@ -1,53 +1,30 @@
-//! The SQLite write path: WAL, `synchronous = FULL`, foreign keys on.
+//! The SQLite writer task: every write of a database goes through it.
 //!
-//! All writes go through one writer task. It drains whatever requests are
-//! queued (up to [`MAX_BATCH`]) into one `BEGIN IMMEDIATE` transaction,
-//! each request inside its own savepoint, and acknowledges every request
-//! only after that transaction is on disk: group commit, one fsync for
-//! many appends, and no two writers can ever race for a sequence. (The
-//! engine's append runs are fsynced by a syncer thread beside the writer;
-//! see `sqlite_appends.rs`.) Reads use
-//! the rest of the pool (WAL lets them run beside the writer).
-//!
-//! What keeps a batch short (each measured, see BENCHMARKS.md): the writer
-//! keeps one connection, so its page cache survives between batches; a
-//! 32 MiB page cache; savepoint journals in memory (`temp_store = MEMORY`)
-//! rather than in a temporary file per transaction; and WAL checkpoints
-//! run beside the writer (`sqlite_checkpoints.rs`) instead of inside the
-//! commit that happens to cross SQLite's threshold.
-//!
-//! `sqlite::memory:` runs the very same code on a one-connection pool, the
-//! connection kept open for the store's lifetime.
+//! It drains whatever requests are queued (up to [`MAX_BATCH`]) into one
+//! `BEGIN IMMEDIATE` transaction, each request inside its own savepoint,
+//! and acknowledges every request only after that transaction is on disk:
+//! group commit, one fsync for many appends, and no two writers can ever
+//! race for a sequence. On a file database a batch's leading run of
+//! appends goes through the engine's append thread instead
+//! (`appends.rs`), fsynced by its syncer.
 
-use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
-use std::time::Duration;
 
-use sqlx::any::AnyPoolOptions;
-use sqlx::migrate::Migrator;
 use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
+use sqlx::{Any, AnyConnection, AnyPool, Connection as _};
 use tokio::sync::mpsc;
 
-use super::batch;
-use super::fault::{self, DiskSpace};
-use super::ops::{Dialect, SearchWrites};
-use super::sqlite_appends::{EngineAppends, WAL_SIZE_LIMIT};
-use super::sqlite_checkpoints::Checkpointer;
-use super::sqlite_reads::EngineReads;
-use super::sqlite_search::{self, SearchIndexer};
-use super::writer::{Job, PendingAppend, Refused, Settle, next_batch};
-use super::{CommitSink, OpenError};
-use crate::domain::{Error, NewExchange, Result};
-
-pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
+use super::appends::EngineAppends;
+use super::engine::Engine;
+use crate::domain::{Error, NewExchange};
+use crate::store::CommitSink;
+use crate::store::batch;
+use crate::store::fault::{self, DiskSpace};
+use crate::store::ops::{Dialect, SearchWrites};
+use crate::store::writer::{Job, PendingAppend, Refused, Settle, next_batch};
 
 /// The most write requests committed in one transaction.
 const MAX_BATCH: usize = 256;
-/// Write requests that may wait for the writer before callers are held back.
-const QUEUE_DEPTH: usize = 4096;
 
 /// A write queued for the writer: appends apart, so that a run of them
 /// goes through the bulk path together.
@@ -72,154 +49,6 @@ impl Queued {
     }
 }
 
-fn is_in_memory(url: &str) -> bool {
-    url.contains(":memory:") || url.contains("mode=memory")
-}
-
-/// A file URL without an explicit mode opens read-write-create.
-fn with_create_mode(url: &str) -> String {
-    if is_in_memory(url) || url.contains("mode=") {
-        url.to_owned()
-    } else if url.contains('?') {
-        format!("{url}&mode=rwc")
-    } else {
-        format!("{url}?mode=rwc")
-    }
-}
-
-/// The database file a file URL names.
-fn file_path(url: &str) -> Result<PathBuf, sqlx::Error> {
-    Ok(sqlx::sqlite::SqliteConnectOptions::from_str(url)?
-        .get_filename()
-        .to_path_buf())
-}
-
-/// A pool on the database `url` names, every connection configured and
-/// with the search index attached as `search`: the search file beside a
-/// database file (created here if missing), or an in-memory one.
-pub(super) async fn connect(url: &str) -> Result<AnyPool, OpenError> {
-    sqlx::any::install_default_drivers();
-    let in_memory = is_in_memory(url);
-    let attach_search: Arc<str> = if in_memory {
-        format!(
-            "ATTACH DATABASE ':memory:' AS search; {}",
-            sqlite_search::CREATE_INDEX
-        )
-        .into()
-    } else {
-        let path = file_path(url)?;
-        sqlite_search::prepare(&path)?;
-        sqlite_search::attach(&sqlite_search::search_path(&path)).into()
-    };
-    let options = if in_memory {
-        // One connection, never recycled: it *is* the database.
-        AnyPoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-    } else {
-        AnyPoolOptions::new()
-            .max_connections(8)
-            .acquire_timeout(Duration::from_secs(30))
-    };
-    options
-        // A local file needs no liveness ping (a round trip to sqlx's
-        // worker thread) before every batch.
-        .test_before_acquire(false)
-        .after_connect(move |conn, _| {
-            let attach_search = Arc::clone(&attach_search);
-            Box::pin(async move {
-                if !in_memory {
-                    // FULL: an acknowledged commit survives power loss, not just a crash.
-                    conn.execute("PRAGMA journal_mode = WAL").await?;
-                    // The checkpointer thread copies the WAL back, off the
-                    // writer's path; a connection that starts the WAL over
-                    // cuts the file back.
-                    conn.execute("PRAGMA wal_autocheckpoint = 0").await?;
-                    conn.execute(
-                        format!("PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}").as_str(),
-                    )
-                    .await?;
-                }
-                conn.execute(
-                    "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 10000; \
-                     PRAGMA cache_size = -32768; PRAGMA temp_store = MEMORY",
-                )
-                .await?;
-                conn.execute(&*attach_search).await?;
-                Ok(())
-            })
-        })
-        .connect(&with_create_mode(url))
-        .await
-        .map_err(OpenError::from)
-}
-
-/// An opened SQLite database: its pool, the writer's queue and the
-/// threads and tasks that serve it.
-pub(super) struct Opened {
-    pub pool: AnyPool,
-    /// The writer task's queue; `None` asks it to stop.
-    pub queue: mpsc::Sender<Option<Queued>>,
-    pub tasks: Vec<tokio::task::JoinHandle<()>>,
-    pub closing: tokio::sync::watch::Sender<bool>,
-    /// Message reads through the engine itself (file databases only).
-    pub engine_reads: Option<Arc<EngineReads>>,
-    /// The thread writing the search file (file databases only).
-    pub search_indexer: Option<Arc<SearchIndexer>>,
-}
-
-/// Opens (creating if missing) and migrates the database, then starts the writer.
-pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<Opened, OpenError> {
-    let pool = connect(url).await?;
-    MIGRATOR.run(&pool).await?;
-    let space = Arc::new(DiskSpace::default());
-    let (engine_reads, engine_appends, checkpointer, indexer) = if is_in_memory(url) {
-        (None, None, None, None)
-    } else {
-        let path = file_path(url)?;
-        // The last search log id indexed: the append thread deletes the
-        // log rows before it.
-        let indexed = Arc::new(AtomicI64::new(0));
-        let indexer = Arc::new(SearchIndexer::start(
-            &path,
-            Arc::clone(&indexed),
-            Arc::clone(&space),
-        )?);
-        let appends = EngineAppends::start(&path, indexed)?;
-        let checkpointer = Checkpointer::start(&path, appends.checkpoints(), Arc::clone(&space))?;
-        (
-            Some(EngineReads::new(path.clone())),
-            Some(appends),
-            Some(checkpointer),
-            Some(indexer),
-        )
-    };
-    let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
-    let writer = tokio::spawn(run_writer(
-        pool.clone(),
-        jobs,
-        Arc::clone(&sink),
-        engine_appends,
-        indexer.clone(),
-        space,
-    ));
-    let closing = tokio::sync::watch::Sender::new(false);
-    let mut tasks = vec![writer];
-    if let Some(checkpointer) = checkpointer {
-        tasks.push(tokio::spawn(checkpointer.run_until(closing.subscribe())));
-    }
-    Ok(Opened {
-        pool,
-        queue,
-        tasks,
-        closing,
-        engine_reads,
-        search_indexer: indexer,
-    })
-}
-
 /// The writer: batches of queued requests, one transaction each. On a
 /// file database (`engine` is there) a batch's leading run of appends is
 /// written through the engine first, and the rest (with whatever that run
@@ -229,18 +58,17 @@ pub(super) async fn open(url: &str, sink: Arc<dyn CommitSink>) -> Result<Opened,
 /// batch by reading back the pages the previous batch wrote.
 /// (`sqlite::memory:` has a single connection, which readers need between
 /// batches.)
-async fn run_writer(
+pub(super) async fn run(
     pool: AnyPool,
     mut queue: mpsc::Receiver<Option<Queued>>,
     sink: Arc<dyn CommitSink>,
-    engine: Option<EngineAppends>,
-    indexer: Option<Arc<SearchIndexer>>,
+    engine: Option<Arc<Engine>>,
     space: Arc<DiskSpace>,
 ) {
     let keep_connection = engine.is_some();
     // A file database's search index is written by the indexer thread,
     // from the ranges writes log; in memory, by the writes themselves.
-    let search = if indexer.is_some() {
+    let search = if engine.is_some() {
         SearchWrites::Logged
     } else {
         SearchWrites::Inline
@@ -255,11 +83,11 @@ async fn run_writer(
         // its write began will hear of nothing: skip it.
         let mut batch: Vec<Queued> = batch.into_iter().filter(|job| !job.abandoned()).collect();
         if let Some(engine) = &engine {
-            batch = append_through_engine(engine, &sink, &space, batch).await;
+            batch = append_through_engine(engine.appends(), &sink, &space, batch).await;
         }
         if batch.is_empty() {
-            if let Some(indexer) = &indexer {
-                indexer.wake();
+            if let Some(engine) = &engine {
+                engine.indexer().wake();
             }
             continue;
         }
@@ -285,14 +113,9 @@ async fn run_writer(
                 let _ = conn.detach().close().await;
             }
         }
-        if let Some(indexer) = &indexer {
-            indexer.wake();
+        if let Some(engine) = &engine {
+            engine.indexer().wake();
         }
-    }
-    if let Some(engine) = engine {
-        // Its connection closes before the pool's last one, which
-        // checkpoints the WAL on its way out.
-        engine.stop().await;
     }
     tracing::debug!("sqlite writer stopped");
 }
@@ -555,23 +378,4 @@ fn fail_all(jobs: Vec<Queued>, error: sqlx::Error) {
     for job in jobs {
         job.fail(fault::again(&error));
     }
-}
-
-/// Leaves a closed file database's WAL and shared-memory files (and its
-/// search file's) on disk, empty, as they are after a crash: SQLite deletes
-/// them when its last connection closes, and a server started on a full
-/// disk could then not create them again, so it could not even read. One
-/// connection opens the database (which creates them) and closes without
-/// the checkpoint that would delete them; every connection before it has
-/// already checkpointed everything, so they hold no frames.
-pub(super) fn keep_wal_files(path: &std::path::Path) -> rusqlite::Result<()> {
-    let conn = super::sqlite_reads::open_engine(path)?;
-    conn.set_db_config(
-        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-        true,
-    )?;
-    conn.execute_batch(&sqlite_search::attach(&sqlite_search::search_path(path)))?;
-    conn.query_row("SELECT count(*) FROM main.sqlite_master", [], |_| Ok(()))?;
-    conn.query_row("SELECT count(*) FROM search.sqlite_master", [], |_| Ok(()))?;
-    Ok(())
 }

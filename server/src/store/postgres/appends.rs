@@ -1,0 +1,224 @@
+//! PostgreSQL's append writers: a few tasks per replica, each committing
+//! the appends queued for it in batches, through the bulk path
+//! (`batch.rs`).
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyPool, Connection as _};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::writes::write;
+use crate::domain::{Error, NewExchange};
+use crate::store::ops::{Dialect, SearchWrites};
+use crate::store::writer::{PendingAppend, Publisher, enqueue, next_batch};
+use crate::store::{CommitSink, batch, fault};
+
+/// The batch writers' queues. A session's appends always go to the same
+/// writer (by a hash of its tenant and id), so they batch together and
+/// writers never wait for each other's row locks on one session.
+pub(super) struct Appends {
+    queues: Vec<mpsc::Sender<Option<PendingAppend>>>,
+    writers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Appends {
+    /// Starts the writers for a pool of `max_connections`.
+    pub(super) fn start(
+        pool: &AnyPool,
+        sink: &Arc<dyn CommitSink>,
+        max_connections: u32,
+    ) -> std::io::Result<Self> {
+        let publisher = Publisher::start()?;
+        let mut queues = Vec::new();
+        let mut writers = Vec::new();
+        for _ in 0..append_writers(max_connections) {
+            let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
+            queues.push(queue);
+            writers.push(tokio::spawn(run_append_writer(
+                pool.clone(),
+                jobs,
+                Arc::clone(sink),
+                publisher.clone(),
+            )));
+        }
+        Ok(Appends {
+            queues,
+            writers: Mutex::new(writers),
+        })
+    }
+
+    /// Queues an append for its session's writer.
+    pub(super) async fn submit(&self, pending: PendingAppend) {
+        if let Some(queue) = self.queue_for(pending.tenant(), &pending.op().0.session_id) {
+            enqueue(queue, pending).await;
+        }
+    }
+
+    /// Lets the writers finish what is queued, then stop, and waits for them.
+    pub(super) async fn stop(&self) {
+        for queue in &self.queues {
+            let _ = queue.send(None).await;
+        }
+        let writers =
+            std::mem::take(&mut *self.writers.lock().unwrap_or_else(PoisonError::into_inner));
+        for writer in writers {
+            let _ = writer.await;
+        }
+    }
+
+    /// Appends queued and not yet taken by a writer.
+    pub(super) fn queued(&self) -> usize {
+        self.queues
+            .iter()
+            .map(|queue| queue.max_capacity() - queue.capacity())
+            .sum()
+    }
+
+    fn queue_for(
+        &self,
+        tenant: &str,
+        session_id: &str,
+    ) -> Option<&mpsc::Sender<Option<PendingAppend>>> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (tenant, session_id).hash(&mut hasher);
+        let shard = usize::try_from(hasher.finish() % self.queues.len().max(1) as u64).ok()?;
+        self.queues.get(shard)
+    }
+}
+
+/// Appends that may wait for a writer before callers are held back.
+const QUEUE_DEPTH: usize = 4096;
+/// The most appends one transaction takes.
+const MAX_BATCH: usize = 256;
+
+/// Batch writers per replica: a quarter of the pool (at most 4), so batches
+/// on different sessions commit side by side, leaving most of the pool to
+/// reads and other writes. (More writers measured slower here: smaller
+/// batches, more commits competing for the same cores.)
+fn append_writers(max_connections: u32) -> usize {
+    usize::try_from(max_connections / 4)
+        .unwrap_or(1)
+        .clamp(1, 4)
+}
+
+/// One batch writer: takes every append queued for it (up to
+/// [`MAX_BATCH`]) and commits them in one transaction through the bulk
+/// path. Several run side by side; `None` stops one.
+async fn run_append_writer(
+    pool: AnyPool,
+    mut jobs: mpsc::Receiver<Option<PendingAppend>>,
+    sink: Arc<dyn CommitSink>,
+    publisher: Publisher,
+) {
+    // The writer keeps its connection between batches: taking one from the
+    // pool costs a round trip (its liveness check) of the five a batch
+    // takes. A connection that failed is dropped and replaced.
+    let mut held = None;
+    while let Some((batch, stop)) = next_batch(&mut jobs, MAX_BATCH).await {
+        if !batch.is_empty() {
+            commit_appends(&pool, &mut held, &sink, &publisher, batch).await;
+        }
+        if stop {
+            return;
+        }
+    }
+}
+
+/// Commits a batch of appends in one transaction (sessions locked in key
+/// order, so batches on other writers and replicas never deadlock). If a
+/// caller gives up before the commit, the batch is rolled back and redone
+/// without it, so an abandoned append never commits. If a statement fails
+/// (a race with another replica), every append goes through [`write`] on
+/// its own, which retries lost races.
+async fn commit_appends(
+    pool: &AnyPool,
+    held: &mut Option<PoolConnection<Any>>,
+    sink: &Arc<dyn CommitSink>,
+    publisher: &Publisher,
+    mut jobs: Vec<PendingAppend>,
+) {
+    // A kept connection may have died since the last batch (the database
+    // restarted): its failure is retried once on a fresh one.
+    let mut kept = held.is_some();
+    let outcomes = loop {
+        jobs.retain(|job| !job.abandoned());
+        if jobs.is_empty() {
+            return;
+        }
+        let requests: Vec<(&str, &NewExchange)> = jobs
+            .iter()
+            .map(|job| (job.tenant(), job.op().0.as_ref()))
+            .collect();
+        let attempt = async {
+            let connection = match held {
+                Some(connection) => connection,
+                None => held.insert(pool.acquire().await?),
+            };
+            let mut tx = connection.begin().await?;
+            let outcomes =
+                batch::append_all(&mut tx, Dialect::Postgres, SearchWrites::Inline, &requests)
+                    .await?;
+            if jobs.iter().any(PendingAppend::abandoned) {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(Some(outcomes))
+        }
+        .await;
+        match attempt {
+            Ok(Some(outcomes)) => break Some(outcomes),
+            Ok(None) => continue,
+            Err(error) => {
+                // It may be the connection that failed.
+                *held = None;
+                let error = Error::from(error);
+                // An unreachable database (or a full disk) fails every
+                // append alike: answer them now rather than each after its
+                // own wait for the same fault.
+                if std::mem::take(&mut kept) && matches!(error, Error::StorageUnavailable(_)) {
+                    tracing::debug!(%error, "the kept connection failed; retrying on a fresh one");
+                    continue;
+                }
+                if fault::is_shared(&error) {
+                    tracing::warn!(%error, appends = jobs.len(), "bulk append failed");
+                    for job in jobs {
+                        job.fail(fault::again(&error));
+                    }
+                    return;
+                }
+                // A race with another replica is expected; anything else is worth a warning.
+                if fault::is_retryable(&error) {
+                    tracing::debug!(%error, "bulk append lost a race; writing the appends one by one");
+                } else {
+                    tracing::warn!(%error, "bulk append failed; writing the appends one by one");
+                }
+                break None;
+            }
+        }
+    };
+    let mut deferred = Vec::new();
+    match outcomes {
+        Some(outcomes) => {
+            let mut done = Vec::with_capacity(outcomes.len());
+            for (job, outcome) in jobs.into_iter().zip(outcomes) {
+                match outcome {
+                    batch::Outcome::Done(Ok(applied)) => done.push(job.applied(applied)),
+                    batch::Outcome::Done(Err(error)) => job.fail(error),
+                    batch::Outcome::Deferred => deferred.push(job),
+                }
+            }
+            publisher.committed(sink, done);
+        }
+        None => deferred = jobs,
+    }
+    // In arrival order: a session's later appends were deferred with it.
+    for job in deferred {
+        if !job.abandoned() {
+            write(pool, sink.as_ref(), Box::new(job)).await;
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The PostgreSQL write path and cross-replica commit hints.
+//!
+//! Each write is its own transaction on the pool. Writers to one session
+//! serialise on that session's row (`SELECT … FOR UPDATE`), so sequences stay
+//! gap-free across any number of replicas without a table-wide lock; a
+//! writer that loses a race (unique violation, serialization failure,
+//! deadlock) retries from the start and then sees the winner's row.
+//!
+//! Every committed revision also sends `NOTIFY sessionstore_commits,
+//! '<key>:<revision>'` — a hint, never the payload. Each replica LISTENs on
+//! one dedicated connection and tells its hub that a session's head moved;
+//! watchers then read the event log from their own last revision. Lost
+//! hints cannot lose events: after every (re)connection, and every
+//! `recheck_interval`, the listener reads the heads of all watched sessions.
+//! A hint for a commit that closes a run's partial output (its exchange, its
+//! end) also names the run: `'<key>:<revision>:<run id>'`.
+//!
+//! Ephemeral changes (deltas, discarded runs) are never stored, so they
+//! travel as the payload itself on a second channel,
+//! `sessionstore_ephemeral`: `'<replica>:<key>:<json>'`, or
+//! `'<replica>:<key>:#<id>'` naming a `delta_spill` row when the JSON is too
+//! big for a notification. Each replica skips its own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_core::future::BoxFuture;
+use sqlx::any::AnyPoolOptions;
+use sqlx::migrate::Migrator;
+use sqlx::{AnyPool, Connection as _, Executor};
+
+use super::sql::{Backend, close_pool};
+use super::writer::{Job, PendingAppend};
+use super::{CommitSink, OpenError, StoreOptions};
+use crate::domain::{Ephemeral, Result};
+use appends::Appends;
+use listen::Listener;
+
+mod appends;
+mod listen;
+mod writes;
+
+pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// The longest a call waits for a pool connection before it is answered
+/// STORAGE_UNAVAILABLE.
+pub(super) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
+pub(super) async fn connect(url: &str, max_connections: u32) -> Result<AnyPool, sqlx::Error> {
+    sqlx::any::install_default_drivers();
+    AnyPoolOptions::new()
+        .max_connections(max_connections.max(2))
+        .min_connections(1)
+        // A database that is down makes sqlx retry refused connections
+        // until this timeout: it is how long a call waits before it is
+        // answered STORAGE_UNAVAILABLE.
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .idle_timeout(Some(Duration::from_secs(600)))
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                conn.execute("SET statement_timeout = '30s'").await?;
+                Ok(())
+            })
+        })
+        .connect(url)
+        .await
+}
+
+/// Connects once, directly, so that a database that cannot be reached at
+/// start says where and why within seconds (the pool would retry a refused
+/// connection until its acquire timeout and then say only that it timed
+/// out).
+pub(super) async fn check_reachable(url: &str) -> Result<(), OpenError> {
+    use std::str::FromStr as _;
+    let target = sqlx::postgres::PgConnectOptions::from_str(url).map_or_else(
+        |_| "the host in the database URL".to_owned(),
+        |options| format!("{}:{}", options.get_host(), options.get_port()),
+    );
+    let attempt = tokio::time::timeout(
+        ACQUIRE_TIMEOUT,
+        <sqlx::PgConnection as sqlx::Connection>::connect(url),
+    )
+    .await;
+    match attempt {
+        Ok(Ok(connection)) => {
+            let _ = connection.close().await;
+            Ok(())
+        }
+        Ok(Err(error)) => Err(OpenError::Unreachable {
+            target,
+            cause: error.to_string(),
+        }),
+        Err(_) => Err(OpenError::Unreachable {
+            target,
+            cause: format!("no answer within {} s", ACQUIRE_TIMEOUT.as_secs()),
+        }),
+    }
+}
+
+/// An open PostgreSQL database's machinery: the append writers, the
+/// listener, and this replica's name among the replicas.
+pub(super) struct Postgres {
+    /// The store's pool (a handle to it), for writes.
+    pool: AnyPool,
+    sink: Arc<dyn CommitSink>,
+    appends: Appends,
+    listener: Listener,
+    /// This process's name among the replicas (ephemeral hints).
+    replica: String,
+}
+
+/// Connects, migrates, and starts the commit-hint listener and the append
+/// writers.
+pub(super) async fn open(
+    url: &str,
+    sink: Arc<dyn CommitSink>,
+    options: &StoreOptions,
+) -> Result<(AnyPool, Postgres), OpenError> {
+    check_reachable(url).await?;
+    let pool = connect(url, options.max_connections).await?;
+    MIGRATOR.run(&pool).await?;
+    let replica = uuid::Uuid::now_v7().simple().to_string();
+    let listener = Listener::start(url, &pool, &sink, &replica, options.recheck_interval);
+    let appends =
+        Appends::start(&pool, &sink, options.max_connections).map_err(OpenError::Publisher)?;
+    let postgres = Postgres {
+        pool: pool.clone(),
+        sink,
+        appends,
+        listener,
+        replica,
+    };
+    Ok((pool, postgres))
+}
+
+impl Backend for Postgres {
+    fn write(&self, job: Box<dyn Job>) -> BoxFuture<'_, ()> {
+        Box::pin(writes::write(&self.pool, self.sink.as_ref(), job))
+    }
+
+    fn append(&self, pending: PendingAppend) -> BoxFuture<'_, ()> {
+        Box::pin(self.appends.submit(pending))
+    }
+
+    fn search_statement(&self, user_filter: &str, words: &[String]) -> (String, String) {
+        let statement = format!(
+            "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, \
+             ts_headline('simple', f.text, q, 'StartSel=**, StopSel=**, MaxWords=24, MinWords=8') AS snippet \
+             FROM message_search f CROSS JOIN plainto_tsquery('simple', $1) q \
+             JOIN messages m ON m.session_key = f.session_key AND m.sequence = f.sequence \
+             JOIN sessions s ON s.key = f.session_key \
+             WHERE f.words @@ q AND s.tenant = $2 AND s.deleted = 0{user_filter} \
+             ORDER BY ts_rank(f.words, q) DESC, f.session_key, f.sequence LIMIT $3 OFFSET $4"
+        );
+        (statement, words.join(" "))
+    }
+
+    fn send_ephemeral<'a>(
+        &'a self,
+        pool: &'a AnyPool,
+        session_key: i64,
+        ephemeral: &'a Ephemeral,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(listen::send_ephemeral(
+            pool,
+            &self.replica,
+            session_key,
+            ephemeral,
+        ))
+    }
+
+    fn queued_writes(&self) -> usize {
+        self.appends.queued()
+    }
+
+    fn close<'a>(&'a self, pool: &'a AnyPool) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            self.listener.stop().await;
+            self.appends.stop().await;
+            close_pool(pool).await;
+        })
+    }
+}

@@ -1,0 +1,53 @@
+//! PostgreSQL's general write path: each write a transaction of its own
+//! on the pool, retried from the start when it loses a race.
+
+use sqlx::AnyPool;
+
+use crate::domain::Error;
+use crate::store::ops::{Dialect, SearchWrites};
+use crate::store::writer::{Job, Refused};
+use crate::store::{CommitSink, fault};
+
+/// Attempts per write when it loses a race to another writer.
+const WRITE_ATTEMPTS: usize = 3;
+
+/// Runs one write in its own transaction, retrying lost races, and
+/// answers it.
+pub(super) async fn write(pool: &AnyPool, sink: &dyn CommitSink, mut job: Box<dyn Job>) {
+    let mut attempt = 1;
+    loop {
+        let mut tx = match pool.begin().await {
+            Ok(tx) => tx,
+            Err(error) => return job.fail(Error::from(error)),
+        };
+        let error = match job
+            .apply(&mut tx, Dialect::Postgres, SearchWrites::Inline)
+            .await
+        {
+            Ok(settle) => match tx.commit().await {
+                Ok(()) => return settle.committed(sink),
+                Err(error) => {
+                    job = settle.again();
+                    Error::from(error)
+                }
+            },
+            // Rolled back as `tx` is dropped.
+            Err(Refused {
+                error,
+                job: refused,
+            }) => {
+                job = refused;
+                error
+            }
+        };
+        if attempt < WRITE_ATTEMPTS && fault::is_retryable(&error) {
+            tracing::debug!(attempt, "write lost a race; retrying");
+            attempt += 1;
+            continue;
+        }
+        if let Error::Storage(source) = &error {
+            tracing::error!(error = %source, "write failed");
+        }
+        return job.fail(error);
+    }
+}

@@ -1,0 +1,185 @@
+//! Every connection to a SQLite database is opened and configured here:
+//! sqlx's pool ([`pool`]) and each engine thread's own rusqlite connection
+//! ([`engine`], by [`Role`]). What they share is written once, in
+//! [`SHARED`]; what a role changes, and why, is said beside it.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Executor as _};
+
+use super::search;
+use crate::store::OpenError;
+
+/// The size (bytes) the WAL file is cut back to when it starts over.
+pub(super) const WAL_SIZE_LIMIT: i64 = 32 << 20;
+
+/// How long a connection waits on another's lock before failing.
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every writing connection of a file database runs first:
+/// - `synchronous = FULL`: an acknowledged commit survives power loss, not
+///   just a crash (the append thread alone differs: see [`Role::Appends`]);
+/// - foreign keys on; a 10 s busy timeout;
+/// - a 32 MiB page cache, and savepoint journals in memory rather than in
+///   a temporary file per transaction (each measured, BENCHMARKS.md);
+/// - no automatic checkpoint: the checkpointer thread copies the WAL back,
+///   off the writer's path, and a connection that starts the WAL over cuts
+///   the file back to [`WAL_SIZE_LIMIT`].
+const SHARED: &str = "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
+     PRAGMA busy_timeout = 10000; PRAGMA cache_size = -32768; PRAGMA temp_store = MEMORY; \
+     PRAGMA wal_autocheckpoint = 0";
+
+pub(super) fn is_in_memory(url: &str) -> bool {
+    url.contains(":memory:") || url.contains("mode=memory")
+}
+
+/// A file URL without an explicit mode opens read-write-create.
+fn with_create_mode(url: &str) -> String {
+    if is_in_memory(url) || url.contains("mode=") {
+        url.to_owned()
+    } else if url.contains('?') {
+        format!("{url}&mode=rwc")
+    } else {
+        format!("{url}?mode=rwc")
+    }
+}
+
+/// The database file a file URL names.
+pub(super) fn file_path(url: &str) -> Result<PathBuf, sqlx::Error> {
+    Ok(sqlx::sqlite::SqliteConnectOptions::from_str(url)?
+        .get_filename()
+        .to_path_buf())
+}
+
+/// A pool on the database `url` names, every connection configured and
+/// with the search index attached as `search`: the search file beside a
+/// database file (created here if missing), or an in-memory one.
+/// `sqlite::memory:` is one connection, never recycled: it *is* the
+/// database.
+pub(in crate::store) async fn pool(url: &str) -> Result<AnyPool, OpenError> {
+    sqlx::any::install_default_drivers();
+    let in_memory = is_in_memory(url);
+    let attach_search: Arc<str> = if in_memory {
+        format!(
+            "ATTACH DATABASE ':memory:' AS search; {}",
+            search::CREATE_INDEX
+        )
+        .into()
+    } else {
+        let path = file_path(url)?;
+        search::prepare(&path)?;
+        search::attach(&search::search_path(&path)).into()
+    };
+    let options = if in_memory {
+        AnyPoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+    } else {
+        AnyPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(30))
+    };
+    options
+        // A local file needs no liveness ping (a round trip to sqlx's
+        // worker thread) before every batch.
+        .test_before_acquire(false)
+        .after_connect(move |conn, _| {
+            let attach_search = Arc::clone(&attach_search);
+            Box::pin(async move {
+                if !in_memory {
+                    conn.execute("PRAGMA journal_mode = WAL").await?;
+                    conn.execute(format!("PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}").as_str())
+                        .await?;
+                }
+                conn.execute(SHARED).await?;
+                conn.execute(&*attach_search).await?;
+                Ok(())
+            })
+        })
+        .connect(&with_create_mode(url))
+        .await
+        .map_err(OpenError::from)
+}
+
+/// What an engine connection is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Role {
+    /// The append thread (`appends.rs`). As the pool's, but
+    /// `synchronous = NORMAL`: the syncer, not `COMMIT`, fsyncs the WAL.
+    /// And without foreign key checks: a run reads the session rows it
+    /// writes under in its own `BEGIN IMMEDIATE` (no other writer can
+    /// delete them meanwhile) and writes the provider calls its messages
+    /// reference itself, so they could never fail; and an immediate check
+    /// makes SQLite keep a statement journal for every multi-row statement
+    /// (`batch.rs`, `OR FAIL`). Deletes, and their cascades, go through
+    /// sqlx's connections, which keep the checks.
+    Appends,
+    /// The checkpointer thread (`checkpoints.rs`): checkpoints only.
+    Checkpoints,
+    /// The search indexer (`search.rs`), with the search file attached.
+    /// `search.synchronous = FULL`: the log rows an applied id covers are
+    /// deleted afterwards, so that id must be on disk first. The main
+    /// database is only read there, and the search file has SQLite's
+    /// automatic checkpoints.
+    Search,
+    /// A message or event read (`reads.rs`): read-only.
+    Read,
+    /// The last connection of a closed store, with the search file
+    /// attached: it closes without a checkpoint, leaving the WAL files in
+    /// place (see `Engine::stop`).
+    Closing,
+}
+
+/// An engine connection to the (existing, migrated) database file at
+/// `path`, configured for `role`. Without SQLite's per-connection mutex:
+/// one thread uses it at a time.
+pub(super) fn engine(path: &Path, role: Role) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    match role {
+        Role::Appends => {
+            conn.execute_batch(SHARED)?;
+            conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF")?;
+            conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
+        }
+        Role::Checkpoints => {
+            // Its `PASSIVE` checkpoints never wait for a lock.
+            conn.execute_batch("PRAGMA wal_autocheckpoint = 0")?;
+            conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
+        }
+        Role::Search => {
+            // SQLite's own checkpoints keep the search file's WAL short.
+            conn.execute_batch(&search::attach(&search::search_path(path)))?;
+            conn.execute_batch(
+                "PRAGMA search.synchronous = FULL; PRAGMA busy_timeout = 10000; \
+                 PRAGMA cache_size = -16384; PRAGMA temp_store = MEMORY",
+            )?;
+            conn.pragma_update(
+                Some(rusqlite::DatabaseName::Attached("search")),
+                "journal_size_limit",
+                WAL_SIZE_LIMIT,
+            )?;
+        }
+        Role::Read => {
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            conn.execute_batch("PRAGMA query_only = ON")?;
+        }
+        Role::Closing => {
+            conn.set_db_config(
+                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                true,
+            )?;
+            conn.execute_batch(&search::attach(&search::search_path(path)))?;
+        }
+    }
+    Ok(conn)
+}

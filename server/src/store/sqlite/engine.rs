@@ -1,0 +1,99 @@
+//! The engine: every rusqlite thread of a SQLite file database, started
+//! together by [`Engine::start`] and stopped together by [`Engine::stop`].
+//!
+//! - the append thread and its WAL syncer (`appends.rs`), which the writer
+//!   task hands each run of appends;
+//! - the checkpointer (`checkpoints.rs`), which copies the WAL back and
+//!   asks the append thread to let it start over;
+//! - the search indexer (`search.rs`), which indexes what writes log;
+//! - message and event reads on tokio's blocking threads (`reads.rs`).
+//!
+//! Each opens its connections through `connections.rs`. `sqlite::memory:`
+//! has no engine: it lives inside sqlx's one connection, and the writer
+//! and reads go through sqlx alone.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+
+use super::appends::EngineAppends;
+use super::checkpoints::Checkpointer;
+use super::connections::{self, Role};
+use super::reads::EngineReads;
+use super::search::SearchIndexer;
+use crate::store::OpenError;
+use crate::store::fault::DiskSpace;
+
+/// The engine threads of one database file.
+pub(super) struct Engine {
+    path: PathBuf,
+    appends: EngineAppends,
+    checkpointer: Checkpointer,
+    indexer: SearchIndexer,
+    reads: Arc<EngineReads>,
+}
+
+impl Engine {
+    /// Starts every engine thread on the (migrated) database file at
+    /// `path`. Background work holds back while `space` says writes found
+    /// the disk full.
+    pub(super) fn start(path: &Path, space: &Arc<DiskSpace>) -> Result<Self, OpenError> {
+        // The last search log id indexed: the append thread deletes the log
+        // rows before it.
+        let indexed = Arc::new(AtomicI64::new(0));
+        let indexer = SearchIndexer::start(path, Arc::clone(&indexed), Arc::clone(space))?;
+        let appends = EngineAppends::start(path, indexed)?;
+        let checkpointer = Checkpointer::start(path, appends.checkpoints(), Arc::clone(space))?;
+        Ok(Engine {
+            path: path.to_owned(),
+            appends,
+            checkpointer,
+            indexer,
+            reads: EngineReads::new(path.to_owned()),
+        })
+    }
+
+    pub(super) fn appends(&self) -> &EngineAppends {
+        &self.appends
+    }
+
+    pub(super) fn indexer(&self) -> &SearchIndexer {
+        &self.indexer
+    }
+
+    pub(super) fn reads(&self) -> &Arc<EngineReads> {
+        &self.reads
+    }
+
+    /// Stops every thread, once the writer task has stopped (nothing
+    /// appends any more), and keeps no read connection: the store's pool,
+    /// closed after this, then holds the database's last connection, the
+    /// one that checkpoints the WAL on its way out.
+    pub(super) async fn stop(&self) {
+        self.appends.stop().await;
+        self.checkpointer.stop().await;
+        self.indexer.stop().await;
+        self.reads.close();
+    }
+
+    /// Once the pool is closed too: leaves the WAL and shared-memory files
+    /// (and the search file's) on disk, empty, as they are after a crash.
+    /// SQLite deletes them when its last connection closes, and a server
+    /// started on a full disk could then not create them again, so it
+    /// could not even read. One connection opens the database (which
+    /// creates them) and closes without the checkpoint that would delete
+    /// them ([`Role::Closing`]); every connection before it has already
+    /// checkpointed everything, so they hold no frames.
+    pub(super) async fn keep_wal_files(&self) {
+        let path = self.path.clone();
+        let kept = tokio::task::spawn_blocking(move || {
+            let conn = connections::engine(&path, Role::Closing)?;
+            conn.query_row("SELECT count(*) FROM main.sqlite_master", [], |_| Ok(()))?;
+            conn.query_row("SELECT count(*) FROM search.sqlite_master", [], |_| Ok(()))
+        })
+        .await;
+        if let Ok(Err(error)) = kept {
+            tracing::warn!(%error, "cannot leave the SQLite WAL files in place");
+        }
+    }
+}
