@@ -36,7 +36,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::connections::{self, Role};
 use crate::domain::{Error, NewExchange, Result, Timestamp};
 use crate::store::OpenError;
 use crate::store::batch::{Outcome, Run, Statement, Value};
@@ -104,13 +103,15 @@ pub(super) struct EngineAppends {
 }
 
 impl EngineAppends {
-    /// Opens a writing connection to the (migrated) database at `path`
-    /// ([`Role::Appends`]) and starts its thread.
-    /// `indexed` is the last search log id the indexer has applied; the
-    /// thread deletes the log rows before it now and then.
-    pub(super) fn start(path: &Path, indexed: Arc<AtomicI64>) -> Result<Self, OpenError> {
-        let engine = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
-        let conn = connections::engine(path, Role::Appends).map_err(engine)?;
+    /// Starts the thread on `conn`, a writing connection (`Role::Appends`)
+    /// to the (migrated) database at `path`. `indexed` is the last search
+    /// log id the indexer has applied; the thread deletes the log rows
+    /// before it now and then.
+    pub(super) fn start(
+        conn: Connection,
+        path: &Path,
+        indexed: Arc<AtomicI64>,
+    ) -> Result<Self, OpenError> {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let (requests, mut queue) = mpsc::channel::<Work>(1);
         let (done, stopped) = oneshot::channel();

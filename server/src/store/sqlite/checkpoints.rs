@@ -27,7 +27,6 @@
 //! the file, not a descriptor of its own: closing any descriptor of a file
 //! drops every POSIX lock the process holds on it, SQLite's included.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -35,7 +34,6 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, ffi};
 
 use super::appends::{Checkpointed, WalCheckpoints};
-use super::connections::{self, Role};
 use crate::store::OpenError;
 use crate::store::fault::{self, DiskSpace};
 
@@ -53,15 +51,13 @@ pub(super) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Opens a connection of its own to the (migrated) database at `path`
-    /// and starts checkpointing it.
+    /// Starts checkpointing the database through `conn`, a connection of
+    /// its own (`Role::Checkpoints`).
     pub(super) fn start(
-        path: &Path,
+        conn: Connection,
         engine: WalCheckpoints,
         space: Arc<DiskSpace>,
     ) -> Result<Self, OpenError> {
-        let failed = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
-        let conn = connections::engine(path, Role::Checkpoints).map_err(failed)?;
         let (stop, stopping) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("sqlite-checkpoints".into())

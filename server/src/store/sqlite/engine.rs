@@ -38,12 +38,20 @@ impl Engine {
     /// `path`. Background work holds back while `space` says writes found
     /// the disk full.
     pub(super) fn start(path: &Path, space: &Arc<DiskSpace>) -> Result<Self, OpenError> {
+        let open = |role| {
+            connections::engine(path, role).map_err(|error| OpenError::Engine(Box::new(error)))
+        };
         // The last search log id indexed: the append thread deletes the log
         // rows before it.
         let indexed = Arc::new(AtomicI64::new(0));
-        let indexer = SearchIndexer::start(path, Arc::clone(&indexed), Arc::clone(space))?;
-        let appends = EngineAppends::start(path, indexed)?;
-        let checkpointer = Checkpointer::start(path, appends.checkpoints(), Arc::clone(space))?;
+        let indexer =
+            SearchIndexer::start(open(Role::Search)?, Arc::clone(&indexed), Arc::clone(space))?;
+        let appends = EngineAppends::start(open(Role::Appends)?, path, indexed)?;
+        let checkpointer = Checkpointer::start(
+            open(Role::Checkpoints)?,
+            appends.checkpoints(),
+            Arc::clone(space),
+        )?;
         Ok(Engine {
             path: path.to_owned(),
             appends,

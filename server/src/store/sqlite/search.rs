@@ -44,7 +44,6 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension};
 use tokio::sync::watch;
 
-use super::connections::{self, Role};
 use crate::domain::{Error, Message, Result, control};
 use crate::store::OpenError;
 use crate::store::fault::{self, DiskSpace};
@@ -148,16 +147,15 @@ enum Progress {
 }
 
 impl SearchIndexer {
-    /// Opens a connection to the (migrated) database at `path` with its
-    /// search file attached and starts the thread. `applied` tells the
-    /// append thread which log rows it may delete.
+    /// Starts the thread on `conn`, a connection to the (migrated)
+    /// database with its search file attached (`Role::Search`). `applied`
+    /// tells the append thread which log rows it may delete.
     pub(super) fn start(
-        path: &Path,
+        conn: Connection,
         applied: Arc<AtomicI64>,
         space: Arc<DiskSpace>,
     ) -> Result<Self, OpenError> {
         let failed = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
-        let conn = connections::engine(path, Role::Search).map_err(failed)?;
         let start = check_applied(&conn).map_err(failed)?;
         if let Some(id) = start {
             applied.store(id, Ordering::Release);
