@@ -2,13 +2,15 @@
 //! through `store::open` as the server opens it. The gRPC suites check what
 //! a client sees; these pin what the store itself promises (numbering,
 //! idempotency, refusals that write nothing, the lease, `full_history`), so
-//! a backend's machinery can change under them.
+//! a backend's machinery can change under them: appends, control (the
+//! lease, state, rollback), edits and redaction, forks, search and the
+//! sweeper's reads and writes.
 
 use std::sync::Arc;
 
 use sessionstore_server::domain::{
     Change, Control, Controlled, Error, Message, Metadata, NewExchange, NewSession, ProviderCall,
-    Role,
+    Role, SessionEvent, StoredMessage,
 };
 use sessionstore_server::store::{self, SqlStore, Store, StoreOptions};
 use sessionstore_server::watch::Hub;
@@ -65,17 +67,32 @@ fn exchange(session_id: &str, question: &str) -> NewExchange {
     }
 }
 
+/// The session's current messages, in order.
+async fn stored(store: &SqlStore, id: &str) -> Vec<StoredMessage> {
+    let handle = store.resolve(TENANT, id).await.unwrap();
+    store.read_messages(&handle, -1, 1000).await.unwrap()
+}
+
 /// The session's current messages' texts, in order.
 async fn texts(store: &SqlStore, id: &str) -> Vec<String> {
-    let handle = store.resolve(TENANT, id).await.unwrap();
-    store
-        .read_messages(&handle, -1, 1000)
+    stored(store, id)
         .await
-        .unwrap()
         .into_iter()
         .map(|m| m.message.content)
         .collect()
 }
 
+/// The session's whole event log.
+async fn log(store: &SqlStore, id: &str) -> Vec<SessionEvent> {
+    let handle = store.resolve(TENANT, id).await.unwrap();
+    store.read_events(handle.key, 0, 1000).await.unwrap()
+}
+
+/// The revisions of `events`, in order.
+fn revisions(events: &[SessionEvent]) -> Vec<i64> {
+    events.iter().map(|e| e.revision).collect()
+}
+
 mod appends;
 mod control;
+mod edits;
