@@ -96,3 +96,4 @@ fn revisions(events: &[SessionEvent]) -> Vec<i64> {
 mod appends;
 mod control;
 mod edits;
+mod forks;
