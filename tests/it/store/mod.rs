@@ -97,3 +97,4 @@ mod appends;
 mod control;
 mod edits;
 mod forks;
+mod search;
