@@ -98,3 +98,4 @@ mod control;
 mod edits;
 mod forks;
 mod search;
+mod sweeps;
