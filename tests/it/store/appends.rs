@@ -1,0 +1,122 @@
+//! Appends: numbering, a retry answered once, refusals that write nothing,
+//! and a `full_history` append storing only its new tail.
+
+use super::*;
+
+crate::backend_tests!(
+    appends_are_numbered_and_a_retry_is_answered_once,
+    refusals_write_nothing,
+    a_full_history_append_stores_only_its_new_tail,
+);
+
+async fn appends_are_numbered_and_a_retry_is_answered_once(backend: Backend) {
+    let (_storage, store) = open(backend).await;
+    create(&store, "s").await;
+    let mut first = exchange("s", "q1");
+    first.request_id = "r1".into();
+    first.expected_next_sequence = Some(0);
+    let (revision, appended) = store.append_exchange(TENANT, first.clone()).await.unwrap();
+    assert_eq!((revision, appended.next_sequence), (2, 2));
+    assert!(!appended.replayed);
+    let call = appended.provider_call.clone().unwrap();
+    assert_eq!(call.total_tokens, 12, "total filled in from its parts");
+    let sequences: Vec<i64> = appended.messages.iter().map(|m| m.sequence).collect();
+    assert_eq!(sequences, [0, 1]);
+    assert_eq!(appended.messages[1].produced_by_call_id, call.id);
+
+    // The retry, even with its now stale expected sequence, is the first
+    // answer again and writes nothing.
+    let (again, replayed) = store.append_exchange(TENANT, first).await.unwrap();
+    assert!(replayed.replayed);
+    assert_eq!(again, revision);
+    assert_eq!(replayed.messages, appended.messages);
+    assert_eq!(texts(&store, "s").await, ["q1", "an answer"]);
+    assert_eq!(store.get_session(TENANT, "s").await.unwrap().revision, 2);
+
+    let (revision, appended) = store
+        .append_exchange(TENANT, exchange("s", "q2"))
+        .await
+        .unwrap();
+    assert_eq!((revision, appended.messages[0].sequence), (3, 2));
+    store.close().await;
+}
+
+async fn refusals_write_nothing(backend: Backend) {
+    let (_storage, store) = open(backend).await;
+    create(&store, "s").await;
+    let mut stale = exchange("s", "late");
+    stale.expected_next_sequence = Some(5);
+    let refused = store.append_exchange(TENANT, stale).await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            Error::SequenceMismatch {
+                expected: 5,
+                actual: 0
+            }
+        ),
+        "{refused:?}"
+    );
+    let missing = store
+        .append_exchange(TENANT, exchange("nope", "x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, Error::SessionNotFound(_)), "{missing:?}");
+    let other_tenant = store
+        .append_exchange("globex", exchange("s", "x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(other_tenant, Error::SessionNotFound(_)),
+        "tenants never see each other's sessions: {other_tenant:?}"
+    );
+
+    let mut keyed = exchange("s", "q");
+    keyed.request_id = "k".into();
+    store.append_exchange(TENANT, keyed.clone()).await.unwrap();
+    keyed.messages[0].content = "another question".into();
+    let reused = store.append_exchange(TENANT, keyed).await.unwrap_err();
+    assert!(
+        matches!(reused, Error::IdempotencyConflict(_)),
+        "{reused:?}"
+    );
+    assert_eq!(texts(&store, "s").await, ["q", "an answer"]);
+    assert_eq!(store.get_session(TENANT, "s").await.unwrap().revision, 2);
+    store.close().await;
+}
+
+async fn a_full_history_append_stores_only_its_new_tail(backend: Backend) {
+    let (_storage, store) = open(backend).await;
+    create(&store, "s").await;
+    store
+        .append_exchange(TENANT, exchange("s", "q1"))
+        .await
+        .unwrap();
+    let mut resent = exchange("s", "");
+    resent.messages.clear();
+    resent.full_history = vec![
+        // A leading copy of the system prompt is skipped.
+        Message::text(Role::System, "Be brief."),
+        Message::text(Role::User, "q1"),
+        Message::text(Role::Assistant, "an answer"),
+        Message::text(Role::User, "q2"),
+    ];
+    let (revision, appended) = store.append_exchange(TENANT, resent.clone()).await.unwrap();
+    assert_eq!(revision, 3);
+    let stored: Vec<(i64, &str)> = appended
+        .messages
+        .iter()
+        .map(|m| (m.sequence, m.message.content.as_str()))
+        .collect();
+    assert_eq!(stored, [(2, "q2"), (3, "an answer")]);
+
+    // A history that no longer matches is refused, naming where.
+    resent.full_history[1].content = "edited".into();
+    let refused = store.append_exchange(TENANT, resent).await.unwrap_err();
+    assert!(
+        matches!(refused, Error::HistoryMismatch { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(texts(&store, "s").await.len(), 4);
+    store.close().await;
+}
