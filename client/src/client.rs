@@ -684,6 +684,7 @@ impl Client {
                 page_size: query.page_size,
                 page_token: String::new(),
                 user: query.user,
+                filter: query.filter,
             },
             buffer: VecDeque::new(),
             done: false,

@@ -459,10 +459,12 @@ impl From<v1::ExportHistoryRequest> for ExportHistory {
 /// use sessionstore_client::ListSessions;
 ///
 /// let alices = ListSessions::new().user("alice").page_size(200);
+/// let weather = ListSessions::new().filter(r#"metadata.app = "weather""#);
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ListSessions {
     pub(crate) user: String,
+    pub(crate) filter: String,
     pub(crate) page_size: i32,
 }
 
@@ -475,6 +477,13 @@ impl ListSessions {
     /// Only sessions whose `user` is this.
     pub fn user(mut self, user: impl Into<String>) -> Self {
         self.user = user.into();
+        self
+    }
+
+    /// Only sessions matching `filter`: `user = "…"` and
+    /// `metadata.KEY = "…"` terms joined by `AND` (values double-quoted).
+    pub fn filter(mut self, filter: impl Into<String>) -> Self {
+        self.filter = filter.into();
         self
     }
 

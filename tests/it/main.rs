@@ -15,6 +15,7 @@ mod export_file;
 mod faults;
 mod faults_edge;
 mod faults_streams;
+mod framework;
 mod history;
 mod hostile;
 mod large;

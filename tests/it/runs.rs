@@ -449,6 +449,7 @@ async fn lease_makes_session_busy_for_other_runs(backend: Backend) {
                 session_id: id.clone(),
                 after_sequence: 0,
                 run_id: run.to_owned(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -492,6 +493,7 @@ async fn lease_makes_session_busy_for_other_runs(backend: Backend) {
             key: "cwd".into(),
             value: "/tmp".into(),
             expected_version: None,
+            ..Default::default()
         })
         .await
         .expect("set state while busy")
@@ -556,6 +558,7 @@ async fn lease_makes_session_busy_for_other_runs(backend: Backend) {
             session_id: id.clone(),
             after_sequence: 1,
             run_id: "A".into(),
+            ..Default::default()
         })
         .await
         .expect("the holder rolls back")

@@ -459,6 +459,7 @@ async fn export_json(client: &Client, id: &str, out: &mut impl Write) -> anyhow:
                         session_id: id,
                         page_size: PAGE_SIZE,
                         page_token,
+                        scope: String::new(),
                     })
                     .await
                     .map_err(failed)?
@@ -815,6 +816,7 @@ async fn replay(
                 // A fresh session has no entries: a repeated key is an error,
                 // not an overwrite.
                 expected_version: Some(0),
+                scope: String::new(),
             })
             .await
             .map_err(failed)?;

@@ -26,8 +26,15 @@ pub enum Control {
     BeginRun { run_id: String, lease_micros: i64 },
     /// Give up the lease, if `run_id` holds it.
     EndRun { run_id: String },
-    /// Remove messages with a greater sequence (-1: all of them).
-    Rollback { after_sequence: i64, run_id: String },
+    /// Remove messages with a greater sequence (-1: all of them), if the
+    /// session's next sequence is `expected_next_sequence` (when given);
+    /// answer the removed messages if `return_removed`.
+    Rollback {
+        after_sequence: i64,
+        run_id: String,
+        expected_next_sequence: Option<i64>,
+        return_removed: bool,
+    },
     /// Replace a message's content.
     Edit {
         message_id: String,
@@ -68,6 +75,8 @@ pub enum Controlled {
     RolledBack {
         revision: i64,
         next_sequence: i64,
+        /// The removed messages, in sequence order, if asked for.
+        removed: Vec<StoredMessage>,
     },
     Edited {
         revision: i64,
@@ -99,6 +108,7 @@ impl Control {
             Control::Rollback {
                 after_sequence,
                 run_id,
+                ..
             } => {
                 if *after_sequence < -1 {
                     return Err(Error::invalid("after_sequence", "must be at least -1"));
@@ -129,16 +139,7 @@ impl Control {
                 value,
                 expected_version,
             } => {
-                check_state_key(key)?;
-                if value.len() > MAX_STATE_VALUE_LEN {
-                    return Err(Error::LimitExceeded {
-                        field: "value".into(),
-                        limit: "max_state_value_bytes",
-                        description: format!(
-                            "must be at most {MAX_STATE_VALUE_LEN} bytes; state is for small entries"
-                        ),
-                    });
-                }
+                check_state_entry("key", key, "value", value)?;
                 check_expected_version(*expected_version)?;
             }
             Control::DeleteState {
@@ -244,7 +245,52 @@ fn check_reason(reason: &str) -> Result<()> {
 pub fn check_state_key(key: &str) -> Result<()> {
     check_len("key", key, MAX_STATE_KEY_LEN, true)
 }
-fn check_expected_version(expected: Option<i64>) -> Result<()> {
+
+/// Checks a state entry to write: its key (named `key_field` in an error)
+/// and its value (`value_field`).
+pub fn check_state_entry(key_field: &str, key: &str, value_field: &str, value: &str) -> Result<()> {
+    check_len(key_field, key, MAX_STATE_KEY_LEN, true)?;
+    if value.len() > MAX_STATE_VALUE_LEN {
+        return Err(Error::LimitExceeded {
+            field: value_field.into(),
+            limit: "max_state_value_bytes",
+            description: format!(
+                "must be at most {MAX_STATE_VALUE_LEN} bytes; state is for small entries"
+            ),
+        });
+    }
+    Ok(())
+}
+/// Checks a shared state scope (`[A-Za-z0-9_.:/-]`, 1–256 bytes), and
+/// that the request names no session beside it (`session_id` empty).
+pub fn check_shared_scope(scope: &str, session_id: &str) -> Result<()> {
+    check_scope_name("scope", scope)?;
+    if !session_id.is_empty() {
+        return Err(Error::invalid(
+            "session_id",
+            "must be empty with a shared scope: a scope belongs to no session",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a shared scope's name (`[A-Za-z0-9_.:/-]`, 1–256 bytes).
+pub fn check_scope_name(field: &str, scope: &str) -> Result<()> {
+    check_len(field, scope, MAX_STATE_KEY_LEN, true)?;
+    if !scope
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'/' | b'-'))
+    {
+        return Err(Error::invalid(
+            field,
+            "may hold only ASCII letters, digits and _ . : / -",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an `expected_version`: 0 (must not exist) or more.
+pub fn check_expected_version(expected: Option<i64>) -> Result<()> {
     if expected.is_some_and(|v| v < 0) {
         return Err(Error::invalid("expected_version", "must not be negative"));
     }

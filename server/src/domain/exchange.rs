@@ -4,8 +4,9 @@
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::control::{MAX_STATE_ENTRIES, check_scope_name, check_state_entry};
 use super::session::is_system_prompt;
-use super::{Error, Message, ProviderCall, Result};
+use super::{Error, Message, ProviderCall, Result, StateChange};
 
 /// The longest idempotency key or run id accepted.
 pub const MAX_KEY_LEN: usize = 256;
@@ -27,6 +28,11 @@ pub struct NewExchange {
     #[serde(skip)]
     pub request_id: String,
     pub run_id: String,
+    /// State changes made in the exchange's revision. Left out of the
+    /// fingerprint when empty, so requests without them fingerprint as
+    /// they always have.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub state_changes: Vec<StateChange>,
 }
 
 impl NewExchange {
@@ -65,6 +71,25 @@ impl NewExchange {
                     return Err(Error::invalid(field, "must not be negative"));
                 }
             }
+        }
+        if self.state_changes.len() > usize::try_from(MAX_STATE_ENTRIES).unwrap_or(usize::MAX) {
+            return Err(Error::LimitExceeded {
+                field: "state_changes".into(),
+                limit: "max_state_entries",
+                description: format!("must hold at most {MAX_STATE_ENTRIES} changes"),
+            });
+        }
+        for (i, change) in self.state_changes.iter().enumerate() {
+            if !change.scope.is_empty() {
+                check_scope_name(&format!("state_changes[{i}].scope"), &change.scope)?;
+            }
+            let value = if change.delete { "" } else { &change.value };
+            check_state_entry(
+                &format!("state_changes[{i}].key"),
+                &change.key,
+                &format!("state_changes[{i}].value"),
+                value,
+            )?;
         }
         if self.expected_next_sequence.is_some_and(|e| e < 0) {
             return Err(Error::invalid(
@@ -193,6 +218,7 @@ mod tests {
             expected_next_sequence: None,
             request_id: "k1".into(),
             run_id: String::new(),
+            state_changes: Vec::new(),
         };
         let mut same = base.clone();
         same.request_id = "k2".into();

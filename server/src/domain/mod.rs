@@ -3,6 +3,7 @@
 pub mod control;
 mod error;
 pub mod exchange;
+pub mod filter;
 pub mod ids;
 pub mod paging;
 pub mod search;

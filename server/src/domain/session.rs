@@ -1,5 +1,6 @@
 //! Session-level requests and their rules.
 
+use super::control::{MAX_STATE_ENTRIES, check_state_entry};
 use super::{Error, Message, Metadata, Result, Role};
 
 /// The longest caller-chosen session id.
@@ -56,6 +57,8 @@ pub struct NewSession {
     pub user: String,
     pub metadata: Metadata,
     pub initial_history: Vec<Message>,
+    /// Entries of the session's own state, written in revision 1.
+    pub initial_state: Metadata,
 }
 
 impl NewSession {
@@ -63,6 +66,20 @@ impl NewSession {
     pub fn validate(&self) -> Result<()> {
         if let Some(id) = &self.id {
             validate_new_session_id("session_id", id)?;
+        }
+        let entries = self.initial_state.len();
+        if entries > usize::try_from(MAX_STATE_ENTRIES).unwrap_or(usize::MAX) {
+            return Err(Error::LimitExceeded {
+                field: "initial_state".into(),
+                limit: "max_state_entries",
+                description: format!(
+                    "holds {entries} entries; a session holds at most {MAX_STATE_ENTRIES}"
+                ),
+            });
+        }
+        for (key, value) in &self.initial_state {
+            let field = format!("initial_state[{key:?}]");
+            check_state_entry("initial_state", key, &field, value)?;
         }
         Ok(())
     }
@@ -139,6 +156,8 @@ pub struct SessionCursor {
 pub struct SessionQuery {
     /// Only this user's sessions, if set.
     pub user: Option<String>,
+    /// Only sessions whose metadata holds every one of these entries.
+    pub metadata: Vec<(String, String)>,
     pub after: Option<SessionCursor>,
     pub limit: usize,
 }
@@ -194,6 +213,7 @@ mod tests {
                 Message::text(Role::System, "be brief"),
                 Message::text(Role::User, "hi"),
             ],
+            initial_state: Default::default(),
         };
         assert_eq!(new.history_to_store().len(), 2);
     }

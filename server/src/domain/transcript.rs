@@ -306,6 +306,7 @@ mod tests {
             parent_sequence: 0,
             active_run_id: String::new(),
             run_expire_time: Timestamp(0),
+            next_sequence: 0,
         }
     }
 

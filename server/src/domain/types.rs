@@ -166,6 +166,9 @@ pub struct Session {
     pub active_run_id: String,
     #[serde(default)]
     pub run_expire_time: Timestamp,
+    /// The sequence the next message will get.
+    #[serde(default)]
+    pub next_sequence: i64,
 }
 
 impl Session {
@@ -239,6 +242,9 @@ pub enum Change {
     SessionCreated {
         session: Session,
         messages: Vec<StoredMessage>,
+        /// Its initial state entries, if any.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        state: Vec<StateEntry>,
     },
     ExchangeAppended(AppendedExchange),
     SessionUpdated {
@@ -323,12 +329,29 @@ pub enum DeltaContent {
     Block(ContentBlock),
 }
 
-/// A per-session key/value entry.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A state change an exchange makes, in its own revision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateChange {
+    /// `""`: the session's own state; else a shared scope of the tenant.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub scope: String,
+    pub key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete: bool,
+}
+
+/// A key/value state entry: of a session, or of a shared scope.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateEntry {
+    /// `""`: the session's own; else the shared scope it belongs to.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub scope: String,
     pub key: String,
     pub value: String,
-    /// The revision that last wrote it.
+    /// A session's entry: the revision that last wrote it. A shared
+    /// entry: how many times it has been written.
     pub version: i64,
     pub update_time: Timestamp,
 }
@@ -352,6 +375,12 @@ pub struct AppendedExchange {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub run_id: String,
     pub next_sequence: i64,
+    /// The state changes the exchange made, as requested.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state_changes: Vec<StateChange>,
+    /// The time of the revision (the event's own time: never stored here).
+    #[serde(skip)]
+    pub update_time: Timestamp,
     /// The answer to a retried request: the first attempt's result, read
     /// back, with nothing written this time. Never stored.
     #[serde(skip)]

@@ -6,8 +6,8 @@ use sessionstore_client::v1::content_block::Block;
 
 use crate::domain::{
     AppendedExchange, Change, ContentBlock, DeltaContent, Ephemeral, EphemeralKind, Error, Message,
-    ProviderCall, Result, Role, SearchHit, Session, SessionEvent, SessionSummary, StateEntry,
-    StoredMessage, Timestamp, ToolCall,
+    ProviderCall, Result, Role, SearchHit, Session, SessionEvent, SessionSummary, StateChange,
+    StateEntry, StoredMessage, Timestamp, ToolCall,
 };
 
 pub fn timestamp(t: Timestamp) -> prost_types::Timestamp {
@@ -260,6 +260,7 @@ pub fn session_to_pb(session: Session) -> pb::Session {
         parent_sequence: session.parent_sequence,
         active_run_id: session.active_run_id,
         run_expire_time: optional_timestamp(session.run_expire_time),
+        next_sequence: session.next_sequence,
     }
 }
 
@@ -290,15 +291,21 @@ pub fn append_response_to_pb(
         provider_call: appended.provider_call.map(provider_call_to_pb),
         revision,
         next_sequence: appended.next_sequence,
+        update_time: Some(timestamp(appended.update_time)),
     }
 }
 
 pub fn event_to_pb(event: &SessionEvent) -> pb::SessionEvent {
     use pb::session_event::Event;
     let payload = match event.change.clone() {
-        Change::SessionCreated { session, messages } => Event::SessionCreated(pb::SessionCreated {
+        Change::SessionCreated {
+            session,
+            messages,
+            state,
+        } => Event::SessionCreated(pb::SessionCreated {
             session: Some(session_to_pb(session)),
             messages: messages.into_iter().map(stored_message_to_pb).collect(),
+            initial_state: state.into_iter().map(state_entry_to_pb).collect(),
         }),
         Change::ExchangeAppended(appended) => Event::ExchangeAppended(pb::ExchangeAppended {
             messages: appended
@@ -309,6 +316,11 @@ pub fn event_to_pb(event: &SessionEvent) -> pb::SessionEvent {
             provider_call: appended.provider_call.map(provider_call_to_pb),
             run_id: appended.run_id,
             next_sequence: appended.next_sequence,
+            state_changes: appended
+                .state_changes
+                .into_iter()
+                .map(state_change_to_pb)
+                .collect(),
         }),
         Change::SessionUpdated { session } => Event::SessionUpdated(pb::SessionUpdated {
             session: Some(session_to_pb(session)),
@@ -422,8 +434,27 @@ pub fn message_from_pb_field(message: Option<pb::Message>, field: &str) -> Resul
     message_from_pb(message, field)
 }
 
+pub fn state_change_from_pb(change: pb::StateChange) -> StateChange {
+    StateChange {
+        scope: change.scope,
+        key: change.key,
+        value: change.value,
+        delete: change.delete,
+    }
+}
+
+pub fn state_change_to_pb(change: StateChange) -> pb::StateChange {
+    pb::StateChange {
+        scope: change.scope,
+        key: change.key,
+        value: change.value,
+        delete: change.delete,
+    }
+}
+
 pub fn state_entry_to_pb(entry: StateEntry) -> pb::StateEntry {
     pb::StateEntry {
+        scope: entry.scope,
         key: entry.key,
         value: entry.value,
         version: entry.version,

@@ -14,7 +14,11 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
 use crate::admission::WatchPermits;
-use crate::domain::control::{check_state_key, require_run_id, validate_delta};
+use crate::domain::control::{
+    check_expected_version, check_shared_scope, check_state_entry, check_state_key, require_run_id,
+    validate_delta,
+};
+use crate::domain::filter::SessionFilter;
 use crate::domain::paging::{decode_token, encode_token, page_size, token_int};
 use crate::domain::session::require_session_id;
 use crate::domain::{
@@ -23,7 +27,7 @@ use crate::domain::{
 };
 use crate::metrics::Metrics;
 use crate::read_ahead::{ReadAhead, ReadPage, Share, StreamBudget};
-use crate::store::{ExportStart, SearchQuery, Store};
+use crate::store::{ExportStart, SearchQuery, SharedStateWrite, Store};
 use crate::watch::{self, Hub, WatchItem, WatchOptions, WatchRequest};
 
 mod encoded_watch;
@@ -248,6 +252,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 user: req.user,
                 metadata: req.metadata,
                 initial_history: convert::messages_from_pb(req.initial_history, "initial_history")?,
+                initial_state: req.initial_state.into_iter().collect(),
             };
             new.validate()?;
             let (session, _) = self.store.create_session(&tenant, new).await?;
@@ -278,23 +283,35 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         unary("ListSessions", "", async {
             let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
-            let after = match decode_token("sessions", &req.page_token, 3)? {
+            let filter = SessionFilter::parse(&req.filter)?;
+            let user = match (req.user.as_str(), filter.user) {
+                ("", user) => user,
+                (user, None) => Some(user.to_owned()),
+                (_, Some(_)) => {
+                    return Err(Error::invalid(
+                        "filter",
+                        "names a user, and so does `user`: give one of them",
+                    ));
+                }
+            };
+            let after = match decode_token("sessions", &req.page_token, 4)? {
                 None => None,
                 Some(parts) => {
-                    if parts[0] != req.user {
+                    if parts[0] != req.user || parts[1] != req.filter {
                         return Err(Error::invalid(
                             "page_token",
-                            "was made for a different user filter",
+                            "was made for a different user or filter",
                         ));
                     }
                     Some(SessionCursor {
-                        update_time: token_int(&parts[1])?,
-                        id: parts[2].clone(),
+                        update_time: token_int(&parts[2])?,
+                        id: parts[3].clone(),
                     })
                 }
             };
             let query = SessionQuery {
-                user: (!req.user.is_empty()).then(|| req.user.clone()),
+                user,
+                metadata: filter.metadata,
                 after,
                 limit: limit + 1,
             };
@@ -306,6 +323,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                         "sessions",
                         &[
                             &req.user,
+                            &req.filter,
                             &last.session.update_time.0.to_string(),
                             &last.session.id,
                         ],
@@ -393,6 +411,11 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 expected_next_sequence: req.expected_next_sequence,
                 request_id: req.request_id,
                 run_id: req.run_id,
+                state_changes: req
+                    .state_changes
+                    .into_iter()
+                    .map(convert::state_change_from_pb)
+                    .collect(),
             };
             exchange.validate()?;
             let (revision, appended) = self.store.append_exchange(&tenant, exchange).await?;
@@ -612,14 +635,21 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             let control = Control::Rollback {
                 after_sequence: req.after_sequence,
                 run_id: req.run_id.clone(),
+                expected_next_sequence: req.expected_next_sequence,
+                return_removed: req.return_removed,
             };
             match self.control(&tenant, &req.session_id, control).await? {
                 Controlled::RolledBack {
                     revision,
                     next_sequence,
+                    removed,
                 } => Ok(pb::RollbackSessionResponse {
                     revision,
                     next_sequence,
+                    removed_messages: removed
+                        .into_iter()
+                        .map(convert::stored_message_to_pb)
+                        .collect(),
                 }),
                 other => Err(unexpected_answer(&other)),
             }
@@ -743,6 +773,19 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         let session_id = req.session_id.clone();
         unary("SetState", &session_id, async {
+            if !req.scope.is_empty() {
+                check_shared_scope(&req.scope, &req.session_id)?;
+                check_state_entry("key", &req.key, "value", &req.value)?;
+                check_expected_version(req.expected_version)?;
+                let write = SharedStateWrite {
+                    scope: req.scope,
+                    key: req.key,
+                    value: req.value,
+                    expected_version: req.expected_version,
+                };
+                let entry = self.store.set_shared_state(&tenant, write).await?;
+                return Ok(convert::state_entry_to_pb(entry));
+            }
             let control = Control::SetState {
                 key: req.key,
                 value: req.value,
@@ -763,6 +806,15 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
         unary("GetState", &req.session_id, async {
+            if !req.scope.is_empty() {
+                check_shared_scope(&req.scope, &req.session_id)?;
+                check_state_key(&req.key)?;
+                let entry = self
+                    .store
+                    .get_shared_state(&tenant, &req.scope, &req.key)
+                    .await?;
+                return Ok(convert::state_entry_to_pb(entry));
+            }
             require_session_id("session_id", &req.session_id)?;
             check_state_key(&req.key)?;
             let session = self.store.resolve(&tenant, &req.session_id).await?;
@@ -779,27 +831,36 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
         unary("ListState", &req.session_id, async {
-            require_session_id("session_id", &req.session_id)?;
+            if req.scope.is_empty() {
+                require_session_id("session_id", &req.session_id)?;
+            } else {
+                check_shared_scope(&req.scope, &req.session_id)?;
+            }
             let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
-            let after = match decode_token("state", &req.page_token, 2)? {
+            let after = match decode_token("state", &req.page_token, 3)? {
                 None => None,
-                Some(parts) if parts[0] != req.session_id => {
+                Some(parts) if parts[0] != req.session_id || parts[1] != req.scope => {
                     return Err(Error::invalid(
                         "page_token",
-                        "was made for a different session",
+                        "was made for a different session or scope",
                     ));
                 }
                 Some(mut parts) => parts.pop(),
             };
-            let session = self.store.resolve(&tenant, &req.session_id).await?;
-            let mut entries = self
-                .store
-                .list_state(&session, after.as_deref(), limit + 1)
-                .await?;
+            let mut entries = if req.scope.is_empty() {
+                let session = self.store.resolve(&tenant, &req.session_id).await?;
+                self.store
+                    .list_state(&session, after.as_deref(), limit + 1)
+                    .await?
+            } else {
+                self.store
+                    .list_shared_state(&tenant, &req.scope, after.as_deref(), limit + 1)
+                    .await?
+            };
             let next_page_token = if entries.len() > limit {
                 entries.truncate(limit);
                 entries.last().map_or_else(String::new, |last| {
-                    encode_token("state", &[&req.session_id, &last.key])
+                    encode_token("state", &[&req.session_id, &req.scope, &last.key])
                 })
             } else {
                 String::new()
@@ -823,6 +884,19 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         let session_id = req.session_id.clone();
         unary("DeleteState", &session_id, async {
+            if !req.scope.is_empty() {
+                check_shared_scope(&req.scope, &req.session_id)?;
+                check_state_key(&req.key)?;
+                check_expected_version(req.expected_version)?;
+                let write = SharedStateWrite {
+                    scope: req.scope,
+                    key: req.key,
+                    value: String::new(),
+                    expected_version: req.expected_version,
+                };
+                self.store.delete_shared_state(&tenant, write).await?;
+                return Ok(pb::DeleteStateResponse { revision: 0 });
+            }
             let control = Control::DeleteState {
                 key: req.key,
                 expected_version: req.expected_version,

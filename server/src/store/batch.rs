@@ -15,7 +15,9 @@
 //! - a retry: its request id is stored already, or an earlier request of
 //!   this run carries it;
 //! - one on a session whose lease ran out (the general path settles it
-//!   first).
+//!   first);
+//! - one with state changes (the general path checks the session's room
+//!   for new entries, locks shared entries and writes them first).
 //!
 //! Once a request on a session is deferred, so is every later one on that
 //! session, so each session's requests still apply in arrival order.
@@ -83,7 +85,6 @@ pub async fn append_all(
 /// A live session the caller has read (and, on PostgreSQL, locked) itself.
 pub struct Loaded {
     pub key: i64,
-    pub next_sequence: i64,
     pub session: Session,
 }
 
@@ -108,6 +109,7 @@ pub async fn append_loaded(
     let requests = [(tenant, exchange)];
     let mut run = Run::new(dialect, search, &requests);
     run.history_from = history_from;
+    run.prepared = true;
     run.add_loaded(tenant, loaded);
     let (outcomes, writes) = run.decide(now);
     let applied = match outcomes.into_iter().next() {
@@ -127,7 +129,7 @@ pub async fn append_loaded(
 /// The checks an append must pass on its session before anything else:
 /// the lease (another run's, or one held while this request names none)
 /// and the expected next sequence.
-pub fn admit(session: &Session, next_sequence: i64, exchange: &NewExchange) -> Result<()> {
+pub fn admit(session: &Session, exchange: &NewExchange) -> Result<()> {
     let active = &session.active_run_id;
     if !active.is_empty() && *active != exchange.run_id {
         return Err(Error::SessionBusy {
@@ -136,11 +138,11 @@ pub fn admit(session: &Session, next_sequence: i64, exchange: &NewExchange) -> R
         });
     }
     if let Some(expected) = exchange.expected_next_sequence
-        && expected != next_sequence
+        && expected != session.next_sequence
     {
         return Err(Error::SequenceMismatch {
             expected,
-            actual: next_sequence,
+            actual: session.next_sequence,
         });
     }
     Ok(())
@@ -190,6 +192,9 @@ pub struct Run<'a> {
     /// For a run of one on the general path: where the new tail of its
     /// `full_history` starts, diffed by the caller.
     history_from: Option<usize>,
+    /// A run of one on the general path, whose caller has done the steps
+    /// a bulk run defers (its state changes are written).
+    prepared: bool,
 }
 
 impl<'a> Run<'a> {
@@ -205,6 +210,7 @@ impl<'a> Run<'a> {
             sessions: HashMap::with_capacity(requests.len()),
             stored_keys: Vec::new(),
             history_from: None,
+            prepared: false,
         }
     }
 
@@ -270,7 +276,6 @@ impl<'a> Run<'a> {
     pub fn add_session(&mut self, row: &impl Columns) -> Result<()> {
         let loaded = Loaded {
             key: row.int("key")?,
-            next_sequence: row.int("next_sequence")?,
             session: session_from_row(row)?,
         };
         self.add_loaded(&row.text("tenant")?, loaded);
@@ -283,7 +288,6 @@ impl<'a> Run<'a> {
             (tenant.to_owned(), loaded.session.id.clone()),
             State {
                 key: loaded.key,
-                next_sequence: loaded.next_sequence,
                 session: loaded.session,
                 deferred: false,
                 changed: false,
@@ -331,7 +335,7 @@ impl<'a> Run<'a> {
                 !inputs.is_empty()
                     || !exchange.response_messages.is_empty()
                     || exchange.provider_call.is_some()
-            });
+            }) && (self.prepared || exchange.state_changes.is_empty());
             let state = self
                 .sessions
                 .get_mut(&(tenant.to_owned(), exchange.session_id.clone()));
@@ -367,8 +371,8 @@ impl<'a> Run<'a> {
 /// A session as this run has left it so far.
 struct State {
     key: i64,
+    /// As read, then as this run leaves it (revision, next sequence, …).
     session: Session,
-    next_sequence: i64,
     /// Requests on it go to the general path from here on.
     deferred: bool,
     /// What this run adds to the session row.
@@ -396,7 +400,7 @@ fn append_one(
     search: SearchWrites,
     rows: &mut Rows,
 ) -> Result<Applied<Appended>> {
-    admit(&state.session, state.next_sequence, exchange)?;
+    admit(&state.session, exchange)?;
     let call = exchange.normalized_call().map(|mut call| {
         call.id = ids::call_id();
         call.session_id = state.session.id.clone();
@@ -411,7 +415,7 @@ fn append_one(
     let mut stored = Vec::with_capacity(inputs.len() + exchange.response_messages.len());
     let inputs = inputs.iter().map(|m| (m, None));
     for (offset, (message, produced_by)) in (0_i64..).zip(inputs.chain(responses)) {
-        let sequence = state.next_sequence + offset;
+        let sequence = state.session.next_sequence + offset;
         let id = ids::message_id();
         rows.message(
             state.key,
@@ -439,7 +443,11 @@ fn append_one(
     }
     let added = i64::try_from(stored.len()).map_err(Error::storage)?;
     if search == SearchWrites::Logged && added > 0 {
-        rows.changed(state.key, state.next_sequence, state.next_sequence + added);
+        rows.changed(
+            state.key,
+            state.session.next_sequence,
+            state.session.next_sequence + added,
+        );
     }
     if let Some(call) = &call {
         rows.call(state.key, call);
@@ -448,7 +456,7 @@ fn append_one(
         state.added_cost = state.added_cost.saturating_add(call.cost_micros_usd);
         state.last_call = Some(call.clone());
     }
-    state.next_sequence += added;
+    state.session.next_sequence += added;
     state.added_messages += added;
     state.session.revision += 1;
     state.session.update_time = now;
@@ -459,7 +467,9 @@ fn append_one(
         messages: stored,
         provider_call: call,
         run_id: exchange.run_id.clone(),
-        next_sequence: state.next_sequence,
+        next_sequence: state.session.next_sequence,
+        state_changes: exchange.state_changes.clone(),
+        update_time: now,
         replayed: false,
     };
     let change = Change::ExchangeAppended(appended.clone());
@@ -778,7 +788,7 @@ fn update_sessions(statements: &mut Vec<Statement>, dialect: Dialect, changed: &
             params.extend([
                 Value::Int(state.key),
                 Value::Int(state.session.revision),
-                Value::Int(state.next_sequence),
+                Value::Int(state.session.next_sequence),
                 Value::Int(state.added_messages),
                 Value::Int(state.session.update_time.0),
                 Value::Int(state.added_calls),
@@ -844,7 +854,6 @@ mod tests {
     fn session(id: &str, revision: i64) -> Loaded {
         Loaded {
             key: revision * 100,
-            next_sequence: 0,
             session: Session {
                 id: id.to_owned(),
                 title: String::new(),
@@ -859,6 +868,7 @@ mod tests {
                 parent_sequence: 0,
                 active_run_id: String::new(),
                 run_expire_time: Timestamp(0),
+                next_sequence: 0,
             },
         }
     }
@@ -880,6 +890,7 @@ mod tests {
             expected_next_sequence: None,
             request_id: String::new(),
             run_id: String::new(),
+            state_changes: Vec::new(),
         }
     }
 
@@ -1058,7 +1069,7 @@ mod tests {
             Message::text(Role::User, "new"),
         ];
         let mut loaded = session("s", 2);
-        loaded.next_sequence = 1;
+        loaded.session.next_sequence = 1;
         let requests = [("t", &request)];
         let mut run = Run::new(Dialect::Sqlite, SearchWrites::Inline, &requests);
         run.history_from = Some(1);
@@ -1103,16 +1114,16 @@ mod tests {
         let mut request = exchange("s");
         request.expected_next_sequence = Some(9);
         assert!(matches!(
-            admit(&loaded.session, 0, &request),
+            admit(&loaded.session, &request),
             Err(Error::SessionBusy { .. })
         ));
         loaded.session.active_run_id.clear();
         assert!(matches!(
-            admit(&loaded.session, 0, &request),
+            admit(&loaded.session, &request),
             Err(Error::SequenceMismatch { .. })
         ));
         request.expected_next_sequence = Some(0);
-        assert!(admit(&loaded.session, 0, &request).is_ok());
+        assert!(admit(&loaded.session, &request).is_ok());
     }
 
     #[test]

@@ -250,6 +250,15 @@ pub struct SearchQuery {
     pub limit: usize,
 }
 
+/// A write to a shared scope's entry (a delete ignores the value).
+#[derive(Clone, Debug)]
+pub struct SharedStateWrite {
+    pub scope: String,
+    pub key: String,
+    pub value: String,
+    pub expected_version: Option<i64>,
+}
+
 /// A session the sweeper should look at.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SweepCandidate {
@@ -396,6 +405,39 @@ pub trait Store: Clone + Send + Sync + 'static {
         after: Option<&str>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<StateEntry>>> + Send;
+
+    /// A shared scope's entry (`scope` is never empty).
+    fn get_shared_state(
+        &self,
+        tenant: &str,
+        scope: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<StateEntry>> + Send;
+
+    /// A shared scope's entries in key order, after `after`.
+    fn list_shared_state(
+        &self,
+        tenant: &str,
+        scope: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<StateEntry>>> + Send;
+
+    /// Writes a shared scope's entry at its next version, if its version
+    /// is `expected_version` (when given; 0: it must not exist).
+    fn set_shared_state(
+        &self,
+        tenant: &str,
+        entry: SharedStateWrite,
+    ) -> impl Future<Output = Result<StateEntry>> + Send;
+
+    /// Deletes a shared scope's entry, if its version is
+    /// `expected_version` (when given).
+    fn delete_shared_state(
+        &self,
+        tenant: &str,
+        entry: SharedStateWrite,
+    ) -> impl Future<Output = Result<()>> + Send;
 
     /// Full-text search over the current messages of a tenant's live sessions, best first.
     fn search(

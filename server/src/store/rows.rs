@@ -65,6 +65,7 @@ pub fn session_from_row(row: &impl Columns) -> Result<Session> {
         parent_sequence: row.int("parent_sequence")?,
         active_run_id: row.text("run_id")?,
         run_expire_time: Timestamp(row.int("run_expire_time")?),
+        next_sequence: row.int("next_sequence")?,
     })
 }
 

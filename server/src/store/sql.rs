@@ -15,7 +15,7 @@ use sqlx::{AnyPool, Row};
 
 use super::ops::{
     AppendExchange, Appended, ControlSession, CreateSession, DeleteIdle, DeleteSession,
-    ForkSession, PurgeTombstones, UpdateSession, Write,
+    DeleteSharedState, ForkSession, PurgeTombstones, SetSharedState, UpdateSession, Write,
 };
 use super::rows::{
     MESSAGE_COLUMNS, SESSION_COLUMNS, decode, session_from_row, stored_message_from_row, text_col,
@@ -23,7 +23,8 @@ use super::rows::{
 use super::text::{escape, escape_ordered, unescape_ordered};
 use super::writer::{self, Job, Pending, PendingAppend};
 use super::{
-    CommitSink, ListedCall, Page, ReadBound, SearchQuery, SessionHandle, Store, SweepCandidate,
+    CommitSink, ListedCall, Page, ReadBound, SearchQuery, SessionHandle, SharedStateWrite, Store,
+    SweepCandidate,
 };
 use crate::domain::{
     Control, Controlled, Ephemeral, Error, Fork, Message, NewExchange, NewSession, ProviderCall,
@@ -270,6 +271,14 @@ impl Store for SqlStore {
             sql.push_str(&format!(" AND user_name = ${next}"));
             next += 1;
         }
+        for _ in &query.metadata {
+            sql.push_str(&format!(
+                " AND key IN (SELECT session_key FROM session_metadata \
+                 WHERE tenant = $1 AND key = ${next} AND value = ${})",
+                next + 1
+            ));
+            next += 2;
+        }
         if query.after.is_some() {
             sql.push_str(&format!(
                 " AND (update_time, id) < (${next}, ${})",
@@ -283,6 +292,9 @@ impl Store for SqlStore {
         let mut q = sqlx::query(&sql).bind(escape(tenant));
         if let Some(user) = &query.user {
             q = q.bind(escape(user));
+        }
+        for (key, value) in &query.metadata {
+            q = q.bind(escape(key)).bind(escape(value));
         }
         if let Some(after) = &query.after {
             q = q.bind(after.update_time).bind(escape(&after.id));
@@ -516,6 +528,48 @@ impl Store for SqlStore {
         rows.iter().map(state_from_row).collect()
     }
 
+    async fn get_shared_state(&self, tenant: &str, scope: &str, key: &str) -> Result<StateEntry> {
+        let row = sqlx::query(
+            "SELECT scope, key, value, version, update_time FROM shared_state \
+             WHERE tenant = $1 AND scope = $2 AND key = $3",
+        )
+        .bind(escape(tenant))
+        .bind(escape_ordered(scope))
+        .bind(escape_ordered(key))
+        .fetch_optional(&self.inner.pool)
+        .await?
+        .ok_or_else(|| Error::StateNotFound(key.to_owned()))?;
+        shared_state_from_row(&row)
+    }
+
+    async fn list_shared_state(
+        &self,
+        tenant: &str,
+        scope: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StateEntry>> {
+        let rows = sqlx::query(
+            "SELECT scope, key, value, version, update_time FROM shared_state \
+             WHERE tenant = $1 AND scope = $2 AND key > $3 ORDER BY key LIMIT $4",
+        )
+        .bind(escape(tenant))
+        .bind(escape_ordered(scope))
+        .bind(escape_ordered(after.unwrap_or_default()))
+        .bind(limit_param(limit))
+        .fetch_all(&self.inner.pool)
+        .await?;
+        rows.iter().map(shared_state_from_row).collect()
+    }
+
+    async fn set_shared_state(&self, tenant: &str, entry: SharedStateWrite) -> Result<StateEntry> {
+        self.write(tenant, SetSharedState(entry)).await
+    }
+
+    async fn delete_shared_state(&self, tenant: &str, entry: SharedStateWrite) -> Result<()> {
+        self.write(tenant, DeleteSharedState(entry)).await
+    }
+
     async fn search(&self, tenant: &str, query: SearchQuery) -> Result<Vec<SearchHit>> {
         let user_filter = if query.user.is_some() {
             " AND s.user_name = $5"
@@ -655,8 +709,16 @@ impl SqlStore {
     }
 }
 
+fn shared_state_from_row(row: &AnyRow) -> Result<StateEntry> {
+    Ok(StateEntry {
+        scope: unescape_ordered(row.try_get("scope")?),
+        ..state_from_row(row)?
+    })
+}
+
 fn state_from_row(row: &AnyRow) -> Result<StateEntry> {
     Ok(StateEntry {
+        scope: String::new(),
         key: unescape_ordered(row.try_get("key")?),
         value: text_col(row, "value")?,
         version: row.try_get("version")?,

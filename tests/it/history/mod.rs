@@ -82,6 +82,7 @@ async fn rollback(
             session_id: id.to_owned(),
             after_sequence,
             run_id: String::new(),
+            ..Default::default()
         })
         .await
         .map(tonic::Response::into_inner)
@@ -181,6 +182,7 @@ async fn set_state(
             key: key.to_owned(),
             value: value.to_owned(),
             expected_version,
+            ..Default::default()
         })
         .await
         .map(tonic::Response::into_inner)
@@ -191,6 +193,7 @@ async fn get_state(client: &mut Client, id: &str, key: &str) -> Result<pb::State
         .get_state(pb::GetStateRequest {
             session_id: id.to_owned(),
             key: key.to_owned(),
+            ..Default::default()
         })
         .await
         .map(tonic::Response::into_inner)
@@ -207,6 +210,7 @@ async fn delete_state(
             session_id: id.to_owned(),
             key: key.to_owned(),
             expected_version,
+            ..Default::default()
         })
         .await
         .map(tonic::Response::into_inner)
@@ -223,6 +227,7 @@ async fn list_state(
             session_id: id.to_owned(),
             page_size,
             page_token: page_token.to_owned(),
+            ..Default::default()
         })
         .await
         .map(tonic::Response::into_inner)

@@ -226,6 +226,7 @@ async fn round_trip_case(mut client: Client, case: RoundTrip) -> Result<(), Test
                 user: case.user.clone(),
                 metadata: case.metadata.clone(),
                 initial_history: case.initial_history.clone(),
+                ..Default::default()
             })
             .await,
     )?;

@@ -736,6 +736,7 @@ async fn send(client: &mut Client, live: &Live, req: &Req) -> Result<(), tonic::
                     user: "mallory".into(),
                     metadata: metadata.clone(),
                     initial_history: history.clone(),
+                    ..Default::default()
                 })
                 .await?;
         }
@@ -756,6 +757,7 @@ async fn send(client: &mut Client, live: &Live, req: &Req) -> Result<(), tonic::
                     page_size: *page_size,
                     page_token: live.token(token),
                     user: user.clone(),
+                    ..Default::default()
                 })
                 .await?;
         }
@@ -810,6 +812,7 @@ async fn send(client: &mut Client, live: &Live, req: &Req) -> Result<(), tonic::
                     expected_next_sequence: *expected,
                     request_id: request_id.replace("{live}", &live.id),
                     run_id: run_id.clone(),
+                    ..Default::default()
                 })
                 .await?;
         }
@@ -943,6 +946,7 @@ async fn send(client: &mut Client, live: &Live, req: &Req) -> Result<(), tonic::
                     session_id: live.sid(sid),
                     after_sequence: *after,
                     run_id: run_id.clone(),
+                    ..Default::default()
                 })
                 .await?;
         }
@@ -1002,6 +1006,7 @@ async fn send(client: &mut Client, live: &Live, req: &Req) -> Result<(), tonic::
                     key: key.clone(),
                     value: value.clone(),
                     expected_version: *expected,
+                    ..Default::default()
                 })
                 .await?;
         }
@@ -1010,6 +1015,7 @@ async fn send(client: &mut Client, live: &Live, req: &Req) -> Result<(), tonic::
                 .get_state(pb::GetStateRequest {
                     session_id: live.sid(sid),
                     key: key.clone(),
+                    ..Default::default()
                 })
                 .await?;
         }
@@ -1023,6 +1029,7 @@ async fn send(client: &mut Client, live: &Live, req: &Req) -> Result<(), tonic::
                     session_id: live.sid(sid),
                     page_size: *page_size,
                     page_token: live.token(token),
+                    ..Default::default()
                 })
                 .await?;
         }
@@ -1032,6 +1039,7 @@ async fn send(client: &mut Client, live: &Live, req: &Req) -> Result<(), tonic::
                     session_id: live.sid(sid),
                     key: key.clone(),
                     expected_version: *expected,
+                    ..Default::default()
                 })
                 .await?;
         }

@@ -121,6 +121,8 @@ async fn a_rollback_is_one_revision_and_the_log_holds_every_change(backend: Back
             Control::Rollback {
                 after_sequence: 1,
                 run_id: String::new(),
+                expected_next_sequence: None,
+                return_removed: false,
             },
         )
         .await
@@ -130,7 +132,8 @@ async fn a_rollback_is_one_revision_and_the_log_holds_every_change(backend: Back
             rolled,
             Controlled::RolledBack {
                 revision: 4,
-                next_sequence: 2
+                next_sequence: 2,
+                ..
             }
         ),
         "{rolled:?}"

@@ -24,6 +24,7 @@ async fn session_ids(store: &SqlStore, tenant: &str) -> Vec<String> {
         user: None,
         after: None,
         limit: 100,
+        metadata: Vec::new(),
     };
     let mut ids: Vec<String> = store
         .list_sessions(tenant, query)
@@ -147,6 +148,7 @@ async fn a_fork_copies_the_history_up_to_a_sequence_and_goes_its_own_way(backend
         Change::SessionCreated {
             session: forked.clone(),
             messages: copied.clone(),
+            state: Vec::new(),
         }
     );
 

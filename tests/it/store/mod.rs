@@ -42,6 +42,7 @@ async fn create(store: &SqlStore, id: &str) {
         user: "u".into(),
         metadata: Metadata::default(),
         initial_history: Vec::new(),
+        initial_state: Default::default(),
     };
     let (session, _) = store.create_session(TENANT, new).await.unwrap();
     assert_eq!(session.revision, 1);
@@ -64,6 +65,7 @@ fn exchange(session_id: &str, question: &str) -> NewExchange {
         expected_next_sequence: None,
         request_id: String::new(),
         run_id: String::new(),
+        state_changes: Vec::new(),
     }
 }
 

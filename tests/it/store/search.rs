@@ -106,6 +106,8 @@ async fn search_finds_every_word_in_the_current_view(backend: Backend) {
             Control::Rollback {
                 after_sequence: 1,
                 run_id: String::new(),
+                expected_next_sequence: None,
+                return_removed: false,
             },
         )
         .await
@@ -176,6 +178,7 @@ async fn search_pages_by_offset_and_keeps_to_the_user_and_tenant(backend: Backen
         user: "bob".into(),
         metadata: Metadata::default(),
         initial_history: Vec::new(),
+        initial_state: Default::default(),
     };
     store.create_session(TENANT, bobs).await.unwrap();
     for i in 0..5 {

@@ -61,6 +61,7 @@ async fn expired_leases_are_found_and_settled_once(backend: Backend) {
                 user: String::new(),
                 metadata: Metadata::default(),
                 initial_history: Vec::new(),
+                initial_state: Default::default(),
             },
         )
         .await
@@ -295,6 +296,7 @@ async fn tombstones_are_purged_oldest_first_with_their_last_event(backend: Backe
                 user: String::new(),
                 metadata: Metadata::default(),
                 initial_history: Vec::new(),
+                initial_state: Default::default(),
             },
         )
         .await

@@ -19,6 +19,7 @@ async fn another_tenants_session_is_unknown_to_history_surgery(backend: Backend)
                 session_id: id.to_owned(),
                 after_sequence: -1,
                 run_id: RUN.into(),
+                ..Default::default()
             }
         }
     );
@@ -30,6 +31,7 @@ async fn another_tenants_session_is_unknown_to_history_surgery(backend: Backend)
             session_id: id.to_owned(),
             after_sequence: 99,
             run_id: String::new(),
+            ..Default::default()
         }
     );
     probe!(

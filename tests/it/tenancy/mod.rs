@@ -229,6 +229,7 @@ async fn sessions_of(client: &mut Client, token: &str, user: &str) -> Vec<pb::Se
                     page_size: 1000,
                     page_token,
                     user: user.to_owned(),
+                    ..Default::default()
                 },
                 token,
             ))
@@ -363,6 +364,7 @@ async fn snapshot(client: &mut Client, token: &str, id: &str) -> Snapshot {
                 session_id: id.to_owned(),
                 page_size: 1000,
                 page_token: String::new(),
+                ..Default::default()
             },
             token,
         ))
@@ -430,6 +432,7 @@ async fn set_state(
                 key: key.to_owned(),
                 value: value.to_owned(),
                 expected_version: None,
+                ..Default::default()
             },
             token,
         ))
@@ -716,6 +719,7 @@ async fn state_page_token(client: &mut Client) -> String {
                 session_id: SHARED.into(),
                 page_size: 1,
                 page_token: String::new(),
+                ..Default::default()
             },
             OWNER,
         ))

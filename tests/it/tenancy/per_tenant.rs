@@ -112,6 +112,7 @@ async fn ids_and_idempotency_keys_are_per_tenant(backend: Backend) {
                 key: "k".into(),
                 value: "globex".into(),
                 expected_version: Some(0),
+                ..Default::default()
             },
             INTRUDER,
         ))
@@ -124,6 +125,7 @@ async fn ids_and_idempotency_keys_are_per_tenant(backend: Backend) {
             pb::GetStateRequest {
                 session_id: "ses_x".into(),
                 key: "k".into(),
+                ..Default::default()
             },
             OWNER,
         ))

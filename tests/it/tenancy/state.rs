@@ -16,6 +16,7 @@ async fn another_tenants_session_is_unknown_to_state(backend: Backend) {
             key: "cwd".into(),
             value: "/srv/globex".into(),
             expected_version: None,
+            ..Default::default()
         }
     });
     probe!(
@@ -27,6 +28,7 @@ async fn another_tenants_session_is_unknown_to_state(backend: Backend) {
             key: "cwd".into(),
             value: "/srv/globex".into(),
             expected_version: Some(0),
+            ..Default::default()
         }
     );
     probe!(client, "SetState (a new key)", set_state, |id| {
@@ -35,18 +37,21 @@ async fn another_tenants_session_is_unknown_to_state(backend: Backend) {
             key: "globex".into(),
             value: "was here".into(),
             expected_version: None,
+            ..Default::default()
         }
     });
     probe!(client, "GetState (the owner's key)", get_state, |id| {
         pb::GetStateRequest {
             session_id: id.to_owned(),
             key: "cwd".into(),
+            ..Default::default()
         }
     });
     probe!(client, "GetState (a missing key)", get_state, |id| {
         pb::GetStateRequest {
             session_id: id.to_owned(),
             key: "missing".into(),
+            ..Default::default()
         }
     });
     probe!(client, "ListState", list_state, |id| pb::ListStateRequest {
@@ -61,6 +66,7 @@ async fn another_tenants_session_is_unknown_to_state(backend: Backend) {
             session_id: id.to_owned(),
             page_size: 1,
             page_token: state_token.clone(),
+            ..Default::default()
         }
     );
     probe!(
@@ -72,6 +78,7 @@ async fn another_tenants_session_is_unknown_to_state(backend: Backend) {
                 session_id: id.to_owned(),
                 key: "cwd".into(),
                 expected_version: None,
+                ..Default::default()
             }
         }
     );
@@ -83,6 +90,7 @@ async fn another_tenants_session_is_unknown_to_state(backend: Backend) {
             session_id: id.to_owned(),
             key: "files".into(),
             expected_version: Some(99),
+            ..Default::default()
         }
     );
 

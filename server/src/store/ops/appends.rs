@@ -3,7 +3,7 @@
 
 use super::{AppendExchange, Appended, Dialect, Tx, Write};
 use crate::domain::exchange::diff_full_history;
-use crate::domain::{Change, Error, Message, NewExchange, Result};
+use crate::domain::{Change, Error, Message, NewExchange, Result, Timestamp};
 use crate::store::batch;
 use crate::store::rows::decode;
 use crate::store::text::escape;
@@ -30,17 +30,19 @@ impl Tx<'_> {
         if earlier_fingerprint != fingerprint {
             return Err(Error::IdempotencyConflict(request_id.to_owned()));
         }
-        let body: String =
-            sqlx::query_scalar("SELECT body FROM events WHERE session_key = $1 AND revision = $2")
-                .bind(key)
-                .bind(revision)
-                .fetch_one(&mut *self.conn)
-                .await?;
+        let (body, time): (String, i64) = sqlx::query_as(
+            "SELECT body, time FROM events WHERE session_key = $1 AND revision = $2",
+        )
+        .bind(key)
+        .bind(revision)
+        .fetch_one(&mut *self.conn)
+        .await?;
         let Change::ExchangeAppended(mut first) = decode::<Change>(&body)? else {
             return Err(Error::storage(std::io::Error::other(
                 "idempotency key points at a non-append event",
             )));
         };
+        first.update_time = Timestamp(time);
         first.replayed = true;
         Ok(Some((revision, first)))
     }
@@ -79,7 +81,7 @@ impl Tx<'_> {
             None
         } else {
             // The lease and sequence come before the diff, as for any append.
-            batch::admit(&row.session, row.next_sequence, exchange)?;
+            batch::admit(&row.session, exchange)?;
             let bodies: Vec<String> = sqlx::query_scalar(
                 "SELECT body FROM messages WHERE session_key = $1 ORDER BY sequence",
             )
@@ -100,9 +102,14 @@ impl Tx<'_> {
             }
             Some(from)
         };
+        if !exchange.state_changes.is_empty() {
+            // The lease and sequence come before the state, as for any append.
+            batch::admit(&row.session, exchange)?;
+            self.apply_state_changes(tenant, &row, &exchange.state_changes)
+                .await?;
+        }
         let loaded = batch::Loaded {
             key: row.key,
-            next_sequence: row.next_sequence,
             session: row.session,
         };
         let applied = batch::append_loaded(

@@ -2,9 +2,9 @@
 
 use super::{ControlSession, SessionRow, Tx, Write};
 use crate::domain::{
-    Change, Control, Controlled, Message, Result, StoredMessage, Timestamp, control,
+    Change, Control, Controlled, Error, Message, Result, StoredMessage, Timestamp, control,
 };
-use crate::store::rows::{decode, encode};
+use crate::store::rows::{MESSAGE_COLUMNS, decode, encode, stored_message_from_row};
 use crate::store::text::escape;
 
 impl Write for ControlSession {
@@ -43,8 +43,19 @@ impl Tx<'_> {
                     Controlled::Revision(row.session.revision)
                 }
             }
-            Control::Rollback { after_sequence, .. } => {
-                self.rollback(&mut row, after_sequence).await?
+            Control::Rollback {
+                after_sequence,
+                expected_next_sequence,
+                return_removed,
+                ..
+            } => {
+                self.rollback(
+                    &mut row,
+                    after_sequence,
+                    expected_next_sequence,
+                    return_removed,
+                )
+                .await?
             }
             Control::Edit {
                 message_id,
@@ -103,26 +114,56 @@ impl Tx<'_> {
         &mut self,
         row: &mut SessionRow,
         after_sequence: i64,
+        expected_next_sequence: Option<i64>,
+        return_removed: bool,
     ) -> Result<Controlled> {
-        if after_sequence >= row.next_sequence - 1 {
-            return Ok(Controlled::RolledBack {
-                revision: row.session.revision,
-                next_sequence: row.next_sequence,
+        if let Some(expected) = expected_next_sequence
+            && expected != row.session.next_sequence
+        {
+            return Err(Error::SequenceMismatch {
+                expected,
+                actual: row.session.next_sequence,
             });
         }
-        let removed: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM messages WHERE session_key = $1 AND sequence > $2 ORDER BY sequence",
-        )
-        .bind(row.key)
-        .bind(after_sequence)
-        .fetch_all(&mut *self.conn)
-        .await?;
+        if after_sequence >= row.session.next_sequence - 1 {
+            return Ok(Controlled::RolledBack {
+                revision: row.session.revision,
+                next_sequence: row.session.next_sequence,
+                removed: Vec::new(),
+            });
+        }
+        let (removed, removed_messages) = if return_removed {
+            let rows = sqlx::query(&format!(
+                "SELECT {MESSAGE_COLUMNS} FROM messages \
+                 WHERE session_key = $1 AND sequence > $2 ORDER BY sequence"
+            ))
+            .bind(row.key)
+            .bind(after_sequence)
+            .fetch_all(&mut *self.conn)
+            .await?;
+            let messages = rows
+                .iter()
+                .map(|found| stored_message_from_row(found, &row.session.id))
+                .collect::<Result<Vec<_>>>()?;
+            let ids = messages.iter().map(|message| message.id.clone()).collect();
+            (ids, messages)
+        } else {
+            let ids: Vec<String> = sqlx::query_scalar(
+                "SELECT id FROM messages WHERE session_key = $1 AND sequence > $2 \
+                 ORDER BY sequence",
+            )
+            .bind(row.key)
+            .bind(after_sequence)
+            .fetch_all(&mut *self.conn)
+            .await?;
+            (ids, Vec::new())
+        };
         sqlx::query("DELETE FROM messages WHERE session_key = $1 AND sequence > $2")
             .bind(row.key)
             .bind(after_sequence)
             .execute(&mut *self.conn)
             .await?;
-        self.unindex(row.key, after_sequence + 1, row.next_sequence)
+        self.unindex(row.key, after_sequence + 1, row.session.next_sequence)
             .await?;
         let summary_cleared = removed.contains(&row.session.summary_message_id);
         if summary_cleared {
@@ -138,7 +179,7 @@ impl Tx<'_> {
         .bind(row.key)
         .execute(&mut *self.conn)
         .await?;
-        row.next_sequence = next_sequence;
+        row.session.next_sequence = next_sequence;
         let change = Change::RolledBack {
             after_sequence,
             removed_message_ids: removed,
@@ -149,6 +190,7 @@ impl Tx<'_> {
         Ok(Controlled::RolledBack {
             revision,
             next_sequence,
+            removed: removed_messages,
         })
     }
 

@@ -23,6 +23,8 @@ mod sessions;
 mod state;
 mod sweeps;
 
+pub use state::{DeleteSharedState, SetSharedState};
+
 /// The PostgreSQL channel carrying commit hints (`"<session key>:<revision>"`).
 pub const NOTIFY_CHANNEL: &str = "sessionstore_commits";
 
@@ -147,7 +149,6 @@ pub async fn apply<W: Write>(
 struct SessionRow {
     key: i64,
     session: Session,
-    next_sequence: i64,
 }
 
 /// A message to insert: the message, the call that produced it, whether it
@@ -225,7 +226,6 @@ impl Tx<'_> {
         Ok(SessionRow {
             key: row.try_get("key")?,
             session: session_from_row(&row)?,
-            next_sequence: row.try_get("next_sequence")?,
         })
     }
 

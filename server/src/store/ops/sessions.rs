@@ -4,7 +4,8 @@ use super::{
     CreateSession, DeleteIdle, DeleteSession, ForkSession, NewRow, Tx, UpdateSession, Write,
 };
 use crate::domain::{
-    Change, Error, Fork, NewSession, Result, Session, SessionPatch, StoredMessage, Timestamp, ids,
+    Change, Error, Fork, Metadata, NewSession, Result, Session, SessionPatch, StateEntry,
+    StoredMessage, Timestamp, ids,
 };
 use crate::store::rows::{MESSAGE_COLUMNS, encode, stored_message_from_row};
 use crate::store::text::escape;
@@ -35,19 +36,23 @@ impl Tx<'_> {
             parent_sequence: 0,
             active_run_id: String::new(),
             run_expire_time: Timestamp(0),
+            next_sequence: 0,
         };
-        self.insert_session(tenant, session, history, None).await
+        self.insert_session(tenant, session, history, None, new.initial_state)
+            .await
     }
 
-    /// Inserts a new session (revision 1) with its history and its
-    /// `session_created` event. `summary_index` names the history entry
-    /// that is the summary message, if any.
+    /// Inserts a new session (revision 1) with its history, its state
+    /// entries (version 1) and its `session_created` event.
+    /// `summary_index` names the history entry that is the summary
+    /// message, if any.
     pub(super) async fn insert_session(
         &mut self,
         tenant: &str,
         mut session: Session,
         history: Vec<NewRow>,
         summary_index: Option<usize>,
+        state: Metadata,
     ) -> Result<(Session, Vec<StoredMessage>)> {
         let taken: Option<i64> = sqlx::query_scalar(
             "SELECT key FROM sessions WHERE tenant = $1 AND id = $2 AND deleted = 0",
@@ -79,7 +84,9 @@ impl Tx<'_> {
         .fetch_one(&mut *self.conn)
         .await
         .map_err(|e| taken_or(e, &session.id))?;
+        self.index_metadata(key, tenant, &session.metadata).await?;
         let messages = self.insert_messages(key, &session.id, 0, history).await?;
+        session.next_sequence = count;
         if let Some(summary) = summary_index.and_then(|i| messages.get(i)) {
             session.summary_message_id = summary.id.clone();
             sqlx::query("UPDATE sessions SET summary_message_id = $1 WHERE key = $2")
@@ -88,9 +95,21 @@ impl Tx<'_> {
                 .execute(&mut *self.conn)
                 .await?;
         }
+        let mut entries = Vec::with_capacity(state.len());
+        for (state_key, value) in state {
+            self.put_state(key, &state_key, &value, 1).await?;
+            entries.push(StateEntry {
+                scope: String::new(),
+                key: state_key,
+                value,
+                version: 1,
+                update_time: self.now,
+            });
+        }
         let change = Change::SessionCreated {
             session: session.clone(),
             messages: messages.clone(),
+            state: entries,
         };
         self.insert_event(key, 1, change).await?;
         Ok((session, messages))
@@ -102,7 +121,7 @@ impl Tx<'_> {
         fork: Fork,
     ) -> Result<(Session, Vec<StoredMessage>)> {
         let source = self.load_live(tenant, &fork.source_id).await?;
-        let last = source.next_sequence - 1;
+        let last = source.session.next_sequence - 1;
         if fork.at_sequence > last {
             return Err(Error::invalid(
                 "at_sequence",
@@ -148,8 +167,9 @@ impl Tx<'_> {
             parent_sequence: fork.at_sequence,
             active_run_id: String::new(),
             run_expire_time: Timestamp(0),
+            next_sequence: 0,
         };
-        self.insert_session(tenant, session, history, summary_index)
+        self.insert_session(tenant, session, history, summary_index, Metadata::new())
             .await
     }
 
@@ -188,6 +208,7 @@ impl Tx<'_> {
         if let Some(prompt) = system_prompt {
             session.system_prompt = prompt;
         }
+        let metadata_changed = metadata.is_some();
         if let Some(metadata) = metadata {
             session.metadata = metadata;
         }
@@ -205,6 +226,10 @@ impl Tx<'_> {
         .bind(row.key)
         .execute(&mut *self.conn)
         .await?;
+        if metadata_changed {
+            self.index_metadata(row.key, tenant, &row.session.metadata)
+                .await?;
+        }
         let mut updated = row.session.clone();
         updated.revision += 1;
         updated.update_time = self.now;
@@ -213,6 +238,32 @@ impl Tx<'_> {
         };
         self.bump(&mut row, change).await?;
         Ok(updated)
+    }
+
+    /// Replaces the rows ListSessions' metadata filter reads for a session.
+    async fn index_metadata(
+        &mut self,
+        session_key: i64,
+        tenant: &str,
+        metadata: &Metadata,
+    ) -> Result<()> {
+        sqlx::query("DELETE FROM session_metadata WHERE session_key = $1")
+            .bind(session_key)
+            .execute(&mut *self.conn)
+            .await?;
+        for (key, value) in metadata {
+            sqlx::query(
+                "INSERT INTO session_metadata (session_key, tenant, key, value) \
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .bind(session_key)
+            .bind(escape(tenant))
+            .bind(escape(key))
+            .bind(escape(value))
+            .execute(&mut *self.conn)
+            .await?;
+        }
+        Ok(())
     }
 
     /// Deletes a session (only if idle since before `idle_before`, when
@@ -234,6 +285,7 @@ impl Tx<'_> {
             "DELETE FROM provider_calls WHERE session_key = $1",
             "DELETE FROM events WHERE session_key = $1",
             "DELETE FROM session_state WHERE session_key = $1",
+            "DELETE FROM session_metadata WHERE session_key = $1",
         ] {
             sqlx::query(sql).bind(key).execute(&mut *self.conn).await?;
         }

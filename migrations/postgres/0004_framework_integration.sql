@@ -1,0 +1,32 @@
+-- Framework integration (PostgreSQL): shared state scopes, and the session
+-- metadata index ListSessions' filter reads.
+
+-- State entries of a shared scope (`app:weather`, `user:weather:alice`)
+-- of a tenant, tied to no session; `version` counts the entry's own writes.
+CREATE TABLE shared_state (
+    tenant       TEXT   NOT NULL,
+    scope        TEXT   COLLATE "C" NOT NULL,
+    key          TEXT   COLLATE "C" NOT NULL,
+    value        TEXT   NOT NULL,
+    version      BIGINT NOT NULL,
+    update_time  BIGINT NOT NULL,
+    PRIMARY KEY (tenant, scope, key)
+);
+
+-- Each live session's metadata entries, one row each (escaped as every
+-- TEXT column is), so a `metadata.KEY = "…"` filter is an index lookup.
+CREATE TABLE session_metadata (
+    session_key  BIGINT NOT NULL REFERENCES sessions (key) ON DELETE CASCADE,
+    tenant       TEXT   NOT NULL,
+    key          TEXT   NOT NULL,
+    value        TEXT   NOT NULL,
+    PRIMARY KEY (session_key, key)
+);
+CREATE INDEX session_metadata_by_value ON session_metadata (tenant, key, value);
+
+-- jsonb cannot hold U+0000: metadata with one (written through the escape)
+-- is left out of the backfill, and found by the filter once it is updated.
+INSERT INTO session_metadata (session_key, tenant, key, value)
+SELECT s.key, s.tenant, replace(j.key, '\', '\\'), replace(j.value, '\', '\\')
+FROM sessions s, jsonb_each_text(s.metadata::jsonb) j
+WHERE s.deleted = 0 AND strpos(s.metadata, '\u0000') = 0;
