@@ -344,14 +344,22 @@ async fn core_benchmarks(
             plan.list.sessions,
             plan.list.sessions * plan.list.messages_each
         );
-        for (page, token) in [
-            ("first page".to_owned(), String::new()),
+        let selective = reads::selective_filter();
+        let apps = reads::apps(plan.list.sessions);
+        for (page, token, filter) in [
+            ("first page".to_owned(), String::new(), String::new()),
             (
                 format!("page {} (deep)", plan.deep_pages + 1),
                 reads::token_after(&server, plan.deep_pages).await?,
+                String::new(),
+            ),
+            (
+                format!("filter {selective} (1 in {apps}), first page"),
+                String::new(),
+                selective.clone(),
             ),
         ] {
-            let mut took = reads::list_pages(&server, &token, plan.list_samples).await?;
+            let mut took = reads::list_pages(&server, &token, &filter, plan.list_samples).await?;
             let ms: Vec<f64> = took.iter().map(|d| d.as_secs_f64() * 1e3).collect();
             let latency = Latency::of(&mut took);
             let mut figure = Figure::new(

@@ -211,11 +211,14 @@ pub async fn prepare_list(
     for writer in 0..writers {
         let mut client = server.connect().await?;
         let (sessions, messages) = (shape.sessions, shape.messages_each);
+        let apps = apps(sessions);
         tasks.spawn(async move {
             for n in (writer..sessions).step_by(writers) {
                 let id = format!("bench-list-{n:07}");
                 let user = format!("user-{}", n % 100);
-                workload::create_session(&mut client, &id, &user, messages, 100).await?;
+                let metadata = [("app".to_owned(), format!("app-{}", n % apps))].into();
+                workload::create_tagged_session(&mut client, &id, &user, messages, 100, metadata)
+                    .await?;
             }
             Ok::<_, anyhow::Error>(())
         });
@@ -227,6 +230,20 @@ pub async fn prepare_list(
 }
 
 pub const PAGE_SIZE: i32 = 50;
+
+/// Sessions of the list benchmark sharing one `app` metadata value: a
+/// filter on one matches this many (1 in 1,000 of 100,000 sessions).
+pub const PER_APP: usize = 100;
+
+/// Distinct `app` values among `sessions` sessions.
+pub fn apps(sessions: usize) -> usize {
+    (sessions / PER_APP).max(1)
+}
+
+/// The filter the filtered list case pages through.
+pub fn selective_filter() -> String {
+    "metadata.app = \"app-0\"".to_owned()
+}
 
 /// The page token of the page after `pages` pages (0: the first page).
 pub async fn token_after(server: &Server, pages: usize) -> anyhow::Result<String> {
@@ -250,10 +267,12 @@ pub async fn token_after(server: &Server, pages: usize) -> anyhow::Result<String
     Ok(token)
 }
 
-/// `samples` sequential ListSessions calls for the page at `token`.
+/// `samples` sequential ListSessions calls for the page at `token` of
+/// `filter` (empty: every session).
 pub async fn list_pages(
     server: &Server,
     token: &str,
+    filter: &str,
     samples: usize,
 ) -> anyhow::Result<Vec<Duration>> {
     let mut client = server.connect().await?;
@@ -264,6 +283,7 @@ pub async fn list_pages(
             .list_sessions(pb::ListSessionsRequest {
                 page_size: PAGE_SIZE,
                 page_token: token.to_owned(),
+                filter: filter.to_owned(),
                 ..Default::default()
             })
             .await?

@@ -93,6 +93,18 @@ pub async fn create_session(
     initial: usize,
     bytes: usize,
 ) -> anyhow::Result<()> {
+    create_tagged_session(client, id, user_name, initial, bytes, Default::default()).await
+}
+
+/// As [`create_session`], with `metadata`.
+pub async fn create_tagged_session(
+    client: &mut SessionStoreClient<Channel>,
+    id: &str,
+    user_name: &str,
+    initial: usize,
+    bytes: usize,
+    metadata: std::collections::BTreeMap<String, String>,
+) -> anyhow::Result<()> {
     let initial_history = (0..initial)
         .map(|i| pb::Message {
             role: if i % 2 == 0 {
@@ -110,6 +122,7 @@ pub async fn create_session(
             session_id: id.to_owned(),
             title: format!("bench {id}"),
             user: user_name.to_owned(),
+            metadata,
             initial_history,
             ..Default::default()
         })
