@@ -756,3 +756,89 @@ async fn delete_through_a_ends_watch_on_b() {
     drop((stream, a, b));
     replicas.stop().await;
 }
+
+/// Shared state scopes and an exchange's state changes across replicas:
+/// writers on two replicas racing on one shared entry each get their own
+/// version (none lost), a state change made through A is what B reads, and
+/// B's watcher sees it in A's exchange.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_state_written_on_two_replicas_loses_no_write() {
+    if !postgres_available("replicas::shared_state_written_on_two_replicas_loses_no_write").await {
+        return;
+    }
+    let replicas = Replicas::start(2, |_, _| {}).await;
+    let mut a = replicas.client(0).await;
+    let mut b = replicas.client(1).await;
+    let created = create(&mut a, "ses_replicas_state").await;
+    let mut watching = watch(&mut b, &created.id, created.revision).await;
+
+    // Both replicas create and then bump one new shared key at once.
+    const WRITES: usize = 10;
+    let set = |value: String| pb::SetStateRequest {
+        key: "counter".into(),
+        value,
+        scope: "app:race".into(),
+        ..Default::default()
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for (name, client) in [("a", a.clone()), ("b", b.clone())] {
+        let mut client = client;
+        let set = set.clone();
+        tasks.spawn(async move {
+            let mut versions = Vec::new();
+            for i in 0..WRITES {
+                let entry = client
+                    .set_state(set(format!("{name}{i}")))
+                    .await
+                    .expect("set shared state")
+                    .into_inner();
+                versions.push(entry.version);
+            }
+            versions
+        });
+    }
+    let mut versions: Vec<i64> = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        versions.extend(done.expect("writer task"));
+    }
+    versions.sort_unstable();
+    let expected: Vec<i64> = (1..=(2 * WRITES) as i64).collect();
+    assert_eq!(versions, expected, "every write has its own version");
+
+    // A state change made through A, read through B and seen by B's watcher.
+    let request = pb::AppendExchangeRequest {
+        state_changes: vec![pb::StateChange {
+            scope: "app:race".into(),
+            key: "counter".into(),
+            value: "from the exchange".into(),
+            delete: false,
+        }],
+        ..exchange_request(&created.id, "question", "answer")
+    };
+    let appended = append(&mut a, request.clone()).await;
+    let entry = b
+        .get_state(pb::GetStateRequest {
+            key: "counter".into(),
+            scope: "app:race".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("get shared state on B")
+        .into_inner();
+    assert_eq!(
+        (entry.value.as_str(), entry.version),
+        ("from the exchange", 2 * WRITES as i64 + 1)
+    );
+    let event = loop {
+        let event = next(&mut watching).await;
+        if event.revision == appended.revision {
+            break event;
+        }
+    };
+    let Some(Event::ExchangeAppended(seen)) = event.event else {
+        panic!("expected exchange_appended, got {}", event_kind(&event));
+    };
+    assert_eq!(seen.state_changes, request.state_changes);
+    drop(watching);
+    replicas.stop().await;
+}
