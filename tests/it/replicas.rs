@@ -783,7 +783,6 @@ async fn shared_state_written_on_two_replicas_loses_no_write() {
     let mut tasks = tokio::task::JoinSet::new();
     for (name, client) in [("a", a.clone()), ("b", b.clone())] {
         let mut client = client;
-        let set = set.clone();
         tasks.spawn(async move {
             let mut versions = Vec::new();
             for i in 0..WRITES {
