@@ -4,11 +4,9 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    // Inside the workspace the protos live at ../proto; a packaged crate carries a copy.
-    let proto_root = [manifest_dir.join("../proto"), manifest_dir.join("proto")]
-        .into_iter()
-        .find(|p| p.join("sessionstore/v1/sessionstore.proto").exists())
-        .ok_or("cannot find proto/sessionstore/v1/sessionstore.proto")?;
+    // `proto` is a link to the workspace's ../proto, which `cargo package`
+    // copies into the package: the packaged crate builds on its own.
+    let proto_root = manifest_dir.join("proto");
     let files = [
         proto_root.join("sessionstore/v1/messages.proto"),
         proto_root.join("sessionstore/v1/sessionstore.proto"),
