@@ -17,6 +17,7 @@ use crate::domain::{
 mod batch;
 mod export;
 mod fault;
+mod once;
 mod ops;
 mod postgres;
 mod rows;

@@ -90,14 +90,7 @@ impl Tx<'_> {
                 .fetch_one(&mut *self.conn)
                 .await?;
         if entries >= control::MAX_STATE_ENTRIES {
-            return Err(Error::LimitExceeded {
-                field: "key".into(),
-                limit: "max_state_entries",
-                description: format!(
-                    "the session already holds {} state entries, the most allowed",
-                    control::MAX_STATE_ENTRIES
-                ),
-            });
+            return Err(full("session"));
         }
         Ok(())
     }
@@ -170,6 +163,18 @@ impl Tx<'_> {
             deleted: true,
         };
         Ok(Controlled::Revision(self.bump(row, change).await?))
+    }
+}
+
+/// A new entry refused: the `session` or `scope` holds the most allowed.
+fn full(holder: &str) -> Error {
+    Error::LimitExceeded {
+        field: "key".into(),
+        limit: "max_state_entries",
+        description: format!(
+            "the {holder} already holds {} state entries, the most allowed",
+            control::MAX_STATE_ENTRIES
+        ),
     }
 }
 
@@ -286,14 +291,7 @@ impl Tx<'_> {
                 .fetch_one(&mut *self.conn)
                 .await?;
                 if entries >= control::MAX_STATE_ENTRIES {
-                    return Err(Error::LimitExceeded {
-                        field: "key".into(),
-                        limit: "max_state_entries",
-                        description: format!(
-                            "the scope already holds {} state entries, the most allowed",
-                            control::MAX_STATE_ENTRIES
-                        ),
-                    });
+                    return Err(full("scope"));
                 }
                 sqlx::query(
                     "INSERT INTO shared_state (tenant, scope, key, value, version, update_time) \

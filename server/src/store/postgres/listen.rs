@@ -2,7 +2,7 @@
 //! head moves for this replica's watchers, and ephemeral changes sent to
 //! the other replicas (see the module notes of `postgres/`).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::PgListener;
@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::domain::{Ephemeral, Result, Timestamp};
+use crate::store::once::TakeOnce;
 use crate::store::ops::NOTIFY_CHANNEL;
 use crate::store::{CommitSink, rows};
 
@@ -27,7 +28,7 @@ const RESYNC_CHUNK: usize = 500;
 /// The listener task of this replica.
 pub(super) struct Listener {
     closing: watch::Sender<bool>,
-    task: Mutex<Option<JoinHandle<()>>>,
+    task: TakeOnce<JoinHandle<()>>,
 }
 
 impl Listener {
@@ -53,21 +54,14 @@ impl Listener {
         ));
         Listener {
             closing,
-            task: Mutex::new(Some(task)),
+            task: TakeOnce::new(task),
         }
     }
 
     /// Stops listening and waits for the task.
     pub(super) async fn stop(&self) {
         self.closing.send_replace(true);
-        let task = self
-            .task
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(task) = task {
-            let _ = task.await;
-        }
+        self.task.join().await;
     }
 }
 

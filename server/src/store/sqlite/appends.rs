@@ -39,6 +39,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::domain::{Error, NewExchange, Result, Timestamp};
 use crate::store::OpenError;
 use crate::store::batch::{Outcome, Run, Statement, Value};
+use crate::store::once::TakeOnce;
 use crate::store::ops::{Dialect, SearchWrites};
 use crate::store::rows::Columns;
 use crate::store::writer::PendingAppend;
@@ -98,7 +99,7 @@ pub(super) type AfterSync = Box<dyn FnOnce(bool) + Send>;
 /// The engine writer thread's handle, and its syncer's.
 pub(super) struct EngineAppends {
     requests: mpsc::Sender<Work>,
-    stopped: Mutex<Option<oneshot::Receiver<()>>>,
+    stopped: TakeOnce<oneshot::Receiver<()>>,
     syncer: WalSyncer,
 }
 
@@ -149,7 +150,7 @@ impl EngineAppends {
         let syncer = WalSyncer::start(PathBuf::from(wal))?;
         Ok(EngineAppends {
             requests,
-            stopped: Mutex::new(Some(stopped)),
+            stopped: TakeOnce::new(stopped),
             syncer,
         })
     }
@@ -191,12 +192,7 @@ impl EngineAppends {
     /// everything waiting on a sync has run. Nothing may append after.
     pub(super) async fn stop(&self) {
         let _ = self.requests.send(Work::Stop).await;
-        let stopped = self
-            .stopped
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(stopped) = stopped {
+        if let Some(stopped) = self.stopped.take() {
             let _ = stopped.await;
         }
         self.syncer.stop().await;
@@ -226,7 +222,7 @@ impl WalCheckpoints {
 struct WalSyncer {
     /// `None` once stopped.
     waiting: Mutex<Option<std::sync::mpsc::Sender<AfterSync>>>,
-    stopped: Mutex<Option<oneshot::Receiver<()>>>,
+    stopped: TakeOnce<oneshot::Receiver<()>>,
 }
 
 impl WalSyncer {
@@ -242,7 +238,7 @@ impl WalSyncer {
             .map_err(|error| OpenError::Engine(Box::new(error)))?;
         Ok(WalSyncer {
             waiting: Mutex::new(Some(waiting)),
-            stopped: Mutex::new(Some(stopped)),
+            stopped: TakeOnce::new(stopped),
         })
     }
 
@@ -265,12 +261,7 @@ impl WalSyncer {
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
         );
-        let stopped = self
-            .stopped
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(stopped) = stopped {
+        if let Some(stopped) = self.stopped.take() {
             let _ = stopped.await;
         }
     }

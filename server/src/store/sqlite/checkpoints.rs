@@ -36,6 +36,7 @@ use rusqlite::{Connection, ffi};
 use super::appends::{Checkpointed, WalCheckpoints};
 use crate::store::OpenError;
 use crate::store::fault::{self, DiskSpace};
+use crate::store::once::TakeOnce;
 
 /// How often the WAL is copied back into the database file.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
@@ -47,7 +48,7 @@ pub(super) const RESTART_FRAMES: i64 = 4096;
 /// The checkpointer thread's handle.
 pub(super) struct Checkpointer {
     stop: mpsc::Sender<()>,
-    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    thread: TakeOnce<std::thread::JoinHandle<()>>,
 }
 
 impl Checkpointer {
@@ -65,21 +66,14 @@ impl Checkpointer {
             .map_err(|error| OpenError::Engine(Box::new(error)))?;
         Ok(Checkpointer {
             stop,
-            thread: std::sync::Mutex::new(Some(thread)),
+            thread: TakeOnce::new(thread),
         })
     }
 
     /// Stops the thread and waits for it.
     pub(super) async fn stop(&self) {
         let _ = self.stop.send(());
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(thread) = thread {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        }
+        self.thread.join().await;
     }
 }
 

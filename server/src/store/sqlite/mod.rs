@@ -20,7 +20,7 @@
 //! `sqlite::memory:` runs the same writer on a one-connection pool, the
 //! connection kept open for the store's lifetime, without an engine.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use futures_core::future::BoxFuture;
 use sqlx::AnyPool;
@@ -29,6 +29,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::fault::DiskSpace;
+use super::once::TakeOnce;
 use super::sql::{self, Backend, close_pool};
 use super::writer::{Job, PendingAppend, enqueue};
 use super::{CommitSink, OpenError, Page, ReadBound, SessionHandle};
@@ -54,7 +55,7 @@ const QUEUE_DEPTH: usize = 4096;
 pub(super) struct Sqlite {
     /// The writer task's queue; `None` asks it to stop.
     queue: mpsc::Sender<Option<Queued>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    writer: TakeOnce<JoinHandle<()>>,
     engine: Option<Arc<Engine>>,
 }
 
@@ -77,7 +78,7 @@ pub(super) async fn open(
     let writer = tokio::spawn(writer::run(pool.clone(), jobs, sink, engine.clone(), space));
     let sqlite = Sqlite {
         queue,
-        writer: Mutex::new(Some(writer)),
+        writer: TakeOnce::new(writer),
         engine,
     };
     Ok((pool, sqlite))
@@ -168,14 +169,7 @@ impl Backend for Sqlite {
         Box::pin(async move {
             // The writer finishes what is queued, then stops.
             let _ = self.queue.send(None).await;
-            let writer = self
-                .writer
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            if let Some(writer) = writer {
-                let _ = writer.await;
-            }
+            self.writer.join().await;
             if let Some(engine) = &self.engine {
                 engine.stop().await;
             }

@@ -36,9 +36,9 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension};
@@ -47,6 +47,7 @@ use tokio::sync::watch;
 use crate::domain::{Error, Message, Result, control};
 use crate::store::OpenError;
 use crate::store::fault::{self, DiskSpace};
+use crate::store::once::TakeOnce;
 use crate::store::rows::{decode, search_rowid};
 
 /// The FTS5 table, in the schema `search` (this file, or memory), and its
@@ -134,7 +135,7 @@ pub(super) struct SearchIndexer {
     stop: Arc<std::sync::atomic::AtomicBool>,
     /// Searches waiting for the index to catch up.
     searching: Arc<AtomicUsize>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    thread: TakeOnce<std::thread::JoinHandle<()>>,
 }
 
 /// Where the indexer is.
@@ -179,7 +180,7 @@ impl SearchIndexer {
             applied: watching,
             stop,
             searching,
-            thread: Mutex::new(Some(thread)),
+            thread: TakeOnce::new(thread),
         })
     }
 
@@ -214,14 +215,7 @@ impl SearchIndexer {
     pub(super) async fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         self.wake();
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(thread) = thread {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        }
+        self.thread.join().await;
     }
 }
 
