@@ -198,14 +198,14 @@ def edit_message(
     return request
 
 
-def transcript_format(value: TranscriptFormatLike) -> int:
+def transcript_format(value: TranscriptFormatLike) -> m.TranscriptFormat:
     """``"markdown"``, ``"openai_json"`` (or the enum's full names) or the enum value."""
     if isinstance(value, int):
-        return value
+        return value  # type: ignore[return-value]
     name = value.upper()
     if not name.startswith("TRANSCRIPT_FORMAT_"):
         name = "TRANSCRIPT_FORMAT_" + name
-    return int(m.TranscriptFormat.Value(name))
+    return m.TranscriptFormat.Value(name)  # type: ignore[no-any-return]
 
 
 def set_state(

@@ -38,7 +38,8 @@ class RetryPolicy:
 
     def backoff(self, retry: int) -> float:
         """The wait before retry number ``retry`` (1 for the first), with jitter."""
-        full = min(self.initial_backoff * (2 ** min(max(retry - 1, 0), 30)), self.max_backoff)
+        doublings = min(max(retry - 1, 0), 30)
+        full = min(self.initial_backoff * float(1 << doublings), self.max_backoff)
         return full / 2 + random.random() * full / 2
 
     def delay_after(self, error: SessionstoreError, retry: int) -> float:

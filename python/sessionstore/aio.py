@@ -83,7 +83,7 @@ class AsyncClient:
             if tls_ca_certificate is not None or tls_client_certificate is not None:
                 raise ValueError("TLS settings need an https:// URL")
             self._channel = grpc.aio.insecure_channel(target.address, options=options)
-        self._stub = SessionStoreStub(self._channel)
+        self._stub = SessionStoreStub(self._channel)  # type: ignore[no-untyped-call]
         self._timeout = request_timeout
         self._retry = retry_policy
         self._watch_retry = watch_retry_policy

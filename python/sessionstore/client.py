@@ -92,7 +92,7 @@ class Client:
             if tls_ca_certificate is not None or tls_client_certificate is not None:
                 raise ValueError("TLS settings need an https:// URL")
             self._channel = grpc.insecure_channel(target.address, options=options)
-        self._stub = SessionStoreStub(self._channel)
+        self._stub = SessionStoreStub(self._channel)  # type: ignore[no-untyped-call]
         self._timeout = request_timeout
         self._retry = retry_policy
         self._watch_retry = watch_retry_policy
@@ -687,7 +687,7 @@ class SessionEvents(Iterator[m.SessionEvent]):
                 state.opened = True
             state.failures = 0
             if state.admit(event):
-                return event
+                return event  # type: ignore[no-any-return]
 
     def _drop_call(self) -> None:
         with self._lock:
