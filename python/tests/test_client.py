@@ -379,3 +379,41 @@ def test_urls_and_settings() -> None:
         parse_url("ftp://host:1")
     with pytest.raises(ValueError):
         sessionstore.Client("http://127.0.0.1:1", tls_ca_certificate=b"pem")
+
+
+def test_framework_adapter_calls(client: sessionstore.Client) -> None:
+    """What adapters build on: initial state, state changed with an exchange,
+    shared scopes, metadata filters, "pop" by rollback, next_sequence."""
+    session = client.create_session(
+        metadata={"app": "weather"}, user="alice", initial_state={"mode": "brief"}
+    )
+    assert client.get_state(session.id, key="mode").version == 1
+    appended = client.append_exchange(
+        session.id,
+        messages=[user("hi")],
+        state_changes=[{"key": "turns", "value": "1"}, v1.StateChange(key="mode", delete=True)],
+    )
+    assert client.get_state(session.id, key="turns").version == appended.revision
+    with pytest.raises(sessionstore.StateNotFound):
+        client.get_state(session.id, key="mode")
+    assert client.get_session(session.id).next_sequence == 1
+
+    client.set_state(scope="app:weather", key="units", value="metric")
+    assert client.get_state(scope="app:weather", key="units").scope == "app:weather"
+    assert [e.key for e in client.iter_state(scope="app:weather")] == ["units"]
+    assert client.delete_state(scope="app:weather", key="units").revision == 0
+
+    client.create_session(metadata={"app": "other"}, user="alice")
+    found = list(client.iter_sessions(filter='metadata.app = "weather" AND user = "alice"'))
+    assert [s.session.id for s in found] == [session.id]
+    with pytest.raises(sessionstore.InvalidArgument) as bad_filter:
+        client.list_sessions(filter="title ~ 'x'")
+    assert bad_filter.value.field == "filter"
+
+    popped = client.rollback_session(
+        session.id, after_sequence=-1, expected_next_sequence=1, return_removed=True
+    )
+    assert [m.message.content for m in popped.removed_messages] == ["hi"]
+    with pytest.raises(sessionstore.SequenceMismatch) as stale:
+        client.rollback_session(session.id, after_sequence=-1, expected_next_sequence=1)
+    assert stale.value.actual_next_sequence == 0
