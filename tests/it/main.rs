@@ -22,6 +22,7 @@ mod large;
 mod newcomer;
 mod ops;
 mod python;
+mod python_package;
 mod readme;
 mod replicas;
 mod runs;

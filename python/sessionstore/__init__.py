@@ -1,0 +1,75 @@
+"""Python client for sessionstore, the gRPC service that stores LLM chat sessions.
+
+``Client`` is the blocking client; ``AsyncClient`` the ``asyncio`` one
+(``grpc.aio``). Both return the generated protobuf messages, found in
+``sessionstore.v1``; errors are ``SessionstoreError`` subclasses.
+"""
+
+__version__ = "0.1.0"
+
+from . import v1  # noqa: E402
+from ._errors import (  # noqa: E402
+    Aborted,
+    AlreadyExists,
+    Cancelled,
+    DeadlineExceeded,
+    FailedPrecondition,
+    HistoryMismatch,
+    Internal,
+    InvalidArgument,
+    LimitExceeded,
+    MessageNotFound,
+    NotFound,
+    OutOfRange,
+    PermissionDenied,
+    RateLimited,
+    RequestIdReused,
+    ResourceExhausted,
+    RevisionOutOfRange,
+    SequenceMismatch,
+    SessionBusy,
+    SessionNotFound,
+    SessionstoreError,
+    StateNotFound,
+    StateVersionMismatch,
+    Unauthenticated,
+    Unavailable,
+)
+from ._retry import RetryPolicy  # noqa: E402
+from .aio import AsyncClient, AsyncSessionEvents  # noqa: E402
+from .client import Client, SessionEvents  # noqa: E402
+
+__all__ = [
+    "__version__",
+    "v1",
+    "Client",
+    "AsyncClient",
+    "SessionEvents",
+    "AsyncSessionEvents",
+    "RetryPolicy",
+    "SessionstoreError",
+    "NotFound",
+    "SessionNotFound",
+    "MessageNotFound",
+    "StateNotFound",
+    "AlreadyExists",
+    "RequestIdReused",
+    "InvalidArgument",
+    "Aborted",
+    "SequenceMismatch",
+    "StateVersionMismatch",
+    "FailedPrecondition",
+    "SessionBusy",
+    "HistoryMismatch",
+    "OutOfRange",
+    "RevisionOutOfRange",
+    "ResourceExhausted",
+    "RateLimited",
+    "LimitExceeded",
+    "Unavailable",
+    "Unauthenticated",
+    "PermissionDenied",
+    "DeadlineExceeded",
+    "Cancelled",
+    "Internal",
+]

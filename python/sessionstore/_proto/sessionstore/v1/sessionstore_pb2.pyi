@@ -1,0 +1,429 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import field_mask_pb2 as _field_mask_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from . import messages_pb2 as _messages_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CreateSessionRequest(_message.Message):
+    __slots__ = ("session_id", "title", "system_prompt", "user", "metadata", "initial_history", "initial_state")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class InitialStateEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_STATE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    title: str
+    system_prompt: str
+    user: str
+    metadata: _containers.ScalarMap[str, str]
+    initial_history: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
+    initial_state: _containers.ScalarMap[str, str]
+    def __init__(self, session_id: _Optional[str] = ..., title: _Optional[str] = ..., system_prompt: _Optional[str] = ..., user: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., initial_history: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., initial_state: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "user", "filter")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    user: str
+    filter: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., user: _Optional[str] = ..., filter: _Optional[str] = ...) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ("sessions", "next_page_token")
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[_messages_pb2.SessionSummary]
+    next_page_token: str
+    def __init__(self, sessions: _Optional[_Iterable[_Union[_messages_pb2.SessionSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class UpdateSessionRequest(_message.Message):
+    __slots__ = ("session", "update_mask")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_MASK_FIELD_NUMBER: _ClassVar[int]
+    session: _messages_pb2.Session
+    update_mask: _field_mask_pb2.FieldMask
+    def __init__(self, session: _Optional[_Union[_messages_pb2.Session, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
+
+class DeleteSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class DeleteSessionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AppendExchangeRequest(_message.Message):
+    __slots__ = ("session_id", "messages", "full_history", "provider_call", "response_messages", "expected_next_sequence", "request_id", "run_id", "state_changes")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    FULL_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_CALL_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_NEXT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_CHANGES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
+    full_history: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
+    provider_call: _messages_pb2.ProviderCall
+    response_messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
+    expected_next_sequence: int
+    request_id: str
+    run_id: str
+    state_changes: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StateChange]
+    def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., full_history: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., provider_call: _Optional[_Union[_messages_pb2.ProviderCall, _Mapping]] = ..., response_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., expected_next_sequence: _Optional[int] = ..., request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., state_changes: _Optional[_Iterable[_Union[_messages_pb2.StateChange, _Mapping]]] = ...) -> None: ...
+
+class AppendExchangeResponse(_message.Message):
+    __slots__ = ("messages", "provider_call", "revision", "next_sequence", "update_time")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_CALL_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredMessage]
+    provider_call: _messages_pb2.ProviderCall
+    revision: int
+    next_sequence: int
+    update_time: _timestamp_pb2.Timestamp
+    def __init__(self, messages: _Optional[_Iterable[_Union[_messages_pb2.StoredMessage, _Mapping]]] = ..., provider_call: _Optional[_Union[_messages_pb2.ProviderCall, _Mapping]] = ..., revision: _Optional[int] = ..., next_sequence: _Optional[int] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ExportHistoryRequest(_message.Message):
+    __slots__ = ("session_id", "include_system_prompt", "from_summary", "after_sequence", "max_messages")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    FROM_SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    include_system_prompt: bool
+    from_summary: bool
+    after_sequence: int
+    max_messages: int
+    def __init__(self, session_id: _Optional[str] = ..., include_system_prompt: _Optional[bool] = ..., from_summary: _Optional[bool] = ..., after_sequence: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class ExportHistoryResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
+    def __init__(self, messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ...) -> None: ...
+
+class ListMessagesRequest(_message.Message):
+    __slots__ = ("session_id", "after_sequence", "page_size", "page_token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    after_sequence: int
+    page_size: int
+    page_token: str
+    def __init__(self, session_id: _Optional[str] = ..., after_sequence: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListMessagesResponse(_message.Message):
+    __slots__ = ("messages", "next_page_token")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredMessage]
+    next_page_token: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[_messages_pb2.StoredMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListProviderCallsRequest(_message.Message):
+    __slots__ = ("session_id", "page_size", "page_token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListProviderCallsResponse(_message.Message):
+    __slots__ = ("provider_calls", "next_page_token")
+    PROVIDER_CALLS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    provider_calls: _containers.RepeatedCompositeFieldContainer[_messages_pb2.ProviderCall]
+    next_page_token: str
+    def __init__(self, provider_calls: _Optional[_Iterable[_Union[_messages_pb2.ProviderCall, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WatchSessionRequest(_message.Message):
+    __slots__ = ("session_id", "after_revision", "include_active_deltas")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_REVISION_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_ACTIVE_DELTAS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    after_revision: int
+    include_active_deltas: bool
+    def __init__(self, session_id: _Optional[str] = ..., after_revision: _Optional[int] = ..., include_active_deltas: _Optional[bool] = ...) -> None: ...
+
+class PublishDeltaRequest(_message.Message):
+    __slots__ = ("session_id", "run_id", "index", "text", "block")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    run_id: str
+    index: int
+    text: str
+    block: _messages_pb2.ContentBlock
+    def __init__(self, session_id: _Optional[str] = ..., run_id: _Optional[str] = ..., index: _Optional[int] = ..., text: _Optional[str] = ..., block: _Optional[_Union[_messages_pb2.ContentBlock, _Mapping]] = ...) -> None: ...
+
+class PublishDeltaResponse(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+
+class DiscardRunRequest(_message.Message):
+    __slots__ = ("session_id", "run_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    run_id: str
+    def __init__(self, session_id: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class DiscardRunResponse(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+
+class BeginRunRequest(_message.Message):
+    __slots__ = ("session_id", "run_id", "lease")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    run_id: str
+    lease: _duration_pb2.Duration
+    def __init__(self, session_id: _Optional[str] = ..., run_id: _Optional[str] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class BeginRunResponse(_message.Message):
+    __slots__ = ("revision", "expire_time")
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, revision: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class EndRunRequest(_message.Message):
+    __slots__ = ("session_id", "run_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    run_id: str
+    def __init__(self, session_id: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class EndRunResponse(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+
+class RollbackSessionRequest(_message.Message):
+    __slots__ = ("session_id", "after_sequence", "run_id", "expected_next_sequence", "return_removed")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_NEXT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    RETURN_REMOVED_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    after_sequence: int
+    run_id: str
+    expected_next_sequence: int
+    return_removed: bool
+    def __init__(self, session_id: _Optional[str] = ..., after_sequence: _Optional[int] = ..., run_id: _Optional[str] = ..., expected_next_sequence: _Optional[int] = ..., return_removed: _Optional[bool] = ...) -> None: ...
+
+class RollbackSessionResponse(_message.Message):
+    __slots__ = ("revision", "next_sequence", "removed_messages")
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    next_sequence: int
+    removed_messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredMessage]
+    def __init__(self, revision: _Optional[int] = ..., next_sequence: _Optional[int] = ..., removed_messages: _Optional[_Iterable[_Union[_messages_pb2.StoredMessage, _Mapping]]] = ...) -> None: ...
+
+class EditMessageRequest(_message.Message):
+    __slots__ = ("session_id", "message_id", "message", "reason", "run_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    message_id: str
+    message: _messages_pb2.Message
+    reason: str
+    run_id: str
+    def __init__(self, session_id: _Optional[str] = ..., message_id: _Optional[str] = ..., message: _Optional[_Union[_messages_pb2.Message, _Mapping]] = ..., reason: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class EditMessageResponse(_message.Message):
+    __slots__ = ("revision", "message")
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    message: _messages_pb2.StoredMessage
+    def __init__(self, revision: _Optional[int] = ..., message: _Optional[_Union[_messages_pb2.StoredMessage, _Mapping]] = ...) -> None: ...
+
+class RedactMessageRequest(_message.Message):
+    __slots__ = ("session_id", "message_id", "reason", "run_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    message_id: str
+    reason: str
+    run_id: str
+    def __init__(self, session_id: _Optional[str] = ..., message_id: _Optional[str] = ..., reason: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class RedactMessageResponse(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+
+class ForkSessionRequest(_message.Message):
+    __slots__ = ("session_id", "at_sequence", "new_session_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    NEW_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    at_sequence: int
+    new_session_id: str
+    def __init__(self, session_id: _Optional[str] = ..., at_sequence: _Optional[int] = ..., new_session_id: _Optional[str] = ...) -> None: ...
+
+class ExportTranscriptRequest(_message.Message):
+    __slots__ = ("session_id", "format")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    format: _messages_pb2.TranscriptFormat
+    def __init__(self, session_id: _Optional[str] = ..., format: _Optional[_Union[_messages_pb2.TranscriptFormat, str]] = ...) -> None: ...
+
+class ExportTranscriptResponse(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...
+
+class SetStateRequest(_message.Message):
+    __slots__ = ("session_id", "key", "value", "expected_version", "scope")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    key: str
+    value: str
+    expected_version: int
+    scope: str
+    def __init__(self, session_id: _Optional[str] = ..., key: _Optional[str] = ..., value: _Optional[str] = ..., expected_version: _Optional[int] = ..., scope: _Optional[str] = ...) -> None: ...
+
+class GetStateRequest(_message.Message):
+    __slots__ = ("session_id", "key", "scope")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    key: str
+    scope: str
+    def __init__(self, session_id: _Optional[str] = ..., key: _Optional[str] = ..., scope: _Optional[str] = ...) -> None: ...
+
+class ListStateRequest(_message.Message):
+    __slots__ = ("session_id", "page_size", "page_token", "scope")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    page_size: int
+    page_token: str
+    scope: str
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., scope: _Optional[str] = ...) -> None: ...
+
+class ListStateResponse(_message.Message):
+    __slots__ = ("entries", "next_page_token")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StateEntry]
+    next_page_token: str
+    def __init__(self, entries: _Optional[_Iterable[_Union[_messages_pb2.StateEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class DeleteStateRequest(_message.Message):
+    __slots__ = ("session_id", "key", "expected_version", "scope")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    key: str
+    expected_version: int
+    scope: str
+    def __init__(self, session_id: _Optional[str] = ..., key: _Optional[str] = ..., expected_version: _Optional[int] = ..., scope: _Optional[str] = ...) -> None: ...
+
+class DeleteStateResponse(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+
+class SearchMessagesRequest(_message.Message):
+    __slots__ = ("query", "user", "page_size", "page_token")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    user: str
+    page_size: int
+    page_token: str
+    def __init__(self, query: _Optional[str] = ..., user: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class SearchMessagesResponse(_message.Message):
+    __slots__ = ("hits", "next_page_token")
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    hits: _containers.RepeatedCompositeFieldContainer[_messages_pb2.SearchHit]
+    next_page_token: str
+    def __init__(self, hits: _Optional[_Iterable[_Union[_messages_pb2.SearchHit, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

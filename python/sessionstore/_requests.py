@@ -1,0 +1,226 @@
+"""Request builders shared by ``Client`` and ``AsyncClient``: keyword
+arguments in, generated request messages out."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any, Union
+
+from google.protobuf import duration_pb2, field_mask_pb2
+
+from ._proto.sessionstore.v1 import messages_pb2 as m
+from ._proto.sessionstore.v1 import sessionstore_pb2 as s
+
+#: A message as the generated class, or a dict of its fields
+#: (``{"role": "ROLE_USER", "content": "Hi"}``), as protobuf constructors take.
+MessageLike = Union[m.Message, Mapping[str, Any]]
+#: A provider call as the generated class or a dict of its fields.
+ProviderCallLike = Union[m.ProviderCall, Mapping[str, Any]]
+#: A state change as the generated class or a dict of its fields.
+StateChangeLike = Union[m.StateChange, Mapping[str, Any]]
+#: A content block as the generated class or a dict of its fields.
+ContentBlockLike = Union[m.ContentBlock, Mapping[str, Any]]
+#: A transcript format: the enum value, or ``"markdown"`` / ``"openai_json"``.
+TranscriptFormatLike = Union[int, str]
+#: A lease length: seconds, or a ``timedelta``.
+LeaseLike = Union[float, datetime.timedelta]
+
+
+def new_request_id() -> str:
+    """A fresh idempotency key (a random UUID)."""
+    return str(uuid.uuid4())
+
+
+def create_session(
+    session_id: str,
+    title: str,
+    system_prompt: str,
+    user: str,
+    metadata: Mapping[str, str] | None,
+    initial_history: Iterable[MessageLike],
+    initial_state: Mapping[str, str] | None,
+) -> s.CreateSessionRequest:
+    return s.CreateSessionRequest(
+        session_id=session_id,
+        title=title,
+        system_prompt=system_prompt,
+        user=user,
+        metadata=dict(metadata or {}),
+        initial_history=list(initial_history),
+        initial_state=dict(initial_state or {}),
+    )
+
+
+def update_session(
+    session_id: str,
+    title: str | None,
+    system_prompt: str | None,
+    metadata: Mapping[str, str] | None,
+    summary_message_id: str | None,
+) -> s.UpdateSessionRequest:
+    session = m.Session(id=session_id)
+    paths = []
+    if title is not None:
+        session.title = title
+        paths.append("title")
+    if system_prompt is not None:
+        session.system_prompt = system_prompt
+        paths.append("system_prompt")
+    if metadata is not None:
+        session.metadata.update(metadata)
+        paths.append("metadata")
+    if summary_message_id is not None:
+        session.summary_message_id = summary_message_id
+        paths.append("summary_message_id")
+    if not paths:
+        raise ValueError("update_session needs at least one field to update")
+    return s.UpdateSessionRequest(
+        session=session, update_mask=field_mask_pb2.FieldMask(paths=paths)
+    )
+
+
+def append_exchange(
+    session_id: str,
+    messages: Iterable[MessageLike],
+    full_history: Iterable[MessageLike] | None,
+    provider_call: ProviderCallLike | None,
+    response_messages: Iterable[MessageLike],
+    expected_next_sequence: int | None,
+    request_id: str | None,
+    run_id: str,
+    state_changes: Iterable[StateChangeLike],
+) -> s.AppendExchangeRequest:
+    request = s.AppendExchangeRequest(
+        session_id=session_id,
+        messages=list(messages),
+        full_history=list(full_history) if full_history is not None else [],
+        response_messages=list(response_messages),
+        request_id=request_id if request_id is not None else new_request_id(),
+        run_id=run_id,
+        state_changes=list(state_changes),
+    )
+    if full_history is not None and request.messages:
+        raise ValueError("give messages or full_history, not both")
+    if provider_call is not None:
+        if isinstance(provider_call, m.ProviderCall):
+            request.provider_call.CopyFrom(provider_call)
+        else:
+            request.provider_call.CopyFrom(m.ProviderCall(**provider_call))
+    if expected_next_sequence is not None:
+        request.expected_next_sequence = expected_next_sequence
+    return request
+
+
+def export_history(
+    session_id: str,
+    include_system_prompt: bool,
+    from_summary: bool,
+    after_sequence: int | None,
+    max_messages: int,
+) -> s.ExportHistoryRequest:
+    request = s.ExportHistoryRequest(
+        session_id=session_id,
+        include_system_prompt=include_system_prompt,
+        from_summary=from_summary,
+        max_messages=max_messages,
+    )
+    if after_sequence is not None:
+        request.after_sequence = after_sequence
+    return request
+
+
+def list_messages(
+    session_id: str, after_sequence: int | None, page_size: int, page_token: str
+) -> s.ListMessagesRequest:
+    request = s.ListMessagesRequest(
+        session_id=session_id, page_size=page_size, page_token=page_token
+    )
+    if after_sequence is not None:
+        request.after_sequence = after_sequence
+    return request
+
+
+def publish_delta(
+    session_id: str, run_id: str, index: int, text: str | None, block: ContentBlockLike | None
+) -> s.PublishDeltaRequest:
+    if (text is None) == (block is None):
+        raise ValueError("publish_delta takes exactly one of text and block")
+    request = s.PublishDeltaRequest(session_id=session_id, run_id=run_id, index=index)
+    if text is not None:
+        request.text = text
+    elif isinstance(block, m.ContentBlock):
+        request.block.CopyFrom(block)
+    elif block is not None:
+        request.block.CopyFrom(m.ContentBlock(**block))
+    return request
+
+
+def begin_run(session_id: str, run_id: str, lease: LeaseLike) -> s.BeginRunRequest:
+    if isinstance(lease, datetime.timedelta):
+        seconds = lease.total_seconds()
+    else:
+        seconds = float(lease)
+    duration = duration_pb2.Duration()
+    duration.FromNanoseconds(int(round(seconds * 1e9)))
+    return s.BeginRunRequest(session_id=session_id, run_id=run_id, lease=duration)
+
+
+def rollback_session(
+    session_id: str,
+    after_sequence: int,
+    run_id: str,
+    expected_next_sequence: int | None,
+    return_removed: bool,
+) -> s.RollbackSessionRequest:
+    request = s.RollbackSessionRequest(
+        session_id=session_id,
+        after_sequence=after_sequence,
+        run_id=run_id,
+        return_removed=return_removed,
+    )
+    if expected_next_sequence is not None:
+        request.expected_next_sequence = expected_next_sequence
+    return request
+
+
+def edit_message(
+    session_id: str, message_id: str, message: MessageLike, reason: str, run_id: str
+) -> s.EditMessageRequest:
+    request = s.EditMessageRequest(
+        session_id=session_id, message_id=message_id, reason=reason, run_id=run_id
+    )
+    if isinstance(message, m.Message):
+        request.message.CopyFrom(message)
+    else:
+        request.message.CopyFrom(m.Message(**message))
+    return request
+
+
+def transcript_format(value: TranscriptFormatLike) -> m.TranscriptFormat:
+    """``"markdown"``, ``"openai_json"`` (or the enum's full names) or the enum value."""
+    if isinstance(value, int):
+        return value  # type: ignore[return-value]
+    name = value.upper()
+    if not name.startswith("TRANSCRIPT_FORMAT_"):
+        name = "TRANSCRIPT_FORMAT_" + name
+    return m.TranscriptFormat.Value(name)  # type: ignore[no-any-return]
+
+
+def set_state(
+    session_id: str, key: str, value: str, expected_version: int | None, scope: str
+) -> s.SetStateRequest:
+    request = s.SetStateRequest(session_id=session_id, key=key, value=value, scope=scope)
+    if expected_version is not None:
+        request.expected_version = expected_version
+    return request
+
+
+def delete_state(
+    session_id: str, key: str, expected_version: int | None, scope: str
+) -> s.DeleteStateRequest:
+    request = s.DeleteStateRequest(session_id=session_id, key=key, scope=scope)
+    if expected_version is not None:
+        request.expected_version = expected_version
+    return request

@@ -1,0 +1,691 @@
+"""The asyncio client (``grpc.aio``): the same methods as ``Client``, as
+coroutines; the ``iter_*`` helpers and ``watch`` are async iterators."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Callable, TypeVar
+
+import grpc
+import grpc.aio
+
+from . import _requests as req
+from . import _transport
+from ._errors import SessionstoreError, from_rpc_error
+from ._proto.sessionstore.v1 import messages_pb2 as m
+from ._proto.sessionstore.v1 import sessionstore_pb2 as s
+from ._proto.sessionstore.v1.sessionstore_pb2_grpc import SessionStoreStub
+from ._requests import (
+    ContentBlockLike,
+    LeaseLike,
+    MessageLike,
+    ProviderCallLike,
+    StateChangeLike,
+    TranscriptFormatLike,
+)
+from ._retry import RetryPolicy, log_retry
+from ._transport import PemSource
+from ._watch import WatchState, ended_early, resumable
+
+__all__ = ["AsyncClient", "AsyncSessionEvents"]
+
+T = TypeVar("T")
+
+DEFAULT_URL = "http://127.0.0.1:50051"
+
+
+class AsyncClient:
+    """An asyncio client of a sessionstore server, with the same methods,
+    arguments, retries and errors as :class:`sessionstore.Client`.
+
+    Use it as an async context manager or ``await client.close()``. It is
+    bound to the event loop it is first used in.
+
+    Args:
+        url: ``http://HOST:PORT``, or ``https://HOST:PORT`` for TLS.
+        token: A bearer token, sent as ``authorization: Bearer TOKEN`` on every call.
+        tls_ca_certificate: The CA to trust for ``https://`` (a path, or PEM bytes).
+        tls_client_certificate: For mutual TLS: the client's certificate chain.
+        tls_client_key: For mutual TLS: the client's private key.
+        tls_domain_name: The name to verify the server's certificate against.
+        request_timeout: Seconds each attempt of a unary call may take
+            (``None``: no deadline). Streams have no deadline.
+        retry_policy: Retries of transient failures.
+        watch_retry_policy: Reconnections of :meth:`watch` in a row without
+            an event between them before it gives up.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        token: str | None = None,
+        tls_ca_certificate: PemSource | None = None,
+        tls_client_certificate: PemSource | None = None,
+        tls_client_key: PemSource | None = None,
+        tls_domain_name: str | None = None,
+        request_timeout: float | None = 30.0,
+        retry_policy: RetryPolicy = RetryPolicy(),
+        watch_retry_policy: RetryPolicy = RetryPolicy(max_attempts=30),
+    ) -> None:
+        target = _transport.parse_url(url)
+        options = _transport.channel_options(tls_domain_name)
+        self.url = url
+        self._metadata = _transport.call_metadata(token)
+        if target.secure:
+            creds = _transport.credentials(
+                tls_ca_certificate, tls_client_certificate, tls_client_key
+            )
+            self._channel = grpc.aio.secure_channel(target.address, creds, options=options)
+        else:
+            if tls_ca_certificate is not None or tls_client_certificate is not None:
+                raise ValueError("TLS settings need an https:// URL")
+            self._channel = grpc.aio.insecure_channel(target.address, options=options)
+        self._stub = SessionStoreStub(self._channel)  # type: ignore[no-untyped-call]
+        self._timeout = request_timeout
+        self._retry = retry_policy
+        self._watch_retry = watch_retry_policy
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def close(self) -> None:
+        """Closes the channel; calls in flight are cancelled."""
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncClient({self.url!r})"
+
+    # -- plumbing ----------------------------------------------------------
+
+    async def _call(self, name: str, request: Any, *, retry: bool) -> Any:
+        method: Callable[..., Any] = getattr(self._stub, name)
+        attempt = 1
+        while True:
+            try:
+                return await method(request, timeout=self._timeout, metadata=self._metadata)
+            except grpc.RpcError as rpc_error:
+                error = from_rpc_error(rpc_error)
+                if not (retry and self._retry.should_retry(error, attempt)):
+                    raise error from rpc_error
+            delay = self._retry.delay_after(error, attempt)
+            log_retry(name, error, attempt, delay)
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    async def _stream(self, name: str, request: Any) -> AsyncIterator[Any]:
+        """The responses of a server stream. Opening it is retried until the
+        first response arrives; a failure after that ends the iteration."""
+        method: Callable[..., Any] = getattr(self._stub, name)
+        attempt = 1
+        while True:
+            call = method(request, metadata=self._metadata)
+            received = False
+            try:
+                async for response in call:
+                    received = True
+                    yield response
+                return
+            except grpc.RpcError as rpc_error:
+                error = from_rpc_error(rpc_error)
+                if received or not self._retry.should_retry(error, attempt):
+                    raise error from rpc_error
+            finally:
+                call.cancel()
+            delay = self._retry.delay_after(error, attempt)
+            log_retry(name, error, attempt, delay)
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    @staticmethod
+    async def _pages(
+        fetch: Callable[[str], Awaitable[Any]], items: Callable[[Any], Iterable[T]]
+    ) -> AsyncIterator[T]:
+        token = ""
+        while True:
+            page = await fetch(token)
+            for item in items(page):
+                yield item
+            token = page.next_page_token
+            if not token:
+                return
+
+    # -- health ------------------------------------------------------------
+
+    async def health_check(
+        self, service: str = "", *, wait_for_ready: bool = False, timeout: float | None = None
+    ) -> bool:
+        """Whether the server's ``grpc.health.v1`` service reports ``SERVING``
+        for ``service``; with ``wait_for_ready`` the call waits (up to
+        ``timeout``) for the server to accept connections."""
+        check = self._channel.unary_unary(_transport.HEALTH_CHECK)
+        try:
+            data = await check(
+                _transport.encode_health_request(service),
+                timeout=timeout if timeout is not None else self._timeout,
+                wait_for_ready=wait_for_ready,
+            )
+        except grpc.RpcError as rpc_error:
+            raise from_rpc_error(rpc_error) from rpc_error
+        return _transport.decode_health_status(data) == 1
+
+    # -- sessions ----------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        session_id: str = "",
+        title: str = "",
+        system_prompt: str = "",
+        user: str = "",
+        metadata: Mapping[str, str] | None = None,
+        initial_history: Iterable[MessageLike] = (),
+        initial_state: Mapping[str, str] | None = None,
+    ) -> m.Session:
+        """Creates a session (revision 1) and returns it.
+
+        ``session_id`` is optional (the server makes ``ses_…`` ids);
+        ``AlreadyExists`` if taken. ``initial_history`` rehydrates an exported
+        conversation; ``initial_state`` writes state entries in revision 1.
+        Not retried: a retry of a create that reached the server would fail
+        or make a second session.
+        """
+        request = req.create_session(
+            session_id, title, system_prompt, user, metadata, initial_history, initial_state
+        )
+        return await self._call("CreateSession", request, retry=False)  # type: ignore[no-any-return]
+
+    async def get_session(self, session_id: str) -> m.Session:
+        """The session's fields and revision (``SessionNotFound`` if none). Retried."""
+        request = s.GetSessionRequest(session_id=session_id)
+        return await self._call("GetSession", request, retry=True)  # type: ignore[no-any-return]
+
+    async def list_sessions(
+        self, *, user: str = "", filter: str = "", page_size: int = 0, page_token: str = ""
+    ) -> s.ListSessionsResponse:
+        """One page of session summaries, newest update first. ``filter`` is
+        the AIP-160 subset the server takes (``metadata.app = "x" AND user =
+        "alice"``). Retried. See :meth:`iter_sessions` for every page."""
+        request = s.ListSessionsRequest(
+            user=user, filter=filter, page_size=page_size, page_token=page_token
+        )
+        return await self._call("ListSessions", request, retry=True)  # type: ignore[no-any-return]
+
+    def iter_sessions(
+        self, *, user: str = "", filter: str = "", page_size: int = 0
+    ) -> AsyncIterator[m.SessionSummary]:
+        """Every matching session's summary, fetching pages as it is read."""
+        return self._pages(
+            lambda token: self.list_sessions(
+                user=user, filter=filter, page_size=page_size, page_token=token
+            ),
+            lambda page: page.sessions,
+        )
+
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        title: str | None = None,
+        system_prompt: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        summary_message_id: str | None = None,
+    ) -> m.Session:
+        """Updates the fields given (the others are left alone) and returns
+        the session. ``metadata`` replaces the whole map. Retried (setting
+        the same values again is harmless)."""
+        request = req.update_session(
+            session_id, title, system_prompt, metadata, summary_message_id
+        )
+        return await self._call("UpdateSession", request, retry=True)  # type: ignore[no-any-return]
+
+    async def delete_session(self, session_id: str) -> s.DeleteSessionResponse:
+        """Deletes the session with its messages, provider calls and state;
+        watchers get ``session_deleted``. Not retried."""
+        request = s.DeleteSessionRequest(session_id=session_id)
+        return await self._call("DeleteSession", request, retry=False)  # type: ignore[no-any-return]
+
+    async def fork_session(
+        self, session_id: str, *, at_sequence: int, new_session_id: str = ""
+    ) -> m.Session:
+        """A new session holding the history up to ``at_sequence`` (-1: none).
+        Not retried."""
+        request = s.ForkSessionRequest(
+            session_id=session_id, at_sequence=at_sequence, new_session_id=new_session_id
+        )
+        return await self._call("ForkSession", request, retry=False)  # type: ignore[no-any-return]
+
+    # -- messages ----------------------------------------------------------
+
+    async def append_exchange(
+        self,
+        session_id: str,
+        *,
+        messages: Iterable[MessageLike] = (),
+        full_history: Iterable[MessageLike] | None = None,
+        provider_call: ProviderCallLike | None = None,
+        response_messages: Iterable[MessageLike] = (),
+        expected_next_sequence: int | None = None,
+        request_id: str | None = None,
+        run_id: str = "",
+        state_changes: Iterable[StateChangeLike] = (),
+    ) -> s.AppendExchangeResponse:
+        """Appends input messages, a provider call and its response messages
+        (and ``state_changes``) in one transaction; returns the stored
+        messages with their ids and sequences, the revision and the next
+        sequence.
+
+        Messages may be ``v1.Message`` or dicts of its fields. Give
+        ``full_history`` instead of ``messages`` to send the whole history
+        (only the new tail is stored). With ``expected_next_sequence`` the
+        call fails ``SequenceMismatch`` if another writer got there first.
+
+        Retried: every attempt carries ``request_id`` (a fresh UUID when not
+        given), so the server stores the exchange at most once. Pass your own
+        ``request_id`` to make a later call with the same exchange safe too.
+        """
+        request = req.append_exchange(
+            session_id,
+            messages,
+            full_history,
+            provider_call,
+            response_messages,
+            expected_next_sequence,
+            request_id,
+            run_id,
+            state_changes,
+        )
+        return await self._call("AppendExchange", request, retry=True)  # type: ignore[no-any-return]
+
+    async def iter_history(
+        self,
+        session_id: str,
+        *,
+        include_system_prompt: bool = False,
+        from_summary: bool = False,
+        after_sequence: int | None = None,
+        max_messages: int = 0,
+    ) -> AsyncIterator[m.Message]:
+        """The session's messages in sequence order, streamed in bounded
+        memory. Opening the export is retried; a failure mid-stream raises."""
+        request = req.export_history(
+            session_id, include_system_prompt, from_summary, after_sequence, max_messages
+        )
+        async for chunk in self._stream("ExportHistory", request):
+            for message in chunk.messages:
+                yield message
+
+    async def export_history(
+        self,
+        session_id: str,
+        *,
+        include_system_prompt: bool = False,
+        from_summary: bool = False,
+        after_sequence: int | None = None,
+        max_messages: int = 0,
+    ) -> list[m.Message]:
+        """The session's messages in sequence order, as a list: ready to hand
+        to a model or to ``create_session(initial_history=...)``.
+
+        ``include_system_prompt`` puts the prompt first as a system message;
+        ``from_summary`` starts at the summary message; ``max_messages`` keeps
+        the most recent ones (never starting on an orphaned tool result).
+        """
+        return [
+            message
+            async for message in self.iter_history(
+                session_id,
+                include_system_prompt=include_system_prompt,
+                from_summary=from_summary,
+                after_sequence=after_sequence,
+                max_messages=max_messages,
+            )
+        ]
+
+    async def list_messages(
+        self,
+        session_id: str,
+        *,
+        after_sequence: int | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> s.ListMessagesResponse:
+        """One page of stored messages (with ids and sequences). Retried."""
+        request = req.list_messages(session_id, after_sequence, page_size, page_token)
+        return await self._call("ListMessages", request, retry=True)  # type: ignore[no-any-return]
+
+    def iter_messages(
+        self, session_id: str, *, after_sequence: int | None = None, page_size: int = 0
+    ) -> AsyncIterator[m.StoredMessage]:
+        """Every stored message after ``after_sequence``, page after page."""
+        return self._pages(
+            lambda token: self.list_messages(
+                session_id, after_sequence=after_sequence, page_size=page_size, page_token=token
+            ),
+            lambda page: page.messages,
+        )
+
+    async def list_provider_calls(
+        self, session_id: str, *, page_size: int = 0, page_token: str = ""
+    ) -> s.ListProviderCallsResponse:
+        """One page of recorded provider calls. Retried."""
+        request = s.ListProviderCallsRequest(
+            session_id=session_id, page_size=page_size, page_token=page_token
+        )
+        return await self._call("ListProviderCalls", request, retry=True)  # type: ignore[no-any-return]
+
+    def iter_provider_calls(
+        self, session_id: str, *, page_size: int = 0
+    ) -> AsyncIterator[m.ProviderCall]:
+        """Every recorded provider call, in the order recorded."""
+        return self._pages(
+            lambda token: self.list_provider_calls(
+                session_id, page_size=page_size, page_token=token
+            ),
+            lambda page: page.provider_calls,
+        )
+
+    async def rollback_session(
+        self,
+        session_id: str,
+        *,
+        after_sequence: int,
+        run_id: str = "",
+        expected_next_sequence: int | None = None,
+        return_removed: bool = False,
+    ) -> s.RollbackSessionResponse:
+        """Removes the messages after ``after_sequence`` (-1: all). Not retried."""
+        request = req.rollback_session(
+            session_id, after_sequence, run_id, expected_next_sequence, return_removed
+        )
+        return await self._call("RollbackSession", request, retry=False)  # type: ignore[no-any-return]
+
+    async def edit_message(
+        self,
+        session_id: str,
+        *,
+        message_id: str,
+        message: MessageLike,
+        reason: str = "",
+        run_id: str = "",
+    ) -> s.EditMessageResponse:
+        """Gives a message new content (the event history keeps the old). Not retried."""
+        request = req.edit_message(session_id, message_id, message, reason, run_id)
+        return await self._call("EditMessage", request, retry=False)  # type: ignore[no-any-return]
+
+    async def redact_message(
+        self, session_id: str, *, message_id: str, reason: str = "", run_id: str = ""
+    ) -> s.RedactMessageResponse:
+        """Erases a message's content from current reads, the event history
+        and search. Not retried."""
+        request = s.RedactMessageRequest(
+            session_id=session_id, message_id=message_id, reason=reason, run_id=run_id
+        )
+        return await self._call("RedactMessage", request, retry=False)  # type: ignore[no-any-return]
+
+    async def export_transcript(
+        self, session_id: str, *, format: TranscriptFormatLike = "markdown"
+    ) -> str:
+        """The session as a Markdown transcript (``"markdown"``) or an OpenAI
+        Chat Completions JSON message array (``"openai_json"``). Opening is
+        retried."""
+        request = s.ExportTranscriptRequest(
+            session_id=session_id, format=req.transcript_format(format)
+        )
+        data = b"".join([chunk.data async for chunk in self._stream("ExportTranscript", request)])
+        return data.decode("utf-8")
+
+    async def search_messages(
+        self, query: str, *, user: str = "", page_size: int = 0, page_token: str = ""
+    ) -> s.SearchMessagesResponse:
+        """One page of full-text hits over the caller's sessions. Retried."""
+        request = s.SearchMessagesRequest(
+            query=query, user=user, page_size=page_size, page_token=page_token
+        )
+        return await self._call("SearchMessages", request, retry=True)  # type: ignore[no-any-return]
+
+    def iter_search(
+        self, query: str, *, user: str = "", page_size: int = 0
+    ) -> AsyncIterator[m.SearchHit]:
+        """Every hit of ``query``, best first, page after page."""
+        return self._pages(
+            lambda token: self.search_messages(
+                query, user=user, page_size=page_size, page_token=token
+            ),
+            lambda page: page.hits,
+        )
+
+    # -- runs --------------------------------------------------------------
+
+    async def begin_run(self, session_id: str, *, run_id: str, lease: LeaseLike) -> s.BeginRunResponse:
+        """Takes (or renews) the session's lease for ``run_id`` for ``lease``
+        seconds (or a ``timedelta``). Retried (a renewal is harmless)."""
+        request = req.begin_run(session_id, run_id, lease)
+        return await self._call("BeginRun", request, retry=True)  # type: ignore[no-any-return]
+
+    async def end_run(self, session_id: str, *, run_id: str) -> s.EndRunResponse:
+        """Frees the session from ``run_id``'s lease. Retried."""
+        request = s.EndRunRequest(session_id=session_id, run_id=run_id)
+        return await self._call("EndRun", request, retry=True)  # type: ignore[no-any-return]
+
+    async def publish_delta(
+        self,
+        session_id: str,
+        *,
+        run_id: str,
+        index: int,
+        text: str | None = None,
+        block: ContentBlockLike | None = None,
+    ) -> s.PublishDeltaResponse:
+        """Sends a run's partial output (``text`` or a content ``block``) to
+        watchers; never stored. Retried (watchers drop a repeated index)."""
+        request = req.publish_delta(session_id, run_id, index, text, block)
+        return await self._call("PublishDelta", request, retry=True)  # type: ignore[no-any-return]
+
+    async def discard_run(self, session_id: str, *, run_id: str) -> s.DiscardRunResponse:
+        """Tells watchers to drop a run's partial output. Retried."""
+        request = s.DiscardRunRequest(session_id=session_id, run_id=run_id)
+        return await self._call("DiscardRun", request, retry=True)  # type: ignore[no-any-return]
+
+    # -- state -------------------------------------------------------------
+
+    async def set_state(
+        self,
+        session_id: str = "",
+        *,
+        key: str,
+        value: str,
+        expected_version: int | None = None,
+        scope: str = "",
+    ) -> m.StateEntry:
+        """Sets a state entry: the session's own, or with ``scope`` (and no
+        ``session_id``) a shared one of the tenant. ``expected_version`` 0
+        means "must not exist"; a mismatch is ``StateVersionMismatch``.
+        Retried only without ``expected_version``."""
+        request = req.set_state(session_id, key, value, expected_version, scope)
+        return await self._call(  # type: ignore[no-any-return]
+            "SetState", request, retry=expected_version is None
+        )
+
+    async def get_state(self, session_id: str = "", *, key: str, scope: str = "") -> m.StateEntry:
+        """A state entry (``StateNotFound`` if none). Retried."""
+        request = s.GetStateRequest(session_id=session_id, key=key, scope=scope)
+        return await self._call("GetState", request, retry=True)  # type: ignore[no-any-return]
+
+    async def list_state(
+        self, session_id: str = "", *, page_size: int = 0, page_token: str = "", scope: str = ""
+    ) -> s.ListStateResponse:
+        """One page of state entries, by key. Retried."""
+        request = s.ListStateRequest(
+            session_id=session_id, page_size=page_size, page_token=page_token, scope=scope
+        )
+        return await self._call("ListState", request, retry=True)  # type: ignore[no-any-return]
+
+    def iter_state(
+        self, session_id: str = "", *, page_size: int = 0, scope: str = ""
+    ) -> AsyncIterator[m.StateEntry]:
+        """Every state entry, by key, page after page."""
+        return self._pages(
+            lambda token: self.list_state(
+                session_id, page_size=page_size, page_token=token, scope=scope
+            ),
+            lambda page: page.entries,
+        )
+
+    async def delete_state(
+        self,
+        session_id: str = "",
+        *,
+        key: str,
+        expected_version: int | None = None,
+        scope: str = "",
+    ) -> s.DeleteStateResponse:
+        """Deletes a state entry. Not retried."""
+        request = req.delete_state(session_id, key, expected_version, scope)
+        return await self._call("DeleteState", request, retry=False)  # type: ignore[no-any-return]
+
+    # -- watch -------------------------------------------------------------
+
+    def watch(
+        self, session_id: str, after_revision: int = 0, include_active_deltas: bool = False
+    ) -> AsyncSessionEvents:
+        """The session's events after ``after_revision`` (0: from creation),
+        as an async iterator that reconnects and resumes by itself: see
+        :meth:`sessionstore.Client.watch`."""
+        return AsyncSessionEvents(
+            self._stub,
+            self._metadata,
+            session_id,
+            after_revision,
+            include_active_deltas,
+            self._watch_retry,
+        )
+
+
+class AsyncSessionEvents(AsyncIterator[m.SessionEvent]):
+    """The events of one session, from :meth:`AsyncClient.watch`: an async
+    iterator of ``v1.SessionEvent`` that reconnects and resumes by itself,
+    delivering every revision once, in order.
+
+    ``last_revision`` is the latest revision yielded; ``reconnects`` counts
+    resumptions; :meth:`close` (or leaving an ``async with`` block) cancels
+    the stream.
+    """
+
+    def __init__(
+        self,
+        stub: SessionStoreStub,
+        metadata: tuple[tuple[str, str], ...],
+        session_id: str,
+        after_revision: int,
+        include_active_deltas: bool,
+        retry: RetryPolicy,
+    ) -> None:
+        self._stub = stub
+        self._metadata = metadata
+        self._session_id = session_id
+        self._include_active_deltas = include_active_deltas
+        self._retry = retry
+        self._state = WatchState(after_revision)
+        self._call: Any = None
+        self._fresh = False
+        self._wait: float | None = None
+        self._closed = False
+
+    @property
+    def last_revision(self) -> int:
+        """The latest revision yielded (the ``after_revision`` given at first)."""
+        return self._state.last_revision
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the stream has reconnected and resumed."""
+        return self._state.reconnects
+
+    def close(self) -> None:
+        """Cancels the stream; iteration then stops."""
+        self._closed = True
+        if self._call is not None:
+            self._call.cancel()
+
+    async def __aenter__(self) -> AsyncSessionEvents:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __aiter__(self) -> AsyncSessionEvents:
+        return self
+
+    async def __anext__(self) -> m.SessionEvent:
+        state = self._state
+        while True:
+            if state.done or self._closed:
+                raise StopAsyncIteration
+            if self._call is None:
+                if self._wait is not None:
+                    await asyncio.sleep(self._wait)
+                    self._wait = None
+                    if self._closed:
+                        raise StopAsyncIteration
+                request = state.request(self._session_id, self._include_active_deltas)
+                self._call = self._stub.WatchSession(request, metadata=self._metadata)
+                self._fresh = True
+            try:
+                event = await self._call.read()
+            except grpc.RpcError as rpc_error:
+                self._drop_call()
+                if self._closed:
+                    raise StopAsyncIteration from None
+                self._failed(from_rpc_error(rpc_error), rpc_error)
+                continue
+            except asyncio.CancelledError:
+                if self._closed:
+                    raise StopAsyncIteration from None
+                raise
+            if event is grpc.aio.EOF:
+                self._drop_call()
+                if self._closed:
+                    raise StopAsyncIteration
+                self._failed(ended_early())
+                continue
+            if self._fresh:
+                self._fresh = False
+                if state.opened:
+                    state.reconnects += 1
+                state.opened = True
+            state.failures = 0
+            if state.admit(event):
+                return event  # type: ignore[no-any-return]
+
+    def _drop_call(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+        self._call = None
+
+    def _failed(self, error: SessionstoreError, cause: BaseException | None = None) -> None:
+        """Raises ``error`` if the watch gives up; else schedules a reconnection."""
+        state = self._state
+        state.failures += 1
+        if not resumable(error) or state.failures >= max(self._retry.max_attempts, 1):
+            state.done = True
+            raise error from cause
+        self._wait = self._retry.delay_after(error, state.failures)
+        log_retry("WatchSession", error, state.failures, self._wait)
