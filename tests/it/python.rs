@@ -52,10 +52,17 @@ fn pip_install(python: &Path) {
 /// loudly as a skip of `skipped` (what the caller will not run), unless
 /// `SESSIONSTORE_REQUIRE_PYTHON` is set: then it panics.
 pub fn venv(skipped: &str) -> Option<PathBuf> {
+    venv_named("python-grpc", skipped)
+}
+
+/// As [`venv`], in a virtualenv of its own named `name` under the target
+/// directory (a test that installs more into it keeps the others' as
+/// they are).
+pub fn venv_named(name: &str, skipped: &str) -> Option<PathBuf> {
     // Tests run in parallel: one of them makes the venv, the others wait.
     static MAKING: Mutex<()> = Mutex::new(());
     let _making = MAKING.lock().unwrap_or_else(PoisonError::into_inner);
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-grpc");
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let python = root.join("bin/python");
     let ready = root.join(".installed");
     let wanted = PACKAGES.join("\n");

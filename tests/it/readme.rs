@@ -43,7 +43,7 @@ use sessionstore_client::v1 as pb;
 use tokio::io::AsyncBufReadExt as _;
 use tonic::transport::Channel;
 
-use crate::python::venv;
+use crate::python::{venv, venv_named};
 use crate::support::{ServerProcess, connect, exchange, sessionstore_binary, token_line};
 
 /// README commands that cannot run here, by how they start, and why.
@@ -272,13 +272,35 @@ struct Shell {
     server: String,
 }
 
+/// Copies what `pip install ./python` reads, without `__pycache__`s.
+fn copy_python_package(from: &Path, to: &Path) {
+    if from.is_dir() {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name();
+            if name != "__pycache__"
+                && name != "build"
+                && !name.to_string_lossy().ends_with(".egg-info")
+            {
+                copy_python_package(&entry.path(), &to.join(name));
+            }
+        }
+    } else {
+        std::fs::copy(from, to).unwrap();
+    }
+}
+
 impl Shell {
     fn new(binary: &Path, python: Option<&Path>, address: &str) -> Shell {
         let dir = tempfile::tempdir().unwrap();
         let bin = tempfile::tempdir().unwrap();
         let workspace = workspace();
-        // The commands run "from the repository root": the protos are there.
+        // The commands run "from the repository root": the protos are there,
+        // and the Python package (a copy: pip builds inside the tree it is
+        // given).
         std::os::unix::fs::symlink(workspace.join("proto"), dir.path().join("proto")).unwrap();
+        copy_python_package(&workspace.join("python"), &dir.path().join("python"));
         std::os::unix::fs::symlink(binary, bin.path().join("sessionstore")).unwrap();
         let mut path = vec![bin.path().to_owned()];
         if let Some(python) = python {
@@ -502,10 +524,34 @@ async fn every_readme_command_runs() {
         .await
         .unwrap();
     let python = tokio::task::spawn_blocking(|| {
-        venv("the README's Python and grpcurl commands (readme::every_readme_command_runs)")
+        // Its own: the README installs the Python package into it.
+        venv_named(
+            "python-readme",
+            "the README's Python and grpcurl commands (readme::every_readme_command_runs)",
+        )
     })
     .await
     .unwrap();
+    if let Some(python) = &python {
+        // As a reader's: without the client package until the README
+        // installs it (an earlier run's copy would hide the generated
+        // modules of "Call it from other languages").
+        let removed = std::process::Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "uninstall",
+                "--yes",
+                "--quiet",
+                "sessionstore-client",
+            ])
+            .output()
+            .expect("run pip uninstall");
+        assert!(
+            removed.status.success(),
+            "pip uninstall sessionstore-client failed"
+        );
+    }
     let jq = have_jq();
     if !jq {
         assert!(
