@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::domain::{Control, Timestamp};
+use crate::domain::Timestamp;
+use crate::domain::control::SettleLease;
 use crate::store::Store;
 use crate::watch::Hub;
 
@@ -66,7 +67,7 @@ pub async fn sweep_once<S: Store>(store: &S, options: &SweepOptions) {
         Ok(expired) => {
             for session in expired {
                 let settled = store
-                    .control(&session.tenant, &session.id, Control::SettleLease)
+                    .control(&session.tenant, &session.id, SettleLease)
                     .await;
                 if let Err(error) = settled {
                     tracing::debug!(%error, session_id = %session.id, "cannot settle an expired lease");

@@ -19,150 +19,257 @@ pub const MAX_REASON_LEN: usize = 1024;
 /// The largest delta payload.
 pub const MAX_DELTA_BYTES: usize = 256 * 1024;
 
-/// A change to one existing session, applied as (at most) one revision.
-#[derive(Clone, Debug)]
-pub enum Control {
-    /// Take or renew the session's lease for `lease_micros`.
-    BeginRun { run_id: String, lease_micros: i64 },
-    /// Give up the lease, if `run_id` holds it.
-    EndRun { run_id: String },
-    /// Remove messages with a greater sequence (-1: all of them), if the
-    /// session's next sequence is `expected_next_sequence` (when given);
-    /// answer the removed messages if `return_removed`.
-    Rollback {
-        after_sequence: i64,
-        run_id: String,
-        expected_next_sequence: Option<i64>,
-        return_removed: bool,
-    },
-    /// Replace a message's content.
-    Edit {
-        message_id: String,
-        message: Message,
-        reason: String,
-        run_id: String,
-    },
-    /// Erase a message's content, here and in the event history.
-    Redact {
-        message_id: String,
-        reason: String,
-        run_id: String,
-    },
-    /// Set a state entry.
-    SetState {
-        key: String,
-        value: String,
-        expected_version: Option<i64>,
-    },
-    /// Delete a state entry.
-    DeleteState {
-        key: String,
-        expected_version: Option<i64>,
-    },
-    /// Record an expired lease, if there is one (the sweeper's call).
-    SettleLease,
-}
+/// A change to one existing session, applied as (at most) one revision,
+/// with an answer of its own type. Storage applies each through an
+/// [`Applier`], so every control reaches exactly the storage step made for
+/// it and its caller gets exactly its own kind of answer.
+pub trait ControlOp: Clone + Send + Sync + 'static {
+    type Reply: Send + 'static;
 
-/// What a [`Control`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Controlled {
-    /// The session's revision after the call (unchanged if nothing changed).
-    Revision(i64),
-    RunBegun {
-        revision: i64,
-        expire_time: Timestamp,
-    },
-    RolledBack {
-        revision: i64,
-        next_sequence: i64,
-        /// The removed messages, in sequence order, if asked for.
-        removed: Vec<StoredMessage>,
-    },
-    Edited {
-        revision: i64,
-        message: StoredMessage,
-    },
-    State(StateEntry),
-}
-
-impl Control {
     /// Checks the rules that need no stored state.
-    pub fn validate(&self) -> Result<()> {
-        match self {
-            Control::BeginRun {
-                run_id,
-                lease_micros,
-            } => {
-                require_run_id(run_id)?;
-                if *lease_micros <= 0 {
-                    return Err(Error::invalid("lease", "must be positive"));
-                }
-                if *lease_micros > MAX_LEASE_MICROS {
-                    return Err(Error::invalid(
-                        "lease",
-                        "must be at most 24 hours (renew it with another BeginRun)",
-                    ));
-                }
-            }
-            Control::EndRun { run_id } => require_run_id(run_id)?,
-            Control::Rollback {
-                after_sequence,
-                run_id,
-                ..
-            } => {
-                if *after_sequence < -1 {
-                    return Err(Error::invalid("after_sequence", "must be at least -1"));
-                }
-                optional_run_id(run_id)?;
-            }
-            Control::Edit {
-                message_id,
-                reason,
-                run_id,
-                ..
-            } => {
-                require_message_id(message_id)?;
-                check_reason(reason)?;
-                optional_run_id(run_id)?;
-            }
-            Control::Redact {
-                message_id,
-                reason,
-                run_id,
-            } => {
-                require_message_id(message_id)?;
-                check_reason(reason)?;
-                optional_run_id(run_id)?;
-            }
-            Control::SetState {
-                key,
-                value,
-                expected_version,
-            } => {
-                check_state_entry("key", key, "value", value)?;
-                check_expected_version(*expected_version)?;
-            }
-            Control::DeleteState {
-                key,
-                expected_version,
-            } => {
-                check_state_key(key)?;
-                check_expected_version(*expected_version)?;
-            }
-            Control::SettleLease => {}
+    fn validate(&self) -> Result<()>;
+
+    /// The run a transcript-changing control acts for, if it is one: such
+    /// controls are refused while another run holds the lease.
+    fn transcript_run(&self) -> Option<&str> {
+        None
+    }
+
+    /// Applies the control through `applier`'s step for it.
+    fn apply<A: Applier>(self, applier: &mut A)
+    -> impl Future<Output = Result<Self::Reply>> + Send;
+}
+
+/// Storage's step for each control, on a session it has loaded.
+pub trait Applier: Send {
+    fn begin_run(&mut self, control: BeginRun) -> impl Future<Output = Result<RunBegun>> + Send;
+    fn end_run(&mut self, control: EndRun) -> impl Future<Output = Result<i64>> + Send;
+    fn rollback(&mut self, control: Rollback) -> impl Future<Output = Result<RolledBack>> + Send;
+    fn edit(&mut self, control: Edit) -> impl Future<Output = Result<Edited>> + Send;
+    fn redact(&mut self, control: Redact) -> impl Future<Output = Result<i64>> + Send;
+    fn set_state(&mut self, control: SetState) -> impl Future<Output = Result<StateEntry>> + Send;
+    fn delete_state(&mut self, control: DeleteState) -> impl Future<Output = Result<i64>> + Send;
+    /// The session's revision after settling an expired lease (done on
+    /// loading it).
+    fn revision(&mut self) -> i64;
+}
+
+/// Take or renew the session's lease for `lease_micros`.
+#[derive(Clone, Debug)]
+pub struct BeginRun {
+    pub run_id: String,
+    pub lease_micros: i64,
+}
+
+/// A lease taken: its revision and when it runs out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunBegun {
+    pub revision: i64,
+    pub expire_time: Timestamp,
+}
+
+/// Give up the lease, if `run_id` holds it. Answers the session's revision.
+#[derive(Clone, Debug)]
+pub struct EndRun {
+    pub run_id: String,
+}
+
+/// Remove messages with a greater sequence (-1: all of them), if the
+/// session's next sequence is `expected_next_sequence` (when given);
+/// answer the removed messages if `return_removed`.
+#[derive(Clone, Debug)]
+pub struct Rollback {
+    pub after_sequence: i64,
+    pub run_id: String,
+    pub expected_next_sequence: Option<i64>,
+    pub return_removed: bool,
+}
+
+/// What a rollback left.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolledBack {
+    /// The session's revision (unchanged if nothing was removed).
+    pub revision: i64,
+    pub next_sequence: i64,
+    /// The removed messages, in sequence order, if asked for.
+    pub removed: Vec<StoredMessage>,
+}
+
+/// Replace a message's content.
+#[derive(Clone, Debug)]
+pub struct Edit {
+    pub message_id: String,
+    pub message: Message,
+    pub reason: String,
+    pub run_id: String,
+}
+
+/// Erase a message's content, here and in the event history. Answers the
+/// revision recording it.
+#[derive(Clone, Debug)]
+pub struct Redact {
+    pub message_id: String,
+    pub reason: String,
+    pub run_id: String,
+}
+
+/// An edited message, at its new revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Edited {
+    pub revision: i64,
+    pub message: StoredMessage,
+}
+
+/// Set a state entry. Answers the entry written.
+#[derive(Clone, Debug)]
+pub struct SetState {
+    pub key: String,
+    pub value: String,
+    pub expected_version: Option<i64>,
+}
+
+/// Delete a state entry. Answers the revision recording it.
+#[derive(Clone, Debug)]
+pub struct DeleteState {
+    pub key: String,
+    pub expected_version: Option<i64>,
+}
+
+/// Record an expired lease, if there is one (the sweeper's call). Answers
+/// the session's revision.
+#[derive(Clone, Copy, Debug)]
+pub struct SettleLease;
+
+impl ControlOp for BeginRun {
+    type Reply = RunBegun;
+
+    fn validate(&self) -> Result<()> {
+        require_run_id(&self.run_id)?;
+        if self.lease_micros <= 0 {
+            return Err(Error::invalid("lease", "must be positive"));
+        }
+        if self.lease_micros > MAX_LEASE_MICROS {
+            return Err(Error::invalid(
+                "lease",
+                "must be at most 24 hours (renew it with another BeginRun)",
+            ));
         }
         Ok(())
     }
 
-    /// The run a transcript-changing control acts for, if it is one: such
-    /// controls are refused while another run holds the lease.
-    pub fn transcript_run(&self) -> Option<&str> {
-        match self {
-            Control::Rollback { run_id, .. }
-            | Control::Edit { run_id, .. }
-            | Control::Redact { run_id, .. } => Some(run_id),
-            _ => None,
+    fn apply<A: Applier>(self, applier: &mut A) -> impl Future<Output = Result<RunBegun>> + Send {
+        applier.begin_run(self)
+    }
+}
+
+impl ControlOp for EndRun {
+    type Reply = i64;
+
+    fn validate(&self) -> Result<()> {
+        require_run_id(&self.run_id)
+    }
+
+    fn apply<A: Applier>(self, applier: &mut A) -> impl Future<Output = Result<i64>> + Send {
+        applier.end_run(self)
+    }
+}
+
+impl ControlOp for Rollback {
+    type Reply = RolledBack;
+
+    fn validate(&self) -> Result<()> {
+        if self.after_sequence < -1 {
+            return Err(Error::invalid("after_sequence", "must be at least -1"));
         }
+        if self.expected_next_sequence.is_some_and(|e| e < 0) {
+            return Err(Error::invalid(
+                "expected_next_sequence",
+                "must not be negative",
+            ));
+        }
+        optional_run_id(&self.run_id)
+    }
+
+    fn transcript_run(&self) -> Option<&str> {
+        Some(&self.run_id)
+    }
+
+    fn apply<A: Applier>(self, applier: &mut A) -> impl Future<Output = Result<RolledBack>> + Send {
+        applier.rollback(self)
+    }
+}
+
+impl ControlOp for Edit {
+    type Reply = Edited;
+
+    fn validate(&self) -> Result<()> {
+        require_message_id(&self.message_id)?;
+        check_reason(&self.reason)?;
+        optional_run_id(&self.run_id)
+    }
+
+    fn transcript_run(&self) -> Option<&str> {
+        Some(&self.run_id)
+    }
+
+    fn apply<A: Applier>(self, applier: &mut A) -> impl Future<Output = Result<Edited>> + Send {
+        applier.edit(self)
+    }
+}
+
+impl ControlOp for Redact {
+    type Reply = i64;
+
+    fn validate(&self) -> Result<()> {
+        require_message_id(&self.message_id)?;
+        check_reason(&self.reason)?;
+        optional_run_id(&self.run_id)
+    }
+
+    fn transcript_run(&self) -> Option<&str> {
+        Some(&self.run_id)
+    }
+
+    fn apply<A: Applier>(self, applier: &mut A) -> impl Future<Output = Result<i64>> + Send {
+        applier.redact(self)
+    }
+}
+
+impl ControlOp for SetState {
+    type Reply = StateEntry;
+
+    fn validate(&self) -> Result<()> {
+        check_state_entry("key", &self.key, "value", &self.value)?;
+        check_expected_version(self.expected_version)
+    }
+
+    fn apply<A: Applier>(self, applier: &mut A) -> impl Future<Output = Result<StateEntry>> + Send {
+        applier.set_state(self)
+    }
+}
+
+impl ControlOp for DeleteState {
+    type Reply = i64;
+
+    fn validate(&self) -> Result<()> {
+        check_state_key(&self.key)?;
+        check_expected_version(self.expected_version)
+    }
+
+    fn apply<A: Applier>(self, applier: &mut A) -> impl Future<Output = Result<i64>> + Send {
+        applier.delete_state(self)
+    }
+}
+
+impl ControlOp for SettleLease {
+    type Reply = i64;
+
+    fn validate(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn apply<A: Applier>(self, applier: &mut A) -> impl Future<Output = Result<i64>> + Send {
+        std::future::ready(Ok(applier.revision()))
     }
 }
 

@@ -11,7 +11,7 @@ pub mod session;
 pub mod transcript;
 mod types;
 
-pub use control::{Control, Controlled, Fork};
+pub use control::{ControlOp, Fork};
 pub use error::{Error, Result};
 pub use exchange::NewExchange;
 pub use session::{NewSession, SessionCursor, SessionPatch, SessionQuery};

@@ -15,15 +15,15 @@ use tracing::Instrument as _;
 
 use crate::admission::WatchPermits;
 use crate::domain::control::{
-    check_expected_version, check_shared_scope, check_state_entry, check_state_key, require_run_id,
-    validate_delta,
+    self, check_expected_version, check_shared_scope, check_state_entry, check_state_key,
+    require_run_id, validate_delta,
 };
 use crate::domain::filter::SessionFilter;
 use crate::domain::paging::{decode_token, encode_token, page_size, token_int};
 use crate::domain::session::require_session_id;
 use crate::domain::{
-    Control, Controlled, Ephemeral, EphemeralKind, Error, Fork, Message, NewExchange, NewSession,
-    Result, Role, SessionCursor, SessionPatch, SessionQuery, StoredMessage, Timestamp,
+    ControlOp, Ephemeral, EphemeralKind, Error, Fork, Message, NewExchange, NewSession, Result,
+    Role, SessionCursor, SessionPatch, SessionQuery, StoredMessage, Timestamp,
 };
 use crate::metrics::Metrics;
 use crate::read_ahead::{ReadAhead, ReadPage, Share, StreamBudget};
@@ -182,25 +182,14 @@ async fn unary<T>(
         .map_err(Status::from)
 }
 
-/// The revision a control call answers with.
-fn revision_of(controlled: Controlled) -> i64 {
-    match controlled {
-        Controlled::Revision(revision)
-        | Controlled::RunBegun { revision, .. }
-        | Controlled::RolledBack { revision, .. }
-        | Controlled::Edited { revision, .. } => revision,
-        Controlled::State(entry) => entry.version,
-    }
-}
-
 impl<S: Store> SessionStoreService<S> {
     /// Applies a control change to a session named by `session_id`.
-    async fn control(
+    async fn control<C: ControlOp>(
         &self,
         tenant: &str,
         session_id: &str,
-        control: Control,
-    ) -> Result<Controlled> {
+        control: C,
+    ) -> Result<C::Reply> {
         require_session_id("session_id", session_id)?;
         control.validate()?;
         self.store.control(tenant, session_id, control).await
@@ -588,23 +577,15 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 .lease
                 .as_ref()
                 .ok_or_else(|| Error::invalid("lease", "is required"))?;
-            let control = Control::BeginRun {
+            let control = control::BeginRun {
                 run_id: req.run_id.clone(),
                 lease_micros: convert::duration_micros(lease),
             };
-            match self.control(&tenant, &req.session_id, control).await? {
-                Controlled::RunBegun {
-                    revision,
-                    expire_time,
-                } => Ok(pb::BeginRunResponse {
-                    revision,
-                    expire_time: Some(convert::timestamp(expire_time)),
-                }),
-                other => Ok(pb::BeginRunResponse {
-                    revision: revision_of(other),
-                    expire_time: None,
-                }),
-            }
+            let begun = self.control(&tenant, &req.session_id, control).await?;
+            Ok(pb::BeginRunResponse {
+                revision: begun.revision,
+                expire_time: Some(convert::timestamp(begun.expire_time)),
+            })
         })
         .await
     }
@@ -616,10 +597,10 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
         unary("EndRun", &req.session_id, async {
-            let control = Control::EndRun {
+            let control = control::EndRun {
                 run_id: req.run_id.clone(),
             };
-            let revision = revision_of(self.control(&tenant, &req.session_id, control).await?);
+            let revision = self.control(&tenant, &req.session_id, control).await?;
             Ok(pb::EndRunResponse { revision })
         })
         .await
@@ -632,27 +613,22 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
         unary("RollbackSession", &req.session_id, async {
-            let control = Control::Rollback {
+            let control = control::Rollback {
                 after_sequence: req.after_sequence,
                 run_id: req.run_id.clone(),
                 expected_next_sequence: req.expected_next_sequence,
                 return_removed: req.return_removed,
             };
-            match self.control(&tenant, &req.session_id, control).await? {
-                Controlled::RolledBack {
-                    revision,
-                    next_sequence,
-                    removed,
-                } => Ok(pb::RollbackSessionResponse {
-                    revision,
-                    next_sequence,
-                    removed_messages: removed
-                        .into_iter()
-                        .map(convert::stored_message_to_pb)
-                        .collect(),
-                }),
-                other => Err(unexpected_answer(&other)),
-            }
+            let rolled = self.control(&tenant, &req.session_id, control).await?;
+            Ok(pb::RollbackSessionResponse {
+                revision: rolled.revision,
+                next_sequence: rolled.next_sequence,
+                removed_messages: rolled
+                    .removed
+                    .into_iter()
+                    .map(convert::stored_message_to_pb)
+                    .collect(),
+            })
         })
         .await
     }
@@ -668,19 +644,17 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             if let Some(message) = &req.message {
                 limits::check_message(&self.options.limits, "message", message)?;
             }
-            let control = Control::Edit {
+            let control = control::Edit {
                 message_id: req.message_id,
                 message: convert::message_from_pb_field(req.message, "message")?,
                 reason: req.reason,
                 run_id: req.run_id,
             };
-            match self.control(&tenant, &req.session_id, control).await? {
-                Controlled::Edited { revision, message } => Ok(pb::EditMessageResponse {
-                    revision,
-                    message: Some(convert::stored_message_to_pb(message)),
-                }),
-                other => Err(unexpected_answer(&other)),
-            }
+            let edited = self.control(&tenant, &req.session_id, control).await?;
+            Ok(pb::EditMessageResponse {
+                revision: edited.revision,
+                message: Some(convert::stored_message_to_pb(edited.message)),
+            })
         })
         .await
     }
@@ -693,12 +667,12 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         let session_id = req.session_id.clone();
         unary("RedactMessage", &session_id, async {
-            let control = Control::Redact {
+            let control = control::Redact {
                 message_id: req.message_id,
                 reason: req.reason,
                 run_id: req.run_id,
             };
-            let revision = revision_of(self.control(&tenant, &req.session_id, control).await?);
+            let revision = self.control(&tenant, &req.session_id, control).await?;
             Ok(pb::RedactMessageResponse { revision })
         })
         .await
@@ -786,15 +760,13 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 let entry = self.store.set_shared_state(&tenant, write).await?;
                 return Ok(convert::state_entry_to_pb(entry));
             }
-            let control = Control::SetState {
+            let control = control::SetState {
                 key: req.key,
                 value: req.value,
                 expected_version: req.expected_version,
             };
-            match self.control(&tenant, &req.session_id, control).await? {
-                Controlled::State(entry) => Ok(convert::state_entry_to_pb(entry)),
-                other => Err(unexpected_answer(&other)),
-            }
+            let entry = self.control(&tenant, &req.session_id, control).await?;
+            Ok(convert::state_entry_to_pb(entry))
         })
         .await
     }
@@ -897,11 +869,11 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 self.store.delete_shared_state(&tenant, write).await?;
                 return Ok(pb::DeleteStateResponse { revision: 0 });
             }
-            let control = Control::DeleteState {
+            let control = control::DeleteState {
                 key: req.key,
                 expected_version: req.expected_version,
             };
-            let revision = revision_of(self.control(&tenant, &req.session_id, control).await?);
+            let revision = self.control(&tenant, &req.session_id, control).await?;
             Ok(pb::DeleteStateResponse { revision })
         })
         .await
@@ -948,13 +920,6 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         })
         .await
     }
-}
-
-/// A store answered a control call with the wrong kind of result (a bug).
-fn unexpected_answer(controlled: &Controlled) -> Error {
-    Error::storage(std::io::Error::other(format!(
-        "unexpected control answer: {controlled:?}"
-    )))
 }
 
 /// The position a per-session list's page token holds, refusing tokens made

@@ -9,9 +9,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::domain::{
-    AppendedExchange, Control, Controlled, Ephemeral, Fork, NewExchange, NewSession, ProviderCall,
-    Result, SearchHit, Session, SessionEvent, SessionPatch, SessionQuery, SessionSummary,
-    StateEntry, StoredMessage, Timestamp,
+    AppendedExchange, ControlOp, Ephemeral, Fork, NewExchange, NewSession, ProviderCall, Result,
+    SearchHit, Session, SessionEvent, SessionPatch, SessionQuery, SessionSummary, StateEntry,
+    StoredMessage, Timestamp,
 };
 
 mod batch;
@@ -370,13 +370,13 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Page<SessionEvent>>> + Send;
 
     /// Applies a conversation-control change to a session as one revision
-    /// (or none, when it changes nothing).
-    fn control(
+    /// (or none, when it changes nothing), answering its own kind of reply.
+    fn control<C: ControlOp>(
         &self,
         tenant: &str,
         id: &str,
-        control: Control,
-    ) -> impl Future<Output = Result<Controlled>> + Send;
+        control: C,
+    ) -> impl Future<Output = Result<C::Reply>> + Send;
 
     /// Creates a new session holding a copy of another's history up to a sequence.
     fn fork_session(

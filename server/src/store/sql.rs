@@ -27,9 +27,9 @@ use super::{
     SweepCandidate,
 };
 use crate::domain::{
-    Control, Controlled, Ephemeral, Error, Fork, Message, NewExchange, NewSession, ProviderCall,
-    Result, SearchHit, Session, SessionEvent, SessionPatch, SessionQuery, SessionSummary,
-    StateEntry, StoredMessage, Timestamp,
+    ControlOp, Ephemeral, Error, Fork, Message, NewExchange, NewSession, ProviderCall, Result,
+    SearchHit, Session, SessionEvent, SessionPatch, SessionQuery, SessionSummary, StateEntry,
+    StoredMessage, Timestamp,
 };
 
 /// A sessionstore on a SQL database. Cheap to clone.
@@ -474,7 +474,7 @@ impl Store for SqlStore {
             .await
     }
 
-    async fn control(&self, tenant: &str, id: &str, control: Control) -> Result<Controlled> {
+    async fn control<C: ControlOp>(&self, tenant: &str, id: &str, control: C) -> Result<C::Reply> {
         let id = id.to_owned();
         self.write(tenant, ControlSession { id, control }).await
     }

@@ -12,8 +12,8 @@ crate::backend_tests!(
     refused_edits_and_redactions_write_nothing,
 );
 
-fn edit(message_id: &str, message: Message, run_id: &str) -> Control {
-    Control::Edit {
+fn edit(message_id: &str, message: Message, run_id: &str) -> controls::Edit {
+    controls::Edit {
         message_id: message_id.to_owned(),
         message,
         reason: "a typo".into(),
@@ -21,8 +21,29 @@ fn edit(message_id: &str, message: Message, run_id: &str) -> Control {
     }
 }
 
-fn redact(message_id: &str, run_id: &str) -> Control {
-    Control::Redact {
+/// How an edit and a redaction of `message_id` in session `id` are refused.
+async fn refusals(
+    store: &SqlStore,
+    tenant: &str,
+    id: &str,
+    message_id: &str,
+    run_id: &str,
+) -> [Error; 2] {
+    let rewrite = Message::text(Role::User, "rewritten");
+    [
+        store
+            .control(tenant, id, edit(message_id, rewrite, run_id))
+            .await
+            .unwrap_err(),
+        store
+            .control(tenant, id, redact(message_id, run_id))
+            .await
+            .unwrap_err(),
+    ]
+}
+
+fn redact(message_id: &str, run_id: &str) -> controls::Redact {
+    controls::Redact {
         message_id: message_id.to_owned(),
         reason: "personal data".into(),
         run_id: run_id.to_owned(),
@@ -48,9 +69,7 @@ async fn an_edit_replaces_one_message_and_the_log_keeps_the_old(backend: Backend
         .control(TENANT, "s", edit(&target.id, new_text.clone(), ""))
         .await
         .unwrap();
-    let Controlled::Edited { revision, message } = edited else {
-        panic!("an edit answers with the edited message: {edited:?}");
-    };
+    let controls::Edited { revision, message } = edited;
     assert_eq!(revision, 4);
     // The same id, sequence, call and creation time; the new content.
     let expected = StoredMessage {
@@ -93,10 +112,7 @@ async fn an_edit_replaces_one_message_and_the_log_keeps_the_old(backend: Backend
         )
         .await
         .unwrap();
-    assert!(
-        matches!(again, Controlled::Edited { revision: 5, .. }),
-        "{again:?}"
-    );
+    assert_eq!(again.revision, 5, "{again:?}");
     let events = log(&store, "s").await;
     assert_eq!(revisions(&events), [1, 2, 3, 4, 5]);
     assert!(
@@ -149,7 +165,7 @@ async fn a_redaction_erases_the_text_here_and_in_the_log(backend: Backend) {
             .control(TENANT, "s", redact(&target.id, ""))
             .await
             .unwrap();
-        assert_eq!(redacted, Controlled::Revision(revision));
+        assert_eq!(redacted, revision);
     }
 
     // The role and the tool-call structure remain (with `{}` arguments),
@@ -234,8 +250,7 @@ async fn refused_edits_and_redactions_write_nothing(backend: Backend) {
 
     // A message id the session does not have, even one of another session.
     for missing in ["msg_nosuch", elsewhere.messages[0].id.as_str()] {
-        for control in [edit(missing, rewrite(), ""), redact(missing, "")] {
-            let refused = store.control(TENANT, "s", control).await.unwrap_err();
+        for refused in refusals(&store, TENANT, "s", missing, "").await {
             assert!(
                 matches!(&refused, Error::MessageNotFound(id) if id == missing),
                 "{refused:?}"
@@ -244,8 +259,7 @@ async fn refused_edits_and_redactions_write_nothing(backend: Backend) {
     }
     // A session that does not exist, or is another tenant's.
     for (tenant, id) in [(TENANT, "nope"), ("globex", "s")] {
-        for control in [edit(&target, rewrite(), ""), redact(&target, "")] {
-            let refused = store.control(tenant, id, control).await.unwrap_err();
+        for refused in refusals(&store, tenant, id, &target, "").await {
             assert!(
                 matches!(&refused, Error::SessionNotFound(_)),
                 "{tenant}/{id}: {refused:?}"
@@ -257,7 +271,7 @@ async fn refused_edits_and_redactions_write_nothing(backend: Backend) {
         .control(
             TENANT,
             "s",
-            Control::BeginRun {
+            controls::BeginRun {
                 run_id: "run-1".into(),
                 lease_micros: 600_000_000,
             },
@@ -265,8 +279,7 @@ async fn refused_edits_and_redactions_write_nothing(backend: Backend) {
         .await
         .unwrap();
     for run_id in ["", "run-2"] {
-        for control in [edit(&target, rewrite(), run_id), redact(&target, run_id)] {
-            let busy = store.control(TENANT, "s", control).await.unwrap_err();
+        for busy in refusals(&store, TENANT, "s", &target, run_id).await {
             assert!(
                 matches!(&busy, Error::SessionBusy { active_run_id, .. } if active_run_id == "run-1"),
                 "{run_id:?}: {busy:?}"
@@ -289,10 +302,7 @@ async fn refused_edits_and_redactions_write_nothing(backend: Backend) {
         .control(TENANT, "s", edit(&target, rewrite(), "run-1"))
         .await
         .unwrap();
-    assert!(
-        matches!(edited, Controlled::Edited { revision: 4, .. }),
-        "{edited:?}"
-    );
+    assert_eq!(edited.revision, 4, "{edited:?}");
     assert_eq!(texts(&store, "s").await, ["rewritten", "an answer"]);
     store.close().await;
 }

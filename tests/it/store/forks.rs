@@ -60,7 +60,7 @@ async fn a_fork_copies_the_history_up_to_a_sequence_and_goes_its_own_way(backend
         .control(
             TENANT,
             "src",
-            Control::Redact {
+            controls::Redact {
                 message_id: source_messages[2].id.clone(),
                 reason: String::new(),
                 run_id: String::new(),
@@ -72,7 +72,7 @@ async fn a_fork_copies_the_history_up_to_a_sequence_and_goes_its_own_way(backend
         .control(
             TENANT,
             "src",
-            Control::BeginRun {
+            controls::BeginRun {
                 run_id: "run-1".into(),
                 lease_micros: 600_000_000,
             },
@@ -164,7 +164,7 @@ async fn a_fork_copies_the_history_up_to_a_sequence_and_goes_its_own_way(backend
         .control(
             TENANT,
             "dst",
-            Control::Edit {
+            controls::Edit {
                 message_id: copied[0].id.clone(),
                 message: Message::text(Role::User, "q1 in the fork"),
                 reason: String::new(),

@@ -8,9 +8,10 @@
 
 use std::sync::Arc;
 
+use sessionstore_server::domain::control as controls;
 use sessionstore_server::domain::{
-    Change, Control, Controlled, Error, Message, Metadata, NewExchange, NewSession, ProviderCall,
-    Role, SessionEvent, StoredMessage,
+    Change, Error, Message, Metadata, NewExchange, NewSession, ProviderCall, Role, SessionEvent,
+    StoredMessage,
 };
 use sessionstore_server::store::{self, SqlStore, Store, StoreOptions};
 use sessionstore_server::watch::Hub;

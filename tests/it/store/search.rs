@@ -103,7 +103,7 @@ async fn search_finds_every_word_in_the_current_view(backend: Backend) {
         .control(
             TENANT,
             "a",
-            Control::Rollback {
+            controls::Rollback {
                 after_sequence: 1,
                 run_id: String::new(),
                 expected_next_sequence: None,
@@ -117,7 +117,7 @@ async fn search_finds_every_word_in_the_current_view(backend: Backend) {
         .control(
             TENANT,
             "a",
-            Control::Edit {
+            controls::Edit {
                 message_id: first.messages[0].id.clone(),
                 message: Message::text(Role::User, "Where is the okapi habitat?"),
                 reason: String::new(),
@@ -132,7 +132,7 @@ async fn search_finds_every_word_in_the_current_view(backend: Backend) {
         .control(
             TENANT,
             "b",
-            Control::Redact {
+            controls::Redact {
                 message_id: other.messages[0].id.clone(),
                 reason: String::new(),
                 run_id: String::new(),

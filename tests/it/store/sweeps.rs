@@ -33,17 +33,14 @@ async fn begin_run(store: &SqlStore, tenant: &str, id: &str, lease_micros: i64) 
         .control(
             tenant,
             id,
-            Control::BeginRun {
+            controls::BeginRun {
                 run_id: format!("run-{id}"),
                 lease_micros,
             },
         )
         .await
         .unwrap();
-    let Controlled::RunBegun { expire_time, .. } = begun else {
-        panic!("a lease: {begun:?}");
-    };
-    expire_time
+    begun.expire_time
 }
 
 async fn expired_leases_are_found_and_settled_once(backend: Backend) {
@@ -122,10 +119,10 @@ async fn expired_leases_are_found_and_settled_once(backend: Backend) {
         [candidate(TENANT, "blink")]
     );
     let settled = store
-        .control(TENANT, "blink", Control::SettleLease)
+        .control(TENANT, "blink", controls::SettleLease)
         .await
         .unwrap();
-    assert_eq!(settled, Controlled::Revision(3));
+    assert_eq!(settled, 3);
     let events = log(&store, "blink").await;
     assert_eq!(revisions(&events), [1, 2, 3]);
     assert_eq!(
@@ -141,10 +138,10 @@ async fn expired_leases_are_found_and_settled_once(backend: Backend) {
         ("", Timestamp(0))
     );
     let again = store
-        .control(TENANT, "blink", Control::SettleLease)
+        .control(TENANT, "blink", controls::SettleLease)
         .await
         .unwrap();
-    assert_eq!(again, Controlled::Revision(3), "settled once");
+    assert_eq!(again, 3, "settled once");
     assert_eq!(revisions(&log(&store, "blink").await), [1, 2, 3]);
     assert!(
         !store
@@ -156,10 +153,10 @@ async fn expired_leases_are_found_and_settled_once(backend: Backend) {
 
     // A lease still running is not settled.
     let kept = store
-        .control(TENANT, "short", Control::SettleLease)
+        .control(TENANT, "short", controls::SettleLease)
         .await
         .unwrap();
-    assert_eq!(kept, Controlled::Revision(2));
+    assert_eq!(kept, 2);
     let short = store.get_session(TENANT, "short").await.unwrap();
     assert_eq!(short.active_run_id, "run-short");
     assert_eq!(revisions(&log(&store, "short").await), [1, 2]);

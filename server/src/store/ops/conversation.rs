@@ -1,86 +1,106 @@
 //! Conversation control: run leases, rollback, edits, redaction.
 
 use super::{ControlSession, SessionRow, Tx, Write};
+use crate::domain::control::{
+    Applier, BeginRun, ControlOp, DeleteState, Edit, Edited, EndRun, Redact, Rollback, RolledBack,
+    RunBegun, SetState,
+};
 use crate::domain::{
-    Change, Control, Controlled, Error, Message, Result, StoredMessage, Timestamp, control,
+    Change, Error, Message, Result, StateEntry, StoredMessage, Timestamp, control,
 };
 use crate::store::rows::{MESSAGE_COLUMNS, decode, encode, stored_message_from_row};
 use crate::store::text::escape;
 
-impl Write for ControlSession {
-    type Reply = Controlled;
+impl<C: ControlOp> Write for ControlSession<C> {
+    type Reply = C::Reply;
 
-    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<Controlled> {
-        tx.control(tenant, &self.id, self.control).await
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<C::Reply> {
+        let row = tx.load_live(tenant, &self.id).await?;
+        if let Some(run_id) = self.control.transcript_run() {
+            Tx::check_lease(&row, run_id)?;
+        }
+        self.control.apply(&mut OnSession { tx, row }).await
+    }
+}
+
+/// A control's session, loaded (and its expired lease settled) in `tx`:
+/// where each control's step runs.
+struct OnSession<'t, 'c> {
+    tx: &'t mut Tx<'c>,
+    row: SessionRow,
+}
+
+impl Applier for OnSession<'_, '_> {
+    async fn begin_run(&mut self, control: BeginRun) -> Result<RunBegun> {
+        let BeginRun {
+            run_id,
+            lease_micros,
+        } = control;
+        self.tx.begin_run(&mut self.row, run_id, lease_micros).await
+    }
+
+    async fn end_run(&mut self, control: EndRun) -> Result<i64> {
+        self.tx.end_run(&mut self.row, control.run_id).await
+    }
+
+    async fn rollback(&mut self, control: Rollback) -> Result<RolledBack> {
+        self.tx.rollback(&mut self.row, control).await
+    }
+
+    async fn edit(&mut self, control: Edit) -> Result<Edited> {
+        let Edit {
+            message_id,
+            message,
+            reason,
+            ..
+        } = control;
+        self.tx
+            .edit(&mut self.row, &message_id, message, reason)
+            .await
+    }
+
+    async fn redact(&mut self, control: Redact) -> Result<i64> {
+        self.tx
+            .redact(&mut self.row, &control.message_id, control.reason)
+            .await
+    }
+
+    async fn set_state(&mut self, control: SetState) -> Result<StateEntry> {
+        let SetState {
+            key,
+            value,
+            expected_version,
+        } = control;
+        self.tx
+            .set_state(&mut self.row, key, value, expected_version)
+            .await
+    }
+
+    async fn delete_state(&mut self, control: DeleteState) -> Result<i64> {
+        self.tx
+            .delete_state(&mut self.row, control.key, control.expected_version)
+            .await
+    }
+
+    fn revision(&mut self) -> i64 {
+        self.row.session.revision
     }
 }
 
 impl Tx<'_> {
-    async fn control(&mut self, tenant: &str, id: &str, control: Control) -> Result<Controlled> {
-        let mut row = self.load_live(tenant, id).await?;
-        if let Some(run_id) = control.transcript_run() {
-            Self::check_lease(&row, run_id)?;
+    async fn end_run(&mut self, row: &mut SessionRow, run_id: String) -> Result<i64> {
+        if row.session.active_run_id != run_id {
+            return Ok(row.session.revision);
         }
-        let controlled = match control {
-            Control::BeginRun {
-                run_id,
-                lease_micros,
-            } => self.begin_run(&mut row, run_id, lease_micros).await?,
-            Control::EndRun { run_id } => {
-                if row.session.active_run_id == run_id {
-                    sqlx::query(
-                        "UPDATE sessions SET run_id = '', run_expire_time = 0 WHERE key = $1",
-                    )
-                    .bind(row.key)
-                    .execute(&mut *self.conn)
-                    .await?;
-                    let change = Change::RunEnded {
-                        run_id,
-                        expired: false,
-                    };
-                    Controlled::Revision(self.bump(&mut row, change).await?)
-                } else {
-                    Controlled::Revision(row.session.revision)
-                }
-            }
-            Control::Rollback {
-                after_sequence,
-                expected_next_sequence,
-                return_removed,
-                ..
-            } => {
-                self.rollback(
-                    &mut row,
-                    after_sequence,
-                    expected_next_sequence,
-                    return_removed,
-                )
-                .await?
-            }
-            Control::Edit {
-                message_id,
-                message,
-                reason,
-                ..
-            } => self.edit(&mut row, &message_id, message, reason).await?,
-            Control::Redact {
-                message_id, reason, ..
-            } => self.redact(&mut row, &message_id, reason).await?,
-            Control::SetState {
-                key,
-                value,
-                expected_version,
-            } => {
-                self.set_state(&mut row, key, value, expected_version)
-                    .await?
-            }
-            Control::DeleteState {
-                key,
-                expected_version,
-            } => self.delete_state(&mut row, key, expected_version).await?,
-            Control::SettleLease => Controlled::Revision(row.session.revision),
+        sqlx::query("UPDATE sessions SET run_id = '', run_expire_time = 0 WHERE key = $1")
+            .bind(row.key)
+            .execute(&mut *self.conn)
+            .await?;
+        let change = Change::RunEnded {
+            run_id,
+            expired: false,
         };
-        Ok(controlled)
+        self.bump(row, change).await
     }
 
     pub(super) async fn begin_run(
@@ -88,7 +108,7 @@ impl Tx<'_> {
         row: &mut SessionRow,
         run_id: String,
         lease_micros: i64,
-    ) -> Result<Controlled> {
+    ) -> Result<RunBegun> {
         Self::check_lease(row, &run_id)?;
         let expire_time = Timestamp(self.now.0.saturating_add(lease_micros));
         sqlx::query("UPDATE sessions SET run_id = $1, run_expire_time = $2 WHERE key = $3")
@@ -104,7 +124,7 @@ impl Tx<'_> {
             expire_time,
         };
         let revision = self.bump(row, change).await?;
-        Ok(Controlled::RunBegun {
+        Ok(RunBegun {
             revision,
             expire_time,
         })
@@ -113,10 +133,14 @@ impl Tx<'_> {
     pub(super) async fn rollback(
         &mut self,
         row: &mut SessionRow,
-        after_sequence: i64,
-        expected_next_sequence: Option<i64>,
-        return_removed: bool,
-    ) -> Result<Controlled> {
+        rollback: Rollback,
+    ) -> Result<RolledBack> {
+        let Rollback {
+            after_sequence,
+            expected_next_sequence,
+            return_removed,
+            ..
+        } = rollback;
         if let Some(expected) = expected_next_sequence
             && expected != row.session.next_sequence
         {
@@ -126,7 +150,7 @@ impl Tx<'_> {
             });
         }
         if after_sequence >= row.session.next_sequence - 1 {
-            return Ok(Controlled::RolledBack {
+            return Ok(RolledBack {
                 revision: row.session.revision,
                 next_sequence: row.session.next_sequence,
                 removed: Vec::new(),
@@ -187,7 +211,7 @@ impl Tx<'_> {
             summary_cleared,
         };
         let revision = self.bump(row, change).await?;
-        Ok(Controlled::RolledBack {
+        Ok(RolledBack {
             revision,
             next_sequence,
             removed: removed_messages,
@@ -200,7 +224,7 @@ impl Tx<'_> {
         message_id: &str,
         message: Message,
         reason: String,
-    ) -> Result<Controlled> {
+    ) -> Result<Edited> {
         let old = self.find_message(row, message_id).await?;
         self.replace_message(row, &old, &message, false).await?;
         let edited = StoredMessage {
@@ -214,7 +238,7 @@ impl Tx<'_> {
             reason,
         };
         let revision = self.bump(row, change).await?;
-        Ok(Controlled::Edited {
+        Ok(Edited {
             revision,
             message: edited,
         })
@@ -225,7 +249,7 @@ impl Tx<'_> {
         row: &mut SessionRow,
         message_id: &str,
         reason: String,
-    ) -> Result<Controlled> {
+    ) -> Result<i64> {
         let old = self.find_message(row, message_id).await?;
         let marker = control::redacted(&old.message);
         self.replace_message(row, &old, &marker, true).await?;
@@ -255,6 +279,6 @@ impl Tx<'_> {
             sequence: old.sequence,
             reason,
         };
-        Ok(Controlled::Revision(self.bump(row, change).await?))
+        self.bump(row, change).await
     }
 }

@@ -13,8 +13,8 @@ use super::rows::{
 };
 use super::text::escape;
 use crate::domain::{
-    AppendedExchange, Change, Control, Error, Fork, Message, NewExchange, NewSession, Result,
-    Session, SessionEvent, SessionPatch, StoredMessage, Timestamp, control, ids,
+    AppendedExchange, Change, Error, Fork, Message, NewExchange, NewSession, Result, Session,
+    SessionEvent, SessionPatch, StoredMessage, Timestamp, control, ids,
 };
 
 mod appends;
@@ -96,11 +96,12 @@ pub struct DeleteSession {
 #[derive(Clone)]
 pub struct AppendExchange(pub Box<NewExchange>);
 
-/// A conversation-control request (runs, rollback, edits, state).
+/// A conversation-control request on one session (runs, rollback,
+/// edits, state), answered with its own kind of reply.
 #[derive(Clone)]
-pub struct ControlSession {
+pub struct ControlSession<C> {
     pub id: String,
-    pub control: Control,
+    pub control: C,
 }
 
 /// ForkSession.

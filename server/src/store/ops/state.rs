@@ -1,7 +1,7 @@
 //! Per-session state entries.
 
 use super::{Dialect, SessionRow, Tx, Write};
-use crate::domain::{Change, Controlled, Error, Result, StateChange, StateEntry, control};
+use crate::domain::{Change, Error, Result, StateChange, StateEntry, control};
 use crate::store::SharedStateWrite;
 use crate::store::text::{escape, escape_ordered};
 
@@ -116,7 +116,7 @@ impl Tx<'_> {
         key: String,
         value: String,
         expected_version: Option<i64>,
-    ) -> Result<Controlled> {
+    ) -> Result<StateEntry> {
         let current = self.state_version(row, &key).await?;
         check_version(&key, expected_version, current)?;
         if current.is_none() {
@@ -138,7 +138,7 @@ impl Tx<'_> {
             deleted: false,
         };
         self.bump(row, change).await?;
-        Ok(Controlled::State(entry))
+        Ok(entry)
     }
 
     pub(super) async fn delete_state(
@@ -146,7 +146,7 @@ impl Tx<'_> {
         row: &mut SessionRow,
         key: String,
         expected_version: Option<i64>,
-    ) -> Result<Controlled> {
+    ) -> Result<i64> {
         let Some(current) = self.state_version(row, &key).await? else {
             return Err(Error::StateNotFound(key));
         };
@@ -162,7 +162,7 @@ impl Tx<'_> {
             version: row.session.revision + 1,
             deleted: true,
         };
-        Ok(Controlled::Revision(self.bump(row, change).await?))
+        self.bump(row, change).await
     }
 }
 
