@@ -38,7 +38,13 @@ additional kwargs, ids, artifacts, statuses, custom chat roles, lists of
 content blocks, U+0000 …) comes back ``==`` to what was added. A message
 that cannot be kept exactly as JSON (an artifact that is not JSON, a NaN, a
 tuple …) is refused with ``ValueError`` before anything is sent. Messages
-written by other clients (no such block) are read from their native fields.
+written by other clients (no such block), and redacted ones, are read from
+their native fields. The block is left out of OpenAI JSON transcripts and of
+search, but Markdown transcripts show it (as any JSON block) after the text.
+Native mapping: human → user, ai → assistant, system → system, tool and
+function → tool, a ``ChatMessage`` by its role (``user``/``human``,
+``assistant``/``ai``, ``system``, ``tool``, ``developer``; any other role →
+user); only valid ``tool_calls`` become native tool calls.
 
 **Session ids.** LangChain session ids are free-form strings; sessionstore
 ids are 1–128 of ``A-Z a-z 0-9 _ - . :``. :func:`to_store_session_id` maps
