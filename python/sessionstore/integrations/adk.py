@@ -385,6 +385,8 @@ class SessionstoreSessionService(BaseSessionService):
                 if after_timestamp is not None and event.timestamp < after_timestamp:
                     return picked[::-1], newest["t"]
                 picked.append(event)
+                if limit is not None and len(picked) >= limit:
+                    return picked[::-1], newest["t"]
             end = start
         return picked[::-1], newest.get("t")
 
