@@ -91,7 +91,14 @@ except ImportError:  # pragma: no cover - google-adk before StaleSessionError
         """A session write lost an optimistic concurrency race."""
 
 
-__all__ = ["SessionstoreSessionService", "EVENT_BLOCK_TYPE", "session_store_id"]
+__all__ = [
+    "EVENT_BLOCK_TYPE",
+    "SessionstoreSessionService",
+    "event_message",
+    "parse_session_store_id",
+    "session_store_id",
+    "stored_event",
+]
 
 T = TypeVar("T")
 
