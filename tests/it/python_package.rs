@@ -196,7 +196,7 @@ fn framework_suites_pass_against_the_adapters() {
     for (dir, scripts) in suites {
         assert!(!scripts.is_empty(), "{} has nothing to run", dir.display());
         for script in scripts {
-            let (passed, said) = python_run(&python, &[script.as_os_str(), "-q".as_ref()]);
+            let (passed, said) = python_run(&python, &[script.as_os_str()]);
             assert!(passed, "{} failed:\n{said}", script.display());
             let summary = said.lines().rev().find(|line| !line.trim().is_empty());
             println!("{}: {}", script.display(), summary.unwrap_or_default());

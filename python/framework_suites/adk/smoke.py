@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import socket
 import subprocess
@@ -94,13 +95,19 @@ async def scenario(service: BaseSessionService) -> dict[str, Any]:
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    where = parser.add_mutually_exclusive_group(required=True)
+    where = parser.add_mutually_exclusive_group()
     where.add_argument("--url", help="a running sessionstore server")
-    where.add_argument("--server-binary", help="start this sessionstore binary")
+    where.add_argument(
+        "--server-binary",
+        default=os.environ.get("SESSIONSTORE_BIN"),
+        help="start this sessionstore binary (default: $SESSIONSTORE_BIN)",
+    )
     args = parser.parse_args()
+    if not args.url and not args.server_binary:
+        parser.error("give --url or --server-binary (or set SESSIONSTORE_BIN)")
     proc = None
     url = args.url
-    if args.server_binary:
+    if not url:
         proc, url = start_server(args.server_binary)
     try:
         async with AsyncClient(url) as client:
