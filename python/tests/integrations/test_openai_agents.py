@@ -23,7 +23,7 @@ except ImportError:  # not a skip: these tests must run wherever the package is 
         pytrace=False,
     )
 
-from agents import Agent, Runner, TResponseInputItem
+from agents import Agent, RunConfig, Runner, TResponseInputItem
 from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message
 
@@ -610,10 +610,13 @@ async def test_runner_keeps_history_in_the_session(
     model = ScriptedModel()
     agent = Agent(name="test", model=model)
     model.enqueue([assistant_message("San Francisco")])
-    first = await Runner.run(agent, "Where is the Golden Gate Bridge?", session=session)
+    config = RunConfig(tracing_disabled=True)
+    first = await Runner.run(
+        agent, "Where is the Golden Gate Bridge?", session=session, run_config=config
+    )
     assert first.final_output == "San Francisco"
     model.enqueue([assistant_message("California")])
-    second = await Runner.run(agent, "Which state?", session=session)
+    second = await Runner.run(agent, "Which state?", session=session, run_config=config)
     assert second.final_output == "California"
     history = await session.get_items()
     assert len(history) == 4
