@@ -1,0 +1,454 @@
+"""sessionstore as the session backend of the OpenAI Agents SDK.
+
+:class:`SessionstoreSession` implements the SDK's ``Session`` protocol
+(``get_items``, ``add_items``, ``pop_item``, ``clear_session``) on an
+:class:`sessionstore.AsyncClient`::
+
+    from agents import Agent, Runner
+    from sessionstore import AsyncClient
+    from sessionstore.integrations.openai_agents import SessionstoreSession
+
+    async with AsyncClient("http://127.0.0.1:50051") as client:
+        session = SessionstoreSession("user-42/chat", client=client)
+        await Runner.run(Agent(name="a"), "Hi", session=session)
+
+The adapter keeps no data of its own: each call reads or writes the server,
+and each call that is one change is one RPC:
+
+- ``add_items`` is one ``AppendExchange`` carrying every item, with a
+  ``request_id``, so the client's retry of it is stored once. The first
+  ``add_items`` of a new conversation creates the session (``CreateSession``
+  under the mapped id, see below) and appends again with the same
+  ``request_id``. The items are stored all or none: more items than the
+  server's ``--max-messages-per-exchange`` (1000 by default) in one call is
+  refused with ``LimitExceeded`` and nothing is stored.
+- ``clear_session`` is one ``RollbackSession(after_sequence=-1)``; the
+  session itself stays.
+- ``pop_item`` reads the session's ``next_sequence`` (``GetSession``) and
+  makes one ``RollbackSession(after_sequence=next-2,
+  expected_next_sequence=next, return_removed=True)``. If another writer
+  appended in between, the server refuses with ``SequenceMismatch`` and the
+  pop retries on the new tail, so a concurrent append is never removed.
+- ``get_items(limit)`` reads ``next_sequence`` and pages ``ListMessages``
+  after ``next - limit - 1``; ``get_items()`` pages through all messages.
+
+**Items.** Each Responses API input item is one stored message. The item is
+kept verbatim as JSON text (``json.dumps``, as the SDK's ``SQLiteSession``
+stores it) in a ``JsonBlock`` of type :data:`ITEM_BLOCK_TYPE`, which the
+server never parses; ``get_items`` returns ``json.loads`` of it, so items
+round-trip exactly (malformed tool-call arguments, encrypted reasoning,
+unknown item types, U+0000 in strings). The native fields are filled too,
+so transcripts, search and the CLI show a real conversation: the role, the
+text of a message's content, ``tool_calls`` for a ``function_call`` and
+``tool_call_id`` for a ``function_call_output``.
+
+Messages written to the same session by other clients (no item block) are
+read back as easy input messages (``{"role": ..., "content": ...}``),
+``function_call`` or ``function_call_output`` items where that is one item;
+others (e.g. an assistant message with several tool calls) are skipped, as
+``SQLiteSession`` skips rows it cannot decode.
+
+**Session ids.** The SDK's ids are free-form strings; sessionstore ids are
+1-128 of ``[A-Za-z0-9_.:-]``. :func:`store_session_id` maps one onto the
+other, injectively:
+
+- ``"oa:"`` + the id's UTF-8 bytes with ``A-Z a-z 0-9 _ - .`` kept and every
+  other byte written ``:XX`` (two lower-case hex digits; ``:`` is the
+  escape, so ``:`` itself becomes ``:3a``). :func:`sdk_session_id` reverses
+  it. ``"chat-1"`` is ``"oa:chat-1"``; ``"user 42/ü"`` is
+  ``"oa:user:2042:2f:c3:bc"``.
+- When that would be longer than 128 characters: ``"oah:"`` + the SHA-256 of
+  the id's UTF-8 bytes in hex (68 characters). The original id is not
+  recoverable from it; it is kept in the session's metadata under
+  :data:`SESSION_ID_METADATA_KEY` when the adapter creates the session.
+
+The two forms never collide (``oa:`` vs ``oah:``).
+
+**Cancellation.** As with the SDK's own sessions, cancelling a task inside
+``add_items``, ``pop_item`` or ``clear_session`` lets the RPC finish (so the
+change is either made or not, and known), then raises ``CancelledError``.
+
+**Event loops.** An ``AsyncClient`` is bound to the event loop it is first
+used in; use the session from that loop (``Runner.run`` /
+``Runner.run_streamed``). ``Runner.run_sync`` runs its own loop: give it a
+session whose client was made there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar, cast
+
+from .. import v1
+from .._errors import AlreadyExists, SequenceMismatch, SessionNotFound
+from .._requests import new_request_id
+from ..aio import AsyncClient
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory.session import SessionABC
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
+except ImportError as error:  # pragma: no cover - exercised without the extra
+    raise ImportError(
+        "sessionstore.integrations.openai_agents needs the OpenAI Agents SDK: "
+        'pip install "sessionstore-client[openai-agents]"'
+    ) from error
+
+__all__ = [
+    "ITEM_BLOCK_TYPE",
+    "SESSION_ID_METADATA_KEY",
+    "SessionstoreSession",
+    "item_from_message",
+    "message_from_item",
+    "sdk_session_id",
+    "store_session_id",
+]
+
+_T = TypeVar("_T")
+
+#: The ``JsonBlock.type`` of the block holding an item verbatim.
+ITEM_BLOCK_TYPE = "openai_agents.item"
+#: The session metadata key holding the SDK's session id, set when the
+#: adapter creates a session.
+SESSION_ID_METADATA_KEY = "openai_agents.session_id"
+
+_PREFIX = "oa:"
+_DIGEST_PREFIX = "oah:"
+_MAX_ID_LEN = 128
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+_ESCAPED = re.compile(r"[A-Za-z0-9_.\-]|:[0-9a-f]{2}")
+_PAGE_SIZE = 1000
+
+_ROLES: Mapping[str, int] = {
+    "user": v1.ROLE_USER,
+    "assistant": v1.ROLE_ASSISTANT,
+    "system": v1.ROLE_SYSTEM,
+    "developer": v1.ROLE_DEVELOPER,
+}
+_ROLE_NAMES: Mapping[int, str] = {value: name for name, value in _ROLES.items()}
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+
+
+# -- session ids -------------------------------------------------------------
+
+
+def store_session_id(session_id: str) -> str:
+    """The sessionstore session id for the SDK's ``session_id``.
+
+    ``"oa:"`` plus the escaped id (reversible with :func:`sdk_session_id`),
+    or, when that is over 128 characters, ``"oah:"`` plus the SHA-256 of the
+    id in hex. Injective either way (barring SHA-256 collisions).
+    """
+    raw = session_id.encode("utf-8")
+    escaped = "".join(chr(b) if b in _SAFE else f":{b:02x}" for b in raw)
+    if len(_PREFIX) + len(escaped) <= _MAX_ID_LEN:
+        return _PREFIX + escaped
+    return _DIGEST_PREFIX + hashlib.sha256(raw).hexdigest()
+
+
+def sdk_session_id(store_id: str) -> str | None:
+    """The SDK session id that :func:`store_session_id` mapped to ``store_id``.
+
+    ``None`` for a digest id (``"oah:…"``: read the session's metadata key
+    :data:`SESSION_ID_METADATA_KEY`). ``ValueError`` for an id this mapping
+    never makes.
+    """
+    if store_id.startswith(_DIGEST_PREFIX):
+        return None
+    if not store_id.startswith(_PREFIX):
+        raise ValueError(f"not an OpenAI Agents session id: {store_id!r}")
+    body = store_id[len(_PREFIX) :]
+    out = bytearray()
+    position = 0
+    while position < len(body):
+        found = _ESCAPED.match(body, position)
+        if found is None:
+            raise ValueError(f"not an OpenAI Agents session id: {store_id!r}")
+        token = found.group()
+        out += bytes.fromhex(token[1:]) if token[0] == ":" else token.encode("ascii")
+        position = found.end()
+    try:
+        decoded = out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"not an OpenAI Agents session id: {store_id!r}") from None
+    if store_session_id(decoded) != store_id:  # e.g. ":41" for "A", or a too-long form
+        raise ValueError(f"not an OpenAI Agents session id: {store_id!r}")
+    return decoded
+
+
+# -- items <-> messages ------------------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    """The readable text of a message item's ``content``."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    texts: list[str] = []
+    for part in content:
+        if not isinstance(part, Mapping):
+            continue
+        kind = part.get("type")
+        if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append(part["refusal"])
+    return "\n".join(texts)
+
+
+def message_from_item(item: Mapping[str, Any]) -> v1.Message:
+    """The stored message for one input item: the item verbatim as JSON in a
+    ``JsonBlock`` (:data:`ITEM_BLOCK_TYPE`), with the native fields filled
+    where the item has an obvious reading.
+
+    Raises ``TypeError`` / ``ValueError`` (from ``json.dumps``) for an item
+    that is not JSON-serializable.
+    """
+    encoded = json.dumps(item)
+    kind = item.get("type")
+    role_name = item.get("role")
+    message = v1.Message()
+    message.content_blocks.add().json.CopyFrom(v1.JsonBlock(type=ITEM_BLOCK_TYPE, json=encoded))
+    if kind == "function_call":
+        message.role = v1.ROLE_ASSISTANT
+        call = message.tool_calls.add()
+        call.id = _str(item.get("call_id"))
+        call.name = _str(item.get("name"))
+        call.arguments = _str(item.get("arguments"))
+    elif kind == "function_call_output":
+        message.role = v1.ROLE_TOOL
+        message.tool_call_id = _str(item.get("call_id"))
+        output = item.get("output")
+        message.content = output if isinstance(output, str) else _text_of(output)
+    elif isinstance(role_name, str) and role_name in _ROLES and kind in (None, "message"):
+        message.role = _ROLES[role_name]  # type: ignore[assignment]
+        message.content = _text_of(item.get("content"))
+    elif isinstance(kind, str) and kind.endswith("_output"):
+        # Other tool results (computer_call_output, shell_call_output, ...).
+        message.role = v1.ROLE_TOOL
+        message.tool_call_id = _str(item.get("call_id"))
+    else:
+        # Model output (reasoning, tool calls of other kinds) and anything unknown.
+        message.role = v1.ROLE_ASSISTANT
+    if isinstance(kind, str):
+        message.name = "" if kind == "message" else kind
+    return message
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def item_from_message(message: v1.Message) -> TResponseInputItem | None:
+    """The input item a stored message holds: the verbatim JSON of its item
+    block, or for a message another client wrote, an easy input message,
+    ``function_call`` or ``function_call_output`` item. ``None`` when it is
+    neither (the message is skipped)."""
+    for block in message.content_blocks:
+        if block.WhichOneof("block") == "json" and block.json.type == ITEM_BLOCK_TYPE:
+            try:
+                return cast(TResponseInputItem, json.loads(block.json.json))
+            except ValueError:
+                return None
+    if message.role == v1.ROLE_TOOL and message.tool_call_id:
+        return cast(
+            TResponseInputItem,
+            {"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content},
+        )
+    if len(message.tool_calls) == 1 and not message.content:
+        call = message.tool_calls[0]
+        return cast(
+            TResponseInputItem,
+            {
+                "type": "function_call",
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.arguments,
+            },
+        )
+    role = _ROLE_NAMES.get(message.role)
+    if role is None or message.tool_calls:
+        return None
+    text = message.content or "\n".join(
+        block.text.text for block in message.content_blocks if block.WhichOneof("block") == "text"
+    )
+    return cast(TResponseInputItem, {"role": role, "content": text})
+
+
+# -- the session -------------------------------------------------------------
+
+
+async def _settle(awaitable: Awaitable[_T]) -> _T:
+    """Awaits ``awaitable`` to its outcome even when the caller is cancelled
+    meanwhile; then re-raises the cancellation (or returns the result)."""
+    task = asyncio.ensure_future(awaitable)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as error:
+            cancelled = cancelled or error
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # retrieved, so the loop does not report it
+        raise cancelled
+    return task.result()
+
+
+class SessionstoreSession(SessionABC):
+    """An OpenAI Agents SDK session stored in sessionstore.
+
+    Args:
+        session_id: The SDK's session id (any string); the stored session's
+            id is :attr:`store_session_id` (see :func:`store_session_id`).
+        client: The client to reach the server with. The session does not
+            close it.
+        session_settings: As for ``SQLiteSession``: ``SessionSettings`` or a
+            dict of its fields; ``limit`` is the default of
+            :meth:`get_items`. ``None`` means ``SessionSettings()``.
+    """
+
+    session_settings: SessionSettings | None = None
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        client: AsyncClient,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = (
+            coerce_session_settings(session_settings)
+            if session_settings is not None
+            else SessionSettings()
+        )
+        self.client = client
+        #: The sessionstore session id this session reads and writes.
+        self.store_session_id = store_session_id(session_id)
+
+    def __repr__(self) -> str:
+        return f"SessionstoreSession({self.session_id!r}, store_session_id={self.store_session_id!r})"
+
+    # -- reads ---------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The conversation's items in order: the latest ``limit`` of them
+        (``None``: ``session_settings.limit``, and when that is ``None`` too,
+        all). ``limit`` 0 gives ``[]``; a negative limit gives all, as with
+        ``SQLiteSession``. An unknown session has no items."""
+        effective = resolve_session_limit(limit, self.session_settings)
+        if effective == 0:
+            return []
+        try:
+            if effective is None or effective < 0:
+                return await self._items_after(None)
+            session = await self.client.get_session(self.store_session_id)
+            window = effective
+            while True:
+                start = session.next_sequence - window
+                items = await self._items_after(start - 1 if start > 0 else None)
+                if len(items) >= effective or start <= 0:
+                    return items[-effective:]
+                window *= 2  # undecodable messages in the window: widen it
+        except SessionNotFound:
+            return []
+
+    async def _items_after(self, after_sequence: int | None) -> list[TResponseInputItem]:
+        items: list[TResponseInputItem] = []
+        async for stored in self.client.iter_messages(
+            self.store_session_id, after_sequence=after_sequence, page_size=_PAGE_SIZE
+        ):
+            item = item_from_message(stored.message)
+            if item is not None:
+                items.append(item)
+        return items
+
+    # -- changes -------------------------------------------------------------
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Appends ``items`` in one ``AppendExchange`` (all or none), creating
+        the session first if it does not exist. ``TypeError`` before any RPC
+        if an item is not JSON-serializable."""
+        messages = [message_from_item(cast(Mapping[str, Any], item)) for item in items]
+        if not messages:
+            return
+        await _settle(self._append(messages))
+
+    async def _append(self, messages: list[v1.Message]) -> None:
+        request_id = new_request_id()
+        for _ in range(3):
+            try:
+                await self.client.append_exchange(
+                    self.store_session_id, messages=messages, request_id=request_id
+                )
+                return
+            except SessionNotFound:
+                await self._create()
+        raise SessionNotFound(  # pragma: no cover - the session was deleted again and again
+            f"session {self.store_session_id!r} vanished while appending"
+        )
+
+    async def _create(self) -> None:
+        try:
+            await self.client.create_session(
+                session_id=self.store_session_id,
+                title=self.session_id[:200],
+                metadata={SESSION_ID_METADATA_KEY: self.session_id},
+            )
+        except AlreadyExists:
+            pass  # another writer created it first
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Removes the latest item and returns it (``None`` if there is
+        none): one ``RollbackSession`` guarded by ``expected_next_sequence``,
+        retried on the new tail if another writer got there first."""
+        return await _settle(self._pop())
+
+    async def _pop(self) -> TResponseInputItem | None:
+        try:
+            next_sequence = (await self.client.get_session(self.store_session_id)).next_sequence
+        except SessionNotFound:
+            return None
+        while next_sequence > 0:
+            try:
+                response = await self.client.rollback_session(
+                    self.store_session_id,
+                    after_sequence=next_sequence - 2,
+                    expected_next_sequence=next_sequence,
+                    return_removed=True,
+                )
+            except SequenceMismatch as mismatch:
+                actual = mismatch.actual_next_sequence
+                if actual is None:
+                    actual = (await self.client.get_session(self.store_session_id)).next_sequence
+                next_sequence = actual
+                continue
+            except SessionNotFound:
+                return None
+            for removed in response.removed_messages:
+                item = item_from_message(removed.message)
+                if item is not None:
+                    return item
+            next_sequence = response.next_sequence  # it held no item: pop the next one
+        return None
+
+    async def clear_session(self) -> None:
+        """Removes every item (one ``RollbackSession(after_sequence=-1)``);
+        the stored session stays, empty."""
+        await _settle(self._clear())
+
+    async def _clear(self) -> None:
+        try:
+            await self.client.rollback_session(self.store_session_id, after_sequence=-1)
+        except SessionNotFound:
+            pass

@@ -1,0 +1,623 @@
+"""SessionstoreSession (the OpenAI Agents SDK adapter) against a real server:
+exact item round trips, latest-N windows, pop, clear, isolation, concurrent
+writers, the session id mapping, and one RPC per change."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import re
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Callable, cast
+
+import pytest
+import pytest_asyncio
+
+try:
+    import agents  # noqa: F401
+except ImportError:  # not a skip: these tests must run wherever the package is tested
+    pytest.fail(
+        "the OpenAI Agents SDK is not installed: the openai_agents adapter tests need the "
+        "extra: pip install -e './python[test,openai-agents]'",
+        pytrace=False,
+    )
+
+from agents import Agent, RunConfig, Runner, TResponseInputItem
+from agents.memory import Session, SessionSettings
+from agents.testing import ScriptedModel, assistant_message
+
+import sessionstore
+from sessionstore import v1
+from sessionstore.integrations.openai_agents import (
+    ITEM_BLOCK_TYPE,
+    SESSION_ID_METADATA_KEY,
+    SessionstoreSession,
+    sdk_session_id,
+    store_session_id,
+)
+
+from ..conftest import Server
+
+ALLOWED_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
+
+
+def user(text: str) -> TResponseInputItem:
+    return cast(TResponseInputItem, {"role": "user", "content": text})
+
+
+#: One of every kind of item the adapter must keep exactly.
+ITEMS: list[dict[str, Any]] = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"role": "system", "content": "Be brief."},
+    {"role": "developer", "content": "Use metric units."},
+    {
+        "type": "message",
+        "role": "user",
+        "content": [
+            {"type": "input_text", "text": "and this picture?"},
+            {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "auto"},
+        ],
+    },
+    {
+        "id": "rs_1",
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": "Need the weather tool."}],
+        "encrypted_content": "gAAAAABo-opaque+/==",
+    },
+    {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "get_weather",
+        "arguments": '{"city": "Paris", ',  # malformed JSON, kept as is
+        "status": "completed",
+    },
+    {"type": "function_call_output", "call_id": "call_1", "output": "22 °C, sunny"},
+    {
+        "type": "function_call_output",
+        "call_id": "call_2",
+        "output": [{"type": "input_text", "text": "structured output"}],
+    },
+    {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [
+            {"type": "output_text", "text": "It is 22 °C.", "annotations": [], "logprobs": []},
+            {"type": "refusal", "refusal": "No more."},
+        ],
+    },
+    {"type": "item_reference", "id": "msg_0"},
+    {"type": "some_future_item", "payload": {"nested": [1, 2.5, None, True, "x"]}, "n": 10**20},
+    {"role": "user", "content": "nul \x00 inside \x00", "name\x00key": "v\x00"},
+    {"role": "user", "content": ""},
+    {"role": "assistant", "content": "emoji 😊 and 'quotes' \"and\" \\ backslashes\n"},
+]
+
+
+@pytest_asyncio.fixture
+async def client(server: Server) -> AsyncIterator[sessionstore.AsyncClient]:
+    """An ``AsyncClient`` of the test's server (in place of the blocking one)."""
+    async with server.async_client() as client:
+        yield client
+
+
+@pytest.fixture
+def make_session(
+    client: sessionstore.AsyncClient,
+) -> Callable[..., SessionstoreSession]:
+    def make(session_id: str = "chat", **kwargs: Any) -> SessionstoreSession:
+        return SessionstoreSession(session_id, client=client, **kwargs)
+
+    return make
+
+
+class CountingStub:
+    """Stands in for the client's stub, counting the RPCs made (each attempt)
+    and keeping their requests."""
+
+    def __init__(self, stub: Any) -> None:
+        self._stub = stub
+        self.calls: list[tuple[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._stub, name)
+
+        def call(request: Any, *args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, request))
+            return method(request, *args, **kwargs)
+
+        return call
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    def reset(self) -> None:
+        self.calls.clear()
+
+
+@pytest.fixture
+def rpcs(client: sessionstore.AsyncClient) -> Iterator[CountingStub]:
+    counting = CountingStub(client._stub)
+    client._stub = counting  # type: ignore[assignment]
+    yield counting
+    client._stub = counting._stub
+
+
+def test_the_session_follows_the_sdk_protocol() -> None:
+    from agents.memory import SessionABC
+
+    assert issubclass(SessionstoreSession, SessionABC)
+    session = SessionstoreSession("x", client=cast(sessionstore.AsyncClient, None))
+    assert isinstance(session, Session)
+    assert session.session_id == "x"
+    assert session.session_settings == SessionSettings()
+    limited = SessionstoreSession(
+        "x", client=cast(sessionstore.AsyncClient, None), session_settings={"limit": 3}
+    )
+    assert limited.session_settings == SessionSettings(limit=3)
+    with pytest.raises(TypeError):
+        SessionstoreSession(
+            "x", client=cast(sessionstore.AsyncClient, None), session_settings={"limitt": 3}
+        )
+
+
+# -- round trips ---------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_every_item_kind_round_trips_exactly(
+    make_session: Callable[..., SessionstoreSession],
+) -> None:
+    session = make_session()
+    items = copy.deepcopy(ITEMS)
+    await session.add_items(cast(list[TResponseInputItem], items))
+    assert items == ITEMS, "add_items must not change its argument"
+    assert await session.get_items() == ITEMS
+    for n in range(1, len(ITEMS) + 2):
+        assert await session.get_items(limit=n) == ITEMS[-n:]
+    assert await session.get_items(limit=0) == []
+    # One at a time, and popped back exactly.
+    other = make_session("one-by-one")
+    for item in ITEMS:
+        await other.add_items([cast(TResponseInputItem, item)])
+    assert await other.get_items() == ITEMS
+    popped = [await other.pop_item() for _ in ITEMS]
+    assert popped == ITEMS[::-1]
+
+
+@pytest.mark.asyncio
+async def test_native_fields_make_a_readable_conversation(
+    client: sessionstore.AsyncClient, make_session: Callable[..., SessionstoreSession]
+) -> None:
+    session = make_session("readable")
+    await session.add_items(cast(list[TResponseInputItem], ITEMS))
+    stored = [m.message async for m in client.iter_messages(session.store_session_id)]
+    assert len(stored) == len(ITEMS)
+    for message in stored:
+        blocks = [b for b in message.content_blocks if b.WhichOneof("block") == "json"]
+        assert [b.json.type for b in blocks] == [ITEM_BLOCK_TYPE]
+    by_index = dict(enumerate(stored))
+    assert (by_index[0].role, by_index[0].content) == (v1.ROLE_USER, ITEMS[0]["content"])
+    assert by_index[1].role == v1.ROLE_SYSTEM
+    assert by_index[2].role == v1.ROLE_DEVELOPER
+    assert (by_index[3].role, by_index[3].content) == (v1.ROLE_USER, "and this picture?")
+    assert (by_index[4].role, by_index[4].name) == (v1.ROLE_ASSISTANT, "reasoning")
+    call = by_index[5]
+    assert call.role == v1.ROLE_ASSISTANT
+    assert [(c.id, c.name, c.arguments) for c in call.tool_calls] == [
+        ("call_1", "get_weather", '{"city": "Paris", ')
+    ]
+    result = by_index[6]
+    assert (result.role, result.tool_call_id, result.content) == (
+        v1.ROLE_TOOL,
+        "call_1",
+        "22 °C, sunny",
+    )
+    assert by_index[7].content == "structured output"
+    assert (by_index[8].role, by_index[8].content) == (v1.ROLE_ASSISTANT, "It is 22 °C.\nNo more.")
+    transcript = await client.export_transcript(session.store_session_id)
+    for text in ("What is the weather in Paris?", "get_weather", "22 °C, sunny", "It is 22 °C."):
+        assert text in transcript, transcript
+    hits = (await client.search_messages("Paris weather")).hits
+    assert {h.session_id for h in hits} == {session.store_session_id}
+    assert 0 in {h.sequence for h in hits}
+
+
+@pytest.mark.asyncio
+async def test_an_unserializable_item_stores_nothing(
+    make_session: Callable[..., SessionstoreSession], rpcs: CountingStub
+) -> None:
+    session = make_session()
+    bad = cast(TResponseInputItem, {"role": "user", "content": object()})
+    with pytest.raises(TypeError):
+        await session.add_items([user("fine"), bad])
+    assert rpcs.names() == []
+    await session.add_items([])
+    assert rpcs.names() == []
+    assert await session.get_items() == []
+
+
+@pytest.mark.asyncio
+async def test_add_items_is_all_or_nothing(make_session: Callable[..., SessionstoreSession]) -> None:
+    session = make_session()
+    await session.add_items([user("before")])
+    # Over the server's --max-messages-per-exchange (1000 by default): one
+    # refused exchange, not a partial write.
+    with pytest.raises(sessionstore.LimitExceeded):
+        await session.add_items([user(f"m{i}") for i in range(1001)])
+    assert await session.get_items() == [user("before")]
+
+
+@pytest.mark.asyncio
+async def test_messages_other_clients_wrote_read_as_items(
+    client: sessionstore.AsyncClient, make_session: Callable[..., SessionstoreSession]
+) -> None:
+    session = make_session("shared")
+    await session.add_items([user("from the sdk")])
+    await client.append_exchange(
+        session.store_session_id,
+        messages=[
+            {"role": "ROLE_USER", "content": "from elsewhere"},
+            {
+                "role": "ROLE_ASSISTANT",
+                "tool_calls": [{"id": "c1", "name": "f", "arguments": "{}"}],
+            },
+            {"role": "ROLE_TOOL", "tool_call_id": "c1", "content": "out"},
+            {  # two tool calls are not one item: skipped
+                "role": "ROLE_ASSISTANT",
+                "tool_calls": [{"id": "a", "name": "f"}, {"id": "b", "name": "g"}],
+            },
+        ],
+    )
+    expected = [
+        user("from the sdk"),
+        {"role": "user", "content": "from elsewhere"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "out"},
+    ]
+    assert await session.get_items() == expected
+    # The window widens past the skipped message to count items.
+    assert await session.get_items(limit=2) == expected[-2:]
+    # pop_item drops the message it cannot read and returns the next item.
+    assert await session.pop_item() == expected[-1]
+    assert await session.get_items() == expected[:-1]
+
+
+# -- windows, pop, clear ---------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_latest_n_windows(make_session: Callable[..., SessionstoreSession]) -> None:
+    session = make_session()
+    items = [user(f"m{i}") for i in range(25)]
+    for start in range(0, 25, 7):
+        await session.add_items(items[start : start + 7])
+    assert await session.get_items() == items
+    assert await session.get_items(limit=None) == items
+    assert await session.get_items(limit=0) == []
+    assert await session.get_items(limit=-1) == items  # SQLiteSession: negative is unlimited
+    for n in (1, 2, 5, 24, 25, 26, 1000):
+        assert await session.get_items(limit=n) == items[-n:], n
+    # After a pop and a clear the window still counts from the tail.
+    await session.pop_item()
+    assert await session.get_items(limit=3) == items[21:24]
+
+
+@pytest.mark.asyncio
+async def test_session_settings_limit_is_the_default(
+    make_session: Callable[..., SessionstoreSession],
+) -> None:
+    session = make_session(session_settings=SessionSettings(limit=3))
+    items = [user(f"m{i}") for i in range(10)]
+    await session.add_items(items)
+    assert await session.get_items() == items[-3:]
+    assert await session.get_items(limit=5) == items[-5:]
+    assert await make_session(session_settings={"limit": 0}).get_items() == []
+
+
+@pytest.mark.asyncio
+async def test_windows_page_through_long_sessions(
+    make_session: Callable[..., SessionstoreSession],
+) -> None:
+    session = make_session("long")
+    items = [user(f"message {i}") for i in range(2300)]
+    for start in range(0, 2300, 1000):  # the server's default --max-messages-per-exchange
+        await session.add_items(items[start : start + 1000])
+    assert await session.get_items() == items
+    assert await session.get_items(limit=1500) == items[-1500:]
+    assert await session.get_items(limit=1001) == items[-1001:]
+
+
+@pytest.mark.asyncio
+async def test_pop_to_empty(make_session: Callable[..., SessionstoreSession]) -> None:
+    session = make_session()
+    assert await session.pop_item() is None  # no session yet
+    items = [user("a"), cast(TResponseInputItem, ITEMS[5]), user("c")]
+    await session.add_items(items)
+    assert await session.pop_item() == items[2]
+    assert await session.get_items() == items[:2]
+    assert await session.pop_item() == items[1]
+    assert await session.pop_item() == items[0]
+    assert await session.pop_item() is None
+    assert await session.get_items() == []
+    await session.add_items([user("again")])
+    assert await session.get_items() == [user("again")]
+
+
+@pytest.mark.asyncio
+async def test_clear(
+    client: sessionstore.AsyncClient, make_session: Callable[..., SessionstoreSession]
+) -> None:
+    session = make_session()
+    await session.clear_session()  # nothing stored yet: fine
+    await session.add_items([user("a"), user("b")])
+    await session.clear_session()
+    assert await session.get_items() == []
+    assert await session.pop_item() is None
+    stored = await client.get_session(session.store_session_id)
+    assert stored.next_sequence == 0
+    await session.clear_session()  # already empty
+    await session.add_items([user("c")])
+    assert await session.get_items() == [user("c")]
+
+
+@pytest.mark.asyncio
+async def test_sessions_are_isolated(make_session: Callable[..., SessionstoreSession]) -> None:
+    # Ids that a careless mapping would merge.
+    ids = ["a/b", "a:2fb", "a_b", "A/B", "a b", "a%2Fb", "oa:a/b", ""]
+    sessions = [make_session(i) for i in ids]
+    assert len({s.store_session_id for s in sessions}) == len(ids)
+    for index, session in enumerate(sessions):
+        await session.add_items([user(f"{index}-1"), user(f"{index}-2")])
+    await sessions[0].pop_item()
+    await sessions[1].clear_session()
+    assert await sessions[0].get_items() == [user("0-1")]
+    assert await sessions[1].get_items() == []
+    for index, session in list(enumerate(sessions))[2:]:
+        assert await session.get_items() == [user(f"{index}-1"), user(f"{index}-2")]
+
+
+# -- concurrency -------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_ten_concurrent_writers(make_session: Callable[..., SessionstoreSession]) -> None:
+    # Ten writers, each with its own session object, race to create the
+    # session and then append batches of two.
+    async def writer(index: int) -> None:
+        session = make_session("busy")
+        for batch in range(5):
+            await session.add_items([user(f"w{index} b{batch} 0"), user(f"w{index} b{batch} 1")])
+
+    await asyncio.gather(*(writer(i) for i in range(10)))
+    items = await make_session("busy").get_items()
+    contents = [cast(dict[str, str], item)["content"] for item in items]
+    assert len(contents) == 100
+    assert Counter(contents) == Counter(f"w{i} b{b} {k}" for i in range(10) for b in range(5) for k in range(2))
+    for position in range(0, 100, 2):  # every batch stored whole, in order
+        first, second = contents[position], contents[position + 1]
+        assert first.endswith(" 0") and second == first[:-1] + "1", contents
+    for index in range(10):  # each writer's batches in its order
+        mine = [c for c in contents if c.startswith(f"w{index} ")]
+        assert mine == sorted(mine, key=lambda c: (int(c.split()[1][1:]), c[-1]))
+
+
+@pytest.mark.asyncio
+async def test_pop_never_deletes_an_append_that_lands_in_between(
+    client: sessionstore.AsyncClient, make_session: Callable[..., SessionstoreSession]
+) -> None:
+    session = make_session("race")
+    writer = make_session("race")
+    await session.add_items([user("a"), user("b")])
+    real_get_session = client.get_session
+    appended = False
+
+    async def get_session_then_append(session_id: str) -> v1.Session:
+        nonlocal appended
+        read = await real_get_session(session_id)
+        if not appended:  # another writer appends after the pop read the tail
+            appended = True
+            await writer.add_items([user("c")])
+        return read
+
+    client.get_session = get_session_then_append  # type: ignore[method-assign]
+    try:
+        popped = await session.pop_item()
+    finally:
+        client.get_session = real_get_session  # type: ignore[method-assign]
+    assert appended
+    assert popped == user("c")  # the latest item, returned: nothing lost
+    assert await session.get_items() == [user("a"), user("b")]
+
+
+@pytest.mark.asyncio
+async def test_concurrent_pops_and_appends_lose_nothing(
+    make_session: Callable[..., SessionstoreSession],
+) -> None:
+    await make_session("mixed").add_items([user(f"seed {i}") for i in range(20)])
+    popped: list[TResponseInputItem | None] = []
+
+    async def popper() -> None:
+        session = make_session("mixed")
+        for _ in range(6):
+            popped.append(await session.pop_item())
+
+    async def appender(index: int) -> None:
+        session = make_session("mixed")
+        for n in range(6):
+            await session.add_items([user(f"new {index} {n}")])
+
+    await asyncio.gather(*(popper() for _ in range(3)), *(appender(i) for i in range(3)))
+    remaining = await make_session("mixed").get_items()
+    assert None not in popped
+    everything = [user(f"seed {i}") for i in range(20)] + [
+        user(f"new {i} {n}") for i in range(3) for n in range(6)
+    ]
+    got = [cast(dict[str, str], i)["content"] for i in remaining + cast(list[Any], popped)]
+    assert sorted(got) == sorted(cast(dict[str, str], i)["content"] for i in everything)
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_add_still_has_a_known_outcome(
+    make_session: Callable[..., SessionstoreSession],
+) -> None:
+    session = make_session()
+    task = asyncio.create_task(session.add_items([user("once")]))
+    await asyncio.sleep(0)  # the append is in flight
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await session.get_items() == [user("once")]
+
+
+# -- one RPC per change --------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_one_rpc_per_change(
+    client: sessionstore.AsyncClient,
+    make_session: Callable[..., SessionstoreSession],
+    rpcs: CountingStub,
+) -> None:
+    session = make_session("counted")
+
+    async def revision() -> int:
+        return (await client.get_session(session.store_session_id)).revision
+
+    # The first add creates the session: the append fails NOT_FOUND, the
+    # create, the same append again (same request_id).
+    await session.add_items([user("a"), user("b"), user("c")])
+    assert rpcs.names() == ["AppendExchange", "CreateSession", "AppendExchange"]
+    first, retried = rpcs.calls[0][1], rpcs.calls[2][1]
+    assert first.request_id and first.request_id == retried.request_id
+    assert len(first.messages) == 3
+
+    before = await revision()
+    rpcs.reset()
+    await session.add_items([user("d"), user("e")])
+    assert rpcs.names() == ["AppendExchange"]
+    assert rpcs.calls[0][1].request_id
+    assert await revision() == before + 1
+
+    before = await revision()
+    rpcs.reset()
+    assert await session.pop_item() == user("e")
+    assert rpcs.names() == ["GetSession", "RollbackSession"]
+    rollback = rpcs.calls[1][1]
+    assert (rollback.after_sequence, rollback.expected_next_sequence, rollback.return_removed) == (
+        3,
+        5,
+        True,
+    )
+    assert await revision() == before + 1
+
+    before = await revision()
+    rpcs.reset()
+    await session.clear_session()
+    assert rpcs.names() == ["RollbackSession"]
+    assert rpcs.calls[0][1].after_sequence == -1
+    assert await revision() == before + 1
+
+    rpcs.reset()
+    assert await session.get_items() == []
+    assert await session.get_items(limit=2) == []
+    assert rpcs.names() == ["ListMessages", "GetSession", "ListMessages"]
+
+
+# -- session ids -----------------------------------------------------------------------
+
+
+SDK_IDS = [
+    "",
+    "a",
+    "chat-1",
+    "user_42.thread-7",
+    ":",
+    "::",
+    "oa:x",
+    "oah:x",
+    "a/b",
+    "a:2fb",
+    "a:2Fb",
+    "a b",
+    "ü",
+    "😊",
+    "\x00",
+    "x\x00y",
+    "%2F",
+    "A" * 125,  # "oa:" + 125: exactly 128
+    "A" * 126,  # one too many: digest
+    "/" * 41,  # escaped to 123 characters: fits
+    "/" * 42,  # 126 + 3 > 128: digest
+    "é" * 200,
+]
+
+
+def test_ids_map_reversibly_and_injectively() -> None:
+    mapped = [store_session_id(i) for i in SDK_IDS]
+    assert len(set(mapped)) == len(SDK_IDS)
+    for sdk_id, store_id in zip(SDK_IDS, mapped):
+        assert ALLOWED_ID.fullmatch(store_id), store_id
+        back = sdk_session_id(store_id)
+        if store_id.startswith("oah:"):
+            assert back is None
+            assert len(store_id) == 68
+        else:
+            assert back == sdk_id
+    assert store_session_id("chat-1") == "oa:chat-1"
+    assert store_session_id("user 42/ü") == "oa:user:2042:2f:c3:bc"
+    assert store_session_id(":") == "oa::3a"
+    assert store_session_id("A" * 125) == "oa:" + "A" * 125
+    assert store_session_id("A" * 126).startswith("oah:")
+    for not_ours in ("ses_1", "oa:a/b", "oa::41", "oa::3A", "oa::c3", "oa::zz", "oa:" + "A" * 126):
+        with pytest.raises(ValueError):
+            sdk_session_id(not_ours)
+
+
+@pytest.mark.asyncio
+async def test_long_ids_use_a_digest_and_keep_the_original_in_metadata(
+    client: sessionstore.AsyncClient, make_session: Callable[..., SessionstoreSession]
+) -> None:
+    long_a = "tenant/" + "x" * 300 + "/a"
+    long_b = "tenant/" + "x" * 300 + "/b"
+    a, b = make_session(long_a), make_session(long_b)
+    assert a.store_session_id.startswith("oah:") and b.store_session_id.startswith("oah:")
+    assert a.store_session_id != b.store_session_id
+    await a.add_items([user("in a")])
+    await b.add_items([user("in b")])
+    assert await a.get_items() == [user("in a")]
+    assert await b.get_items() == [user("in b")]
+    stored = await client.get_session(a.store_session_id)
+    assert stored.metadata[SESSION_ID_METADATA_KEY] == long_a
+    short = make_session("short/id")
+    await short.add_items([user("x")])
+    stored = await client.get_session(short.store_session_id)
+    assert stored.metadata[SESSION_ID_METADATA_KEY] == "short/id"
+    assert sdk_session_id(stored.id) == "short/id"
+
+
+# -- through the SDK's runner --------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_runner_keeps_history_in_the_session(
+    make_session: Callable[..., SessionstoreSession],
+) -> None:
+    session = make_session("runner")
+    model = ScriptedModel()
+    agent = Agent(name="test", model=model)
+    model.enqueue([assistant_message("San Francisco")])
+    config = RunConfig(tracing_disabled=True)
+    first = await Runner.run(
+        agent, "Where is the Golden Gate Bridge?", session=session, run_config=config
+    )
+    assert first.final_output == "San Francisco"
+    model.enqueue([assistant_message("California")])
+    second = await Runner.run(agent, "Which state?", session=session, run_config=config)
+    assert second.final_output == "California"
+    history = await session.get_items()
+    assert len(history) == 4
+    assert model.calls[-1].input[:3] == history[:3]
