@@ -84,6 +84,7 @@ enum Bench {
     Watch,
     Memory,
     Peers,
+    Agents,
 }
 
 /// Sizes and durations of one run.
@@ -127,6 +128,7 @@ impl Plan {
             ];
             if !quick {
                 all.push(Bench::Peers);
+                all.push(Bench::Agents);
             }
             all
         } else {
@@ -278,6 +280,12 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     }
     if plan.runs(Bench::Peers) {
         peer_benchmarks(&plan, postgres, &best_append, &export_ms, &mut report).await?;
+    }
+    if plan.runs(Bench::Agents) {
+        let db = Database::sqlite("agents")?;
+        let outcome = agents_benchmark(&plan, &binary, &db, &mut report).await;
+        db.remove().await?;
+        outcome?;
     }
 
     report.settings["wall_seconds"] = serde_json::json!(started.elapsed().as_secs());
@@ -694,6 +702,50 @@ async fn memory_benchmark(
             Spread::of(&[per_stream]),
         )
         .target("≤ 16 MiB", per_stream <= 16.0 * 1048576.0),
+    );
+    Ok(())
+}
+
+/// Add-then-get round trips through the OpenAI Agents SDK's own
+/// `SQLiteSession` and through sessionstore's adapter, in one Python
+/// process (`bench/agents/run.sh`), the adapter on a server on `db`.
+async fn agents_benchmark(
+    plan: &Plan,
+    binary: &Path,
+    db: &Database,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    eprintln!("== agents (Python; first run installs a venv)");
+    let server = Server::start(binary, &db.url(), &[]).await?;
+    let workspace = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let seconds = (plan.timing.measure.as_secs_f64() * plan.repeat as f64).max(1.0);
+    let run = peers::agents(workspace, &server.endpoint(), seconds).await;
+    server.stop().await;
+    let run = run?;
+    let case = format!(
+        "add one item, then get_items() (history growing), {seconds} s, openai-agents {}",
+        run.agents_version
+    );
+    let sqlite = run.sqlite_session.per_sec;
+    report.push(Figure::new(
+        "agents",
+        db.backend(),
+        "SQLiteSession (file)",
+        &case,
+        "round trips/s",
+        Spread::of(&[sqlite]),
+    ));
+    let ours = run.sessionstore_session.per_sec;
+    report.push(
+        Figure::new(
+            "agents",
+            db.backend(),
+            "sessionstore SessionstoreSession",
+            &case,
+            "round trips/s",
+            Spread::of(&[ours]),
+        )
+        .ratio(ours / sqlite, "÷ SQLiteSession"),
     );
     Ok(())
 }

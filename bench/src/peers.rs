@@ -61,6 +61,39 @@ impl PeerSpread {
     }
 }
 
+/// What `bench/agents/run.sh` prints.
+#[derive(Debug, Deserialize)]
+pub struct AgentsRun {
+    pub agents_version: String,
+    pub sqlite_session: AgentsRate,
+    pub sessionstore_session: AgentsRate,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AgentsRate {
+    pub per_sec: f64,
+}
+
+/// Runs the Agents SDK round-trip script against the server at `url`.
+pub async fn agents(workspace: &Path, url: &str, seconds: f64) -> anyhow::Result<AgentsRun> {
+    let output = tokio::process::Command::new("bash")
+        .current_dir(workspace)
+        .arg("bench/agents/run.sh")
+        .args(["--json", "--url", url, "--seconds", &seconds.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .context("run bench/agents/run.sh")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "bench/agents/run.sh failed ({})",
+        output.status
+    );
+    serde_json::from_slice(&output.stdout).context("parse the agents run's JSON")
+}
+
 /// Runs the peer script and parses its JSON.
 pub async fn run(
     workspace: &Path,

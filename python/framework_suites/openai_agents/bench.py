@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import importlib.util
+import json
 import sys
 import tempfile
 import time
@@ -58,7 +60,7 @@ async def round_trips(session: Session, seconds: float) -> tuple[float, int]:
     return count / (time.perf_counter() - start), count
 
 
-async def run(url: str, seconds: float, directory: Path) -> None:
+async def run(url: str, seconds: float, directory: Path, as_json: bool) -> None:
     sqlite = SQLiteSession("bench", directory / "sqlite-session.db")
     try:
         await round_trips(sqlite, 0.2)  # warm up
@@ -71,6 +73,15 @@ async def run(url: str, seconds: float, directory: Path) -> None:
         await round_trips(warm, 0.2)
         store = SessionstoreSession(f"bench-{time.time_ns()}", client=client)
         store_rate, store_count = await round_trips(store, seconds)
+    if as_json:
+        document = {
+            "seconds": seconds,
+            "agents_version": importlib.metadata.version("openai-agents"),
+            "sqlite_session": {"per_sec": sqlite_rate, "round_trips": sqlite_count},
+            "sessionstore_session": {"per_sec": store_rate, "round_trips": store_count},
+        }
+        print(json.dumps(document))
+        return
     print(f"add-then-get round trips per second ({seconds:g} s each, history growing):")
     print(f"  SQLiteSession (file)  {sqlite_rate:10.1f}/s  ({sqlite_count} round trips)")
     print(f"  SessionstoreSession   {store_rate:10.1f}/s  ({store_count} round trips, {url})")
@@ -81,18 +92,19 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="per backend (default 3)")
     parser.add_argument("--url", help="a running server; else one is started from SESSIONSTORE_BIN")
     parser.add_argument("--database-url", help="for the started server (default: a SQLite file)")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON document")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="openai-agents-bench-") as name:
         directory = Path(name)
         if args.url:
-            asyncio.run(run(args.url, args.seconds, directory))
+            asyncio.run(run(args.url, args.seconds, directory, args.json))
             return 0
         database_url = args.database_url or f"sqlite://{directory / 'sessionstore.db'}"
         server = server_fixtures().Server(database_url=database_url)
         server.start()
         try:
-            print(f"server: {server.url}, --database-url {database_url}")
-            asyncio.run(run(server.url, args.seconds, directory))
+            print(f"server: {server.url}, --database-url {database_url}", file=sys.stderr)
+            asyncio.run(run(server.url, args.seconds, directory, args.json))
         finally:
             server.kill()
     return 0
