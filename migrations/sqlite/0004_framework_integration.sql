@@ -24,9 +24,9 @@ CREATE TABLE session_metadata (
 ) WITHOUT ROWID;
 CREATE INDEX session_metadata_by_value ON session_metadata (tenant, key, value);
 
+-- json_each cuts a string at U+0000: metadata holding one is left out of
+-- the backfill, and found by the filter once the session is updated.
 INSERT INTO session_metadata (session_key, tenant, key, value)
-SELECT s.key, s.tenant,
-       replace(replace(j.key, '\', '\\'), char(0), '\0'),
-       replace(replace(j.value, '\', '\\'), char(0), '\0')
+SELECT s.key, s.tenant, replace(j.key, '\', '\\'), replace(j.value, '\', '\\')
 FROM sessions s, json_each(s.metadata) j
-WHERE s.deleted = 0;
+WHERE s.deleted = 0 AND instr(s.metadata, '\u0000') = 0;

@@ -611,6 +611,30 @@ async fn list_filters_by_user_and_metadata(backend: Backend) {
             .await
             .is_empty()
     );
+    // Values are matched exactly, U+0000 and backslashes included.
+    client
+        .create_session(pb::CreateSessionRequest {
+            session_id: "odd".into(),
+            metadata: [("odd".into(), "a\u{0}b\\c".into())].into_iter().collect(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&mut client, list("metadata.odd = \"a\u{0}b\\\\c\"", "")).await,
+        ["odd"]
+    );
+    assert!(
+        ids(&mut client, list(r#"metadata.odd = "a""#, ""))
+            .await
+            .is_empty()
+    );
+    client
+        .delete_session(pb::DeleteSessionRequest {
+            session_id: "odd".into(),
+        })
+        .await
+        .unwrap();
 
     // An update moves a session in or out; a deleted one is gone.
     client
