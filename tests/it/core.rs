@@ -993,6 +993,7 @@ async fn list_messages_and_calls_page(backend: Backend) {
                 page_size: 3,
                 page_token: token.clone(),
                 after_sequence: Some(1),
+                ..Default::default()
             })
             .await
             .unwrap()

@@ -465,16 +465,49 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             if req.after_sequence.is_some_and(|a| a < -1) {
                 return Err(Error::invalid("after_sequence", "must be at least -1"));
             }
-            let after = match session_cursor("messages", &req.page_token, &req.session_id)? {
-                Some(after) => after,
-                None => req.after_sequence.unwrap_or(-1),
+            if req.before_sequence.is_some_and(|b| b < 0) {
+                return Err(Error::invalid("before_sequence", "must not be negative"));
+            }
+            let newest_first = match req.order_by.trim() {
+                "" | "sequence" => false,
+                "sequence desc" => true,
+                _ => {
+                    return Err(Error::invalid(
+                        "order_by",
+                        "must be \"sequence\" (oldest first) or \"sequence desc\" (newest first)",
+                    ));
+                }
             };
+            // Each order has tokens of its own: a page token is for the
+            // order it was made in.
+            let kind = if newest_first {
+                "messages-desc"
+            } else {
+                "messages"
+            };
+            let cursor = session_cursor(kind, &req.page_token, &req.session_id)?;
+            let after = req.after_sequence.unwrap_or(-1);
+            let before = req.before_sequence.unwrap_or(i64::MAX);
             let session = self.store.resolve(&tenant, &req.session_id).await?;
-            let mut messages = self.store.read_messages(&session, after, limit + 1).await?;
+            // Keyset pages over the (session, sequence) index from the end
+            // the order starts at; the other bound cuts the page short.
+            let mut messages = if newest_first {
+                let mut page = self
+                    .store
+                    .read_messages_before(&session, cursor.unwrap_or(before), limit + 1)
+                    .await?;
+                page.retain(|m| m.sequence > after);
+                page
+            } else {
+                let mut page = self
+                    .store
+                    .read_messages(&session, cursor.unwrap_or(after), limit + 1)
+                    .await?;
+                page.retain(|m| m.sequence < before);
+                page
+            };
             let next_page_token =
-                next_session_token("messages", &req.session_id, &mut messages, limit, |m| {
-                    m.sequence
-                });
+                next_session_token(kind, &req.session_id, &mut messages, limit, |m| m.sequence);
             Ok(pb::ListMessagesResponse {
                 messages: messages
                     .into_iter()

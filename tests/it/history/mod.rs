@@ -376,6 +376,7 @@ fn text_block(text: &str) -> pb::ContentBlock {
 
 mod edit;
 mod fork;
+mod newest;
 mod retention;
 mod revisions;
 mod rollback;

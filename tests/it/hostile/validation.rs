@@ -847,6 +847,7 @@ async fn send(client: &mut Client, live: &Live, req: &Req) -> Result<(), tonic::
                     after_sequence: *after,
                     page_size: *page_size,
                     page_token: live.token(token),
+                    ..Default::default()
                 })
                 .await?;
         }

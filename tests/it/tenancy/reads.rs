@@ -45,6 +45,7 @@ async fn another_tenants_session_is_unknown_to_reads_and_exports(backend: Backen
             after_sequence: None,
             page_size: 1,
             page_token: messages_token.clone(),
+            ..Default::default()
         }
     );
     probe!(client, "ListProviderCalls", list_provider_calls, |id| {

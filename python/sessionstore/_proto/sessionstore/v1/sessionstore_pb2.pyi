@@ -145,16 +145,20 @@ class ExportHistoryResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ...) -> None: ...
 
 class ListMessagesRequest(_message.Message):
-    __slots__ = ("session_id", "after_sequence", "page_size", "page_token")
+    __slots__ = ("session_id", "after_sequence", "page_size", "page_token", "order_by", "before_sequence")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ORDER_BY_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     after_sequence: int
     page_size: int
     page_token: str
-    def __init__(self, session_id: _Optional[str] = ..., after_sequence: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    order_by: str
+    before_sequence: int
+    def __init__(self, session_id: _Optional[str] = ..., after_sequence: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., order_by: _Optional[str] = ..., before_sequence: _Optional[int] = ...) -> None: ...
 
 class ListMessagesResponse(_message.Message):
     __slots__ = ("messages", "next_page_token")
