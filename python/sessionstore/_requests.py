@@ -132,13 +132,20 @@ def export_history(
 
 
 def list_messages(
-    session_id: str, after_sequence: int | None, page_size: int, page_token: str
+    session_id: str,
+    after_sequence: int | None,
+    page_size: int,
+    page_token: str,
+    order_by: str = "",
+    before_sequence: int | None = None,
 ) -> s.ListMessagesRequest:
     request = s.ListMessagesRequest(
-        session_id=session_id, page_size=page_size, page_token=page_token
+        session_id=session_id, page_size=page_size, page_token=page_token, order_by=order_by
     )
     if after_sequence is not None:
         request.after_sequence = after_sequence
+    if before_sequence is not None:
+        request.before_sequence = before_sequence
     return request
 
 

@@ -370,18 +370,36 @@ class Client:
         after_sequence: int | None = None,
         page_size: int = 0,
         page_token: str = "",
+        order_by: str = "",
+        before_sequence: int | None = None,
     ) -> s.ListMessagesResponse:
-        """One page of stored messages (with ids and sequences). Retried."""
-        request = req.list_messages(session_id, after_sequence, page_size, page_token)
+        """One page of stored messages (with ids and sequences), oldest first,
+        or newest first with ``order_by="sequence desc"``; only those between
+        ``after_sequence`` and ``before_sequence`` when given. Retried."""
+        request = req.list_messages(
+            session_id, after_sequence, page_size, page_token, order_by, before_sequence
+        )
         return self._call("ListMessages", request, retry=True)  # type: ignore[no-any-return]
 
     def iter_messages(
-        self, session_id: str, *, after_sequence: int | None = None, page_size: int = 0
+        self,
+        session_id: str,
+        *,
+        after_sequence: int | None = None,
+        page_size: int = 0,
+        order_by: str = "",
+        before_sequence: int | None = None,
     ) -> Iterator[m.StoredMessage]:
-        """Every stored message after ``after_sequence``, page after page."""
+        """Every stored message after ``after_sequence`` (and before
+        ``before_sequence``), page after page, in ``order_by``'s order."""
         return self._pages(
             lambda token: self.list_messages(
-                session_id, after_sequence=after_sequence, page_size=page_size, page_token=token
+                session_id,
+                after_sequence=after_sequence,
+                page_size=page_size,
+                page_token=token,
+                order_by=order_by,
+                before_sequence=before_sequence,
             ),
             lambda page: page.messages,
         )

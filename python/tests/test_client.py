@@ -70,6 +70,12 @@ def test_round_trip(client: sessionstore.Client) -> None:
     assert [m.sequence for m in stored] == [0, 1, 2, 3]
     page = client.list_messages(session.id, page_size=3)
     assert len(page.messages) == 3 and page.next_page_token
+    newest = list(client.iter_messages(session.id, page_size=1, order_by="sequence desc"))
+    assert [m.sequence for m in newest] == [3, 2, 1, 0]
+    between = client.list_messages(
+        session.id, after_sequence=0, before_sequence=3, order_by="sequence desc"
+    )
+    assert [m.sequence for m in between.messages] == [2, 1]
     assert [c.model for c in client.iter_provider_calls(session.id)] == ["gpt-x"]
 
     client.create_session(session_id="py-other", user="bob")

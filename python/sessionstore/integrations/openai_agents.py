@@ -352,14 +352,21 @@ class SessionstoreSession(SessionABC):
         try:
             if effective is None or effective < 0:
                 return await self._items_after(None)
-            session = await self.client.get_session(self.store_session_id)
-            window = effective
-            while True:
-                start = session.next_sequence - window
-                items = await self._items_after(start - 1 if start > 0 else None)
-                if len(items) >= effective or start <= 0:
-                    return items[-effective:]
-                window *= 2  # undecodable messages in the window: widen it
+            # Newest first, one page of `limit` for the common case; pages on
+            # only past messages that are not items.
+            latest: list[TResponseInputItem] = []
+            async for stored in self.client.iter_messages(
+                self.store_session_id,
+                order_by="sequence desc",
+                page_size=min(effective, _PAGE_SIZE),
+            ):
+                item = item_from_message(stored.message)
+                if item is not None:
+                    latest.append(item)
+                    if len(latest) >= effective:
+                        break
+            latest.reverse()
+            return latest
         except SessionNotFound:
             return []
 
