@@ -36,6 +36,11 @@ fn main() {
             watch("packed-refs");
             if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
                 watch(&branch);
+                // A packed branch gets a file of its own at its next commit:
+                // the directory it appears in is watched too.
+                if let Some((directory, _)) = branch.rsplit_once('/') {
+                    watch(directory);
+                }
             }
             format!("{version} (commit {commit})")
         }

@@ -188,6 +188,7 @@ fn rich_message() -> pb::Message {
         tool_error: true,
         name: "bot\u{0}".into(),
         metadata: BTreeMap::from([("k\u{0}".into(), "v\u{0}".into())]),
+        incomplete: true,
     }
 }
 

@@ -54,6 +54,9 @@ pub struct Message {
     pub name: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: Metadata,
+    /// Cut short: what its run produced before it was stopped.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub incomplete: bool,
 }
 
 impl Message {
@@ -68,6 +71,7 @@ impl Message {
             tool_error: false,
             name: String::new(),
             metadata: Metadata::new(),
+            incomplete: false,
         }
     }
 

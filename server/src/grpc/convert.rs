@@ -161,6 +161,7 @@ pub fn message_from_pb(message: pb::Message, field: &str) -> Result<Message> {
         tool_error: message.tool_error,
         name: message.name,
         metadata: message.metadata,
+        incomplete: message.incomplete,
     })
 }
 
@@ -195,6 +196,7 @@ pub fn message_to_pb(message: Message) -> pb::Message {
         tool_error: message.tool_error,
         name: message.name,
         metadata: message.metadata,
+        incomplete: message.incomplete,
     }
 }
 

@@ -270,6 +270,7 @@ fn message() -> impl Strategy<Value = pb::Message> {
         any::<bool>(),
         text(),
         metadata(),
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -281,6 +282,7 @@ fn message() -> impl Strategy<Value = pb::Message> {
                 tool_error,
                 name,
                 metadata,
+                incomplete,
             )| {
                 pb::Message {
                     role,
@@ -291,6 +293,7 @@ fn message() -> impl Strategy<Value = pb::Message> {
                     tool_error,
                     name,
                     metadata,
+                    incomplete,
                 }
             },
         )

@@ -35,7 +35,7 @@ TRANSCRIPT_FORMAT_MARKDOWN: TranscriptFormat
 TRANSCRIPT_FORMAT_OPENAI_JSON: TranscriptFormat
 
 class Message(_message.Message):
-    __slots__ = ("role", "content", "content_blocks", "tool_calls", "tool_call_id", "tool_error", "name", "metadata")
+    __slots__ = ("role", "content", "content_blocks", "tool_calls", "tool_call_id", "tool_error", "name", "metadata", "incomplete")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class Message(_message.Message):
     TOOL_ERROR_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    INCOMPLETE_FIELD_NUMBER: _ClassVar[int]
     role: Role
     content: str
     content_blocks: _containers.RepeatedCompositeFieldContainer[ContentBlock]
@@ -59,7 +60,8 @@ class Message(_message.Message):
     tool_error: bool
     name: str
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, role: _Optional[_Union[Role, str]] = ..., content: _Optional[str] = ..., content_blocks: _Optional[_Iterable[_Union[ContentBlock, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., tool_error: _Optional[bool] = ..., name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    incomplete: bool
+    def __init__(self, role: _Optional[_Union[Role, str]] = ..., content: _Optional[str] = ..., content_blocks: _Optional[_Iterable[_Union[ContentBlock, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., tool_error: _Optional[bool] = ..., name: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., incomplete: _Optional[bool] = ...) -> None: ...
 
 class ContentBlock(_message.Message):
     __slots__ = ("text", "thinking", "redacted_thinking", "image", "tool_use", "tool_result", "json")
