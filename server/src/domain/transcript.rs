@@ -34,8 +34,9 @@ pub fn markdown_header(session: &Session) -> String {
 }
 
 /// One message as a Markdown section: a `## Role` heading (with the name,
-/// the tool call id and an error mark when set), then the content and each
-/// block in order. Code is fenced so that no backticks inside can close it.
+/// the tool call id, an error mark and an incomplete mark when set), then
+/// the content and each block in order. Code is fenced so that no
+/// backticks inside can close it.
 /// When `redacted`, the body is just `_[redacted]_`.
 pub fn markdown_message(message: &Message, redacted: bool) -> String {
     let mut heading = format!("## {}", role_title(message.role));
@@ -47,6 +48,9 @@ pub fn markdown_message(message: &Message, redacted: bool) -> String {
     }
     if message.tool_error {
         heading.push_str(" (error)");
+    }
+    if message.incomplete {
+        heading.push_str(" (incomplete)");
     }
 
     let mut body = Vec::new();
@@ -387,6 +391,13 @@ mod tests {
         );
         let developer = Message::text(Role::Developer, "");
         assert_eq!(markdown_message(&developer, false), "## Developer\n\n");
+
+        let mut cut = Message::text(Role::Assistant, "The answer is");
+        cut.incomplete = true;
+        assert_eq!(
+            markdown_message(&cut, false),
+            "## Assistant (incomplete)\n\nThe answer is\n\n"
+        );
     }
 
     #[test]
