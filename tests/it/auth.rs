@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
-use sha2::{Digest, Sha256};
 use tonic::transport::Channel;
 use tonic::{Code, Request};
 
 use crate::support::{
-    Backend, Storage, TestServer, connect, error_details, sessionstore_binary, user,
+    Backend, Storage, TestServer, authed, connect, error_details, sessionstore_binary, token_line,
+    user,
 };
 
 crate::backend_tests!(tokens_gate_the_service, tenants_never_see_each_other);
@@ -20,20 +20,6 @@ type Client = SessionStoreClient<Channel>;
 
 /// How long a token file change may take to apply (the README: within 5 s).
 const RELOAD_DEADLINE: Duration = Duration::from_secs(8);
-
-fn token_line(tenant: &str, token: &str) -> String {
-    let digest = Sha256::digest(token.as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{tenant} {hex}\n")
-}
-
-/// A request carrying `authorization: Bearer TOKEN`.
-fn authed<T>(message: T, token: &str) -> Request<T> {
-    let mut request = Request::new(message);
-    let value = format!("Bearer {token}").parse().expect("header value");
-    request.metadata_mut().insert("authorization", value);
-    request
-}
 
 async fn start(backend: Backend, tokens: &Path) -> TestServer {
     let path = tokens.to_owned();

@@ -44,7 +44,7 @@ async fn edit_changes_the_current_view_and_replay_keeps_the_old(backend: Backend
     assert_eq!(stored.message.as_ref(), Some(&corrected));
     assert!(!stored.redacted);
 
-    let event = next_revision(&mut stream).await;
+    let event = next_change(&mut stream).await;
     assert_eq!(event.revision, 4);
     let Some(Event::MessageEdited(message_edited)) = &event.event else {
         panic!(
@@ -82,7 +82,7 @@ async fn edit_changes_the_current_view_and_replay_keeps_the_old(backend: Backend
     .await
     .unwrap();
     assert_eq!(again.revision, 5);
-    let event = next_revision(&mut stream).await;
+    let event = next_change(&mut stream).await;
     let Some(Event::MessageEdited(message_edited)) = &event.event else {
         panic!(
             "expected message_edited, got {}: {event:?}",
@@ -220,7 +220,7 @@ async fn redact_erases_the_text_everywhere(backend: Backend) {
         let target = &before[sequence];
         let redacted = redact(&mut client, "red", &target.id, "pii").await.unwrap();
         assert_eq!(redacted.revision, 5 + i64::try_from(n).unwrap());
-        let event = next_revision(&mut stream).await;
+        let event = next_change(&mut stream).await;
         assert_eq!(event.revision, redacted.revision);
         let Some(Event::MessageRedacted(message_redacted)) = &event.event else {
             panic!(

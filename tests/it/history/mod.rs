@@ -20,22 +20,12 @@ type Client = SessionStoreClient<Channel>;
 // ---------------------------------------------------------------------------
 // Helpers
 
-/// The next event that records a revision (skipping progress markers).
-async fn next_revision(stream: &mut Events) -> pb::SessionEvent {
-    loop {
-        let event = next_event(stream).await;
-        if !matches!(event.event, Some(Event::Progress(_))) {
-            return event;
-        }
-    }
-}
-
 /// Opens a watch after `after_revision` and reads up to its `caught_up`.
 async fn watch_caught_up(client: &mut Client, id: &str, after_revision: i64) -> Events {
     let mut stream = watch(client, id, after_revision).await;
     let mut last = after_revision;
     loop {
-        let event = next_revision(&mut stream).await;
+        let event = next_change(&mut stream).await;
         if matches!(event.event, Some(Event::CaughtUp(_))) {
             assert_eq!(event.revision, last, "caught_up carries the last revision");
             return stream;
@@ -49,7 +39,7 @@ async fn replay(client: &mut Client, id: &str) -> Vec<pb::SessionEvent> {
     let mut stream = watch(client, id, 0).await;
     let mut events = Vec::new();
     loop {
-        let event = next_revision(&mut stream).await;
+        let event = next_change(&mut stream).await;
         if matches!(event.event, Some(Event::CaughtUp(_))) {
             let revisions: Vec<i64> = events
                 .iter()

@@ -72,7 +72,7 @@ async fn every_control_write_is_one_revision(backend: Backend) {
     assert_eq!(made, expected, "one revision per write, consecutive");
     let mut last_time = 0;
     for (revision, kind) in expected {
-        let event = next_revision(&mut stream).await;
+        let event = next_change(&mut stream).await;
         assert_eq!((event.revision, event_kind(&event)), (revision, kind));
         let time = micros(event.time.as_ref());
         assert!(time >= last_time, "event times never go back");

@@ -20,7 +20,7 @@ async fn rollback_truncates_and_later_writes_continue(backend: Backend) {
 
     let rolled = rollback(&mut client, "rb", 2).await.unwrap();
     assert_eq!((rolled.revision, rolled.next_sequence), (5, 3));
-    let event = next_revision(&mut stream).await;
+    let event = next_change(&mut stream).await;
     assert_eq!(event.revision, 5);
     assert!(event.time.is_some());
     let Some(Event::RolledBack(rolled_back)) = &event.event else {
@@ -121,7 +121,7 @@ async fn rollback_truncates_and_later_writes_continue(backend: Backend) {
     let sequences: Vec<i64> = continued.messages.iter().map(|m| m.sequence).collect();
     assert_eq!(sequences, [3, 4]);
     assert_eq!((continued.revision, continued.next_sequence), (6, 5));
-    assert_appended(&next_revision(&mut stream).await, &continued);
+    assert_appended(&next_change(&mut stream).await, &continued);
 
     // full_history compares against the rolled-back history: the old,
     // longer one no longer matches ...
@@ -173,7 +173,7 @@ async fn rollback_truncates_and_later_writes_continue(backend: Backend) {
         .collect();
     assert_eq!(new, [(5, "q4"), (6, "a4")]);
     assert_eq!(diffed.revision, 7);
-    assert_appended(&next_revision(&mut stream).await, &diffed);
+    assert_appended(&next_change(&mut stream).await, &diffed);
     server.stop().await.unwrap();
 }
 
@@ -203,7 +203,7 @@ async fn rollback_edges_and_errors(backend: Backend) {
     // above recorded nothing.
     let emptied = rollback(&mut client, "rbe", -1).await.unwrap();
     assert_eq!((emptied.revision, emptied.next_sequence), (3, 0));
-    let event = next_revision(&mut stream).await;
+    let event = next_change(&mut stream).await;
     assert_eq!(event.revision, 3);
     let Some(Event::RolledBack(rolled_back)) = &event.event else {
         panic!(
@@ -226,7 +226,7 @@ async fn rollback_edges_and_errors(backend: Backend) {
     let sequences: Vec<i64> = fresh.messages.iter().map(|m| m.sequence).collect();
     assert_eq!(sequences, [0, 1]);
     assert_eq!(fresh.revision, 4);
-    assert_appended(&next_revision(&mut stream).await, &fresh);
+    assert_appended(&next_change(&mut stream).await, &fresh);
     server.stop().await.unwrap();
 }
 

@@ -74,7 +74,7 @@ async fn state_versions_and_conditions(backend: Backend) {
     // Each write was one revision and one state_changed event.
     let mut changes = Vec::new();
     for revision in 2..=7 {
-        let event = next_revision(&mut stream).await;
+        let event = next_change(&mut stream).await;
         assert_eq!(event.revision, revision);
         let Some(Event::StateChanged(changed)) = event.event else {
             panic!("expected state_changed at revision {revision}, got {event:?}");
