@@ -7,7 +7,7 @@
 
 __version__ = "0.1.0"
 
-from . import v1  # noqa: E402
+from . import _errors, v1  # noqa: E402
 from ._errors import (  # noqa: E402
     Aborted,
     AlreadyExists,
@@ -47,29 +47,6 @@ __all__ = [
     "SessionEvents",
     "AsyncSessionEvents",
     "RetryPolicy",
-    "SessionstoreError",
-    "NotFound",
-    "SessionNotFound",
-    "MessageNotFound",
-    "StateNotFound",
-    "AlreadyExists",
-    "RequestIdReused",
-    "InvalidArgument",
-    "Aborted",
-    "SequenceMismatch",
-    "StateVersionMismatch",
-    "FailedPrecondition",
-    "SessionBusy",
-    "HistoryMismatch",
-    "OutOfRange",
-    "RevisionOutOfRange",
-    "ResourceExhausted",
-    "RateLimited",
-    "LimitExceeded",
-    "Unavailable",
-    "Unauthenticated",
-    "PermissionDenied",
-    "DeadlineExceeded",
-    "Cancelled",
-    "Internal",
 ]
+# Every error class, as the errors module lists them.
+__all__ += _errors.__all__

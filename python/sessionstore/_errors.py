@@ -35,7 +35,6 @@ __all__ = [
     "DeadlineExceeded",
     "Cancelled",
     "Internal",
-    "from_rpc_error",
 ]
 
 

@@ -203,9 +203,7 @@ impl ControlOp for Edit {
     type Reply = Edited;
 
     fn validate(&self) -> Result<()> {
-        require_message_id(&self.message_id)?;
-        check_reason(&self.reason)?;
-        optional_run_id(&self.run_id)
+        check_message_change(&self.message_id, &self.reason, &self.run_id)
     }
 
     fn transcript_run(&self) -> Option<&str> {
@@ -221,9 +219,7 @@ impl ControlOp for Redact {
     type Reply = i64;
 
     fn validate(&self) -> Result<()> {
-        require_message_id(&self.message_id)?;
-        check_reason(&self.reason)?;
-        optional_run_id(&self.run_id)
+        check_message_change(&self.message_id, &self.reason, &self.run_id)
     }
 
     fn transcript_run(&self) -> Option<&str> {
@@ -338,6 +334,13 @@ pub fn require_run_id(run_id: &str) -> Result<()> {
 
 fn optional_run_id(run_id: &str) -> Result<()> {
     check_len("run_id", run_id, MAX_KEY_LEN, false)
+}
+
+/// An edit's or a redaction's own fields: the message, the reason, the run.
+fn check_message_change(message_id: &str, reason: &str, run_id: &str) -> Result<()> {
+    require_message_id(message_id)?;
+    check_reason(reason)?;
+    optional_run_id(run_id)
 }
 
 fn require_message_id(id: &str) -> Result<()> {

@@ -937,7 +937,9 @@ mod tests {
         let (revision, appended) = appended(outcomes.remove(0));
         assert_eq!(revision, 5);
         assert_eq!(appended.next_sequence, 2);
-        let call = appended.provider_call.expect("the call is recorded");
+        let Some(call) = appended.provider_call else {
+            panic!("the call is recorded");
+        };
         assert!(call.id.starts_with("call_"));
         assert_eq!((call.total_tokens, call.create_time), (5, NOW));
         let sequences: Vec<i64> = appended.messages.iter().map(|m| m.sequence).collect();
@@ -988,7 +990,10 @@ mod tests {
         );
         let errors: Vec<Error> = outcomes
             .into_iter()
-            .map(|o| done(o).err().expect("refused"))
+            .map(|o| match done(o) {
+                Err(error) => error,
+                Ok(_) => panic!("refused"),
+            })
             .collect();
         assert!(matches!(&errors[0], Error::SessionNotFound(id) if id == "nope"));
         assert!(
