@@ -771,6 +771,7 @@ impl Client {
             session_id: session_id.into(),
             after_revision,
             include_active_deltas: false,
+            delta_cursors: Vec::new(),
         })
     }
 

@@ -123,6 +123,7 @@ impl v1::SessionEvent {
             Some(Event::MessageEdited(_)) => "message_edited",
             Some(Event::MessageRedacted(_)) => "message_redacted",
             Some(Event::StateChanged(_)) => "state_changed",
+            Some(Event::RunCancelRequested(_)) => "run_cancel_requested",
             None => "unknown",
         }
     }

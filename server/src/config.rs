@@ -137,6 +137,18 @@ pub struct ServeConfig {
     #[arg(long, env = "SESSIONSTORE_INSECURE_NO_AUTH")]
     pub insecure_no_auth: bool,
 
+    /// Origins whose pages may call the service from a browser (gRPC-Web),
+    /// comma-separated, e.g. `https://chat.example.com`. Default: none, so
+    /// browsers refuse pages from other origins. `*` (any origin) only
+    /// together with --auth-tokens.
+    #[arg(
+        long,
+        env = "SESSIONSTORE_CORS_ALLOWED_ORIGINS",
+        value_delimiter = ',',
+        num_args = 1..
+    )]
+    pub cors_allowed_origins: Vec<String>,
+
     #[command(flatten)]
     pub tls: TlsConfig,
 
@@ -239,6 +251,31 @@ pub struct LimitsConfig {
         default_value_t = 512 * 1024 * 1024
     )]
     pub max_stream_buffer_bytes: usize,
+
+    /// Deltas one active run keeps for late joiners before consecutive
+    /// text deltas are merged into one (nothing is dropped).
+    #[arg(long, env = "SESSIONSTORE_MAX_RUN_DELTAS", default_value_t = 1024)]
+    pub max_run_deltas: usize,
+
+    /// Largest partial output of one run, in bytes (at least 16 MiB): a
+    /// PublishDelta past it is refused with RESOURCE_EXHAUSTED and the
+    /// run's earlier deltas stay available.
+    #[arg(
+        long,
+        env = "SESSIONSTORE_MAX_RUN_OUTPUT_BYTES",
+        default_value_t = 64 * 1024 * 1024
+    )]
+    pub max_run_output_bytes: usize,
+
+    /// Most bytes the partial output of all active runs may hold, together
+    /// (shown as sessionstore_active_run_bytes). A PublishDelta past it is
+    /// refused with RESOURCE_EXHAUSTED.
+    #[arg(
+        long,
+        env = "SESSIONSTORE_MAX_ACTIVE_RUN_BYTES",
+        default_value_t = 1024 * 1024 * 1024
+    )]
+    pub max_active_run_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -253,6 +290,9 @@ impl Default for LimitsConfig {
             max_request_bytes_in_flight: 256 * 1024 * 1024,
             max_concurrent_streams_per_connection: 2048,
             max_stream_buffer_bytes: 512 * 1024 * 1024,
+            max_run_deltas: 1024,
+            max_run_output_bytes: 64 * 1024 * 1024,
+            max_active_run_bytes: 1024 * 1024 * 1024,
         }
     }
 }

@@ -20,6 +20,7 @@ pub mod sweep;
 pub mod telemetry;
 pub mod tls;
 pub mod watch;
+pub mod web;
 
 /// The version `--version` prints and the server logs: the package version
 /// and, when built from a git checkout, the commit.

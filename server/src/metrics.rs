@@ -114,6 +114,7 @@ pub struct Metrics {
     pool: OnceLock<PoolProbe>,
     request_bytes: OnceLock<BytesProbe>,
     stream_buffer: OnceLock<BytesProbe>,
+    active_runs: OnceLock<BytesProbe>,
 }
 
 /// A method named in a `FileDescriptorSet`.
@@ -183,6 +184,7 @@ impl Metrics {
             pool: OnceLock::new(),
             request_bytes: OnceLock::new(),
             stream_buffer: OnceLock::new(),
+            active_runs: OnceLock::new(),
         }
     }
 
@@ -194,6 +196,11 @@ impl Metrics {
     /// Where the request bytes in flight are read (set once, at start).
     pub fn set_request_bytes_probe(&self, probe: impl Fn() -> usize + Send + Sync + 'static) {
         let _ = self.request_bytes.set(Box::new(probe));
+    }
+
+    /// Where the bytes active runs' buffered partial output holds are read (set once).
+    pub fn set_active_run_probe(&self, probe: impl Fn() -> usize + Send + Sync + 'static) {
+        let _ = self.active_runs.set(Box::new(probe));
     }
 
     /// Where the bytes streams hold read ahead come from (set once).
@@ -319,6 +326,15 @@ impl Metrics {
                 "sessionstore_stream_buffered_bytes",
                 "Bytes read ahead by ExportHistory, ExportTranscript and WatchSession replays, \
                  reserved from --max-stream-buffer-bytes.",
+                probe() as u64,
+            );
+        }
+        if let Some(probe) = self.active_runs.get() {
+            gauge(
+                &mut out,
+                "sessionstore_active_run_bytes",
+                "Bytes the partial output of active runs holds for late joiners, \
+                 bounded by --max-active-run-bytes.",
                 probe() as u64,
             );
         }

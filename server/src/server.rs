@@ -24,7 +24,7 @@ use crate::metrics::{self, Metrics, MetricsLayer};
 use crate::store::{self, Store, StoreOptions};
 use crate::sweep::{self, SweepOptions};
 use crate::tls;
-use crate::watch::{Hub, WatchOptions};
+use crate::watch::{Hub, RunLimits, WatchOptions};
 
 /// Streams of one connection the server may reset for a client's errors
 /// before it ends the connection (hyper's default).
@@ -105,7 +105,8 @@ pub async fn serve_with_metrics(
     let url = config.database.database_url.clone();
     check_exposure(&config, &listener)?;
     let tls = tls::server_config(&config.tls)?;
-    let hub = Arc::new(Hub::default());
+    let cors = crate::web::cors(&config)?;
+    let hub = Arc::new(Hub::new(run_limits(&config)?));
     prepare_sqlite_path(&url)?;
     let options = StoreOptions {
         max_connections: config.database.max_connections,
@@ -116,6 +117,7 @@ pub async fn serve_with_metrics(
         grpc: listener,
         metrics: metrics_listener,
         tls,
+        cors,
     };
     serve_store(config, store, hub, listeners, shutdown).await
 }
@@ -124,6 +126,8 @@ struct Listeners {
     grpc: TcpListener,
     metrics: Option<TcpListener>,
     tls: Option<ServerTlsConfig>,
+    /// CORS for browsers' gRPC-Web calls (see web.rs).
+    cors: tower_http::cors::CorsLayer,
 }
 
 async fn serve_store<S: Store>(
@@ -139,6 +143,8 @@ async fn serve_store<S: Store>(
     ]));
     let pool_store = store.clone();
     metrics.set_pool_probe(move || pool_store.pool_status());
+    let run_hub = Arc::clone(&hub);
+    metrics.set_active_run_probe(move || run_hub.active_run_bytes());
     let in_flight = InFlight::new(
         config.limits.max_request_bytes_in_flight,
         config.max_request_bytes,
@@ -195,6 +201,8 @@ async fn serve_store<S: Store>(
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
     let mut builder = tonic::transport::Server::builder()
+        // gRPC-Web from browsers comes over HTTP/1.1 too (see web.rs).
+        .accept_http1(true)
         .max_concurrent_streams(config.limits.max_concurrent_streams_per_connection)
         // tonic turns hyper's default (1,024) off unless given one; a client
         // that makes the server reset streams (RUSTSEC-2024-0003) is sent
@@ -286,6 +294,8 @@ async fn serve_store<S: Store>(
         }
     };
     let serving = builder
+        .layer(listeners.cors)
+        .layer(tonic_web::GrpcWebLayer::new())
         .layer(MetricsLayer(Arc::clone(&metrics)))
         .layer(in_flight)
         .add_service(health_service)
@@ -343,6 +353,27 @@ async fn serve_store<S: Store>(
     }
     tracing::info!("sessionstore stopped");
     result.context("the gRPC server failed")
+}
+
+/// The smallest hard limit on one run's partial output.
+const MIN_RUN_OUTPUT_BYTES: usize = 16 * 1024 * 1024;
+
+/// How much partial output of active runs the hub keeps.
+fn run_limits(config: &ServeConfig) -> anyhow::Result<RunLimits> {
+    let limits = &config.limits;
+    anyhow::ensure!(
+        limits.max_run_output_bytes >= MIN_RUN_OUTPUT_BYTES,
+        "--max-run-output-bytes must be at least {MIN_RUN_OUTPUT_BYTES} (16 MiB)"
+    );
+    anyhow::ensure!(
+        limits.max_run_deltas >= 2,
+        "--max-run-deltas must be at least 2"
+    );
+    Ok(RunLimits {
+        merge_after: limits.max_run_deltas,
+        max_run_bytes: limits.max_run_output_bytes,
+        max_total_bytes: limits.max_active_run_bytes,
+    })
 }
 
 /// Without a token file, refuses to serve anything but loopback unless

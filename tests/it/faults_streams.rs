@@ -100,6 +100,7 @@ fn watch_request(id: &str, after_revision: i64) -> Bytes {
         session_id: id.to_owned(),
         after_revision,
         include_active_deltas: false,
+        ..Default::default()
     })
 }
 

@@ -19,6 +19,7 @@ mod framework;
 mod history;
 mod hostile;
 mod large;
+mod live;
 mod newcomer;
 mod ops;
 mod python;

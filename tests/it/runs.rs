@@ -178,6 +178,7 @@ async fn watch_from(client: &mut Client, id: &str, after: i64, active_deltas: bo
             session_id: id.to_owned(),
             after_revision: after,
             include_active_deltas: active_deltas,
+            ..Default::default()
         })
         .await
         .expect("watch session")

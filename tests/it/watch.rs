@@ -24,6 +24,7 @@ async fn watch_err(
             session_id: id.to_owned(),
             after_revision,
             include_active_deltas: false,
+            ..Default::default()
         })
         .await;
     match result {

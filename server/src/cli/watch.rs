@@ -109,6 +109,7 @@ fn event_name(event: &pb::session_event::Event) -> &'static str {
         Event::MessageEdited(_) => "message_edited",
         Event::MessageRedacted(_) => "message_redacted",
         Event::StateChanged(_) => "state_changed",
+        Event::RunCancelRequested(_) => "run_cancel_requested",
     }
 }
 

@@ -44,6 +44,7 @@ pub trait ControlOp: Clone + Send + Sync + 'static {
 pub trait Applier: Send {
     fn begin_run(&mut self, control: BeginRun) -> impl Future<Output = Result<RunBegun>> + Send;
     fn end_run(&mut self, control: EndRun) -> impl Future<Output = Result<i64>> + Send;
+    fn cancel_run(&mut self, control: CancelRun) -> impl Future<Output = Result<i64>> + Send;
     fn rollback(&mut self, control: Rollback) -> impl Future<Output = Result<RolledBack>> + Send;
     fn edit(&mut self, control: Edit) -> impl Future<Output = Result<Edited>> + Send;
     fn redact(&mut self, control: Redact) -> impl Future<Output = Result<i64>> + Send;
@@ -72,6 +73,17 @@ pub struct RunBegun {
 #[derive(Clone, Debug)]
 pub struct EndRun {
     pub run_id: String,
+}
+
+/// Ask a run to stop. Answers the revision recording the cancel (the first
+/// one, for a run cancelled before).
+#[derive(Clone, Debug)]
+pub struct CancelRun {
+    pub run_id: String,
+    pub reason: String,
+    /// The run has published deltas this replica still holds (it is
+    /// active even without a lease).
+    pub publishing: bool,
 }
 
 /// Remove messages with a greater sequence (-1: all of them), if the
@@ -171,6 +183,19 @@ impl ControlOp for EndRun {
 
     fn apply<A: Applier>(self, applier: &mut A) -> impl Future<Output = Result<i64>> + Send {
         applier.end_run(self)
+    }
+}
+
+impl ControlOp for CancelRun {
+    type Reply = i64;
+
+    fn validate(&self) -> Result<()> {
+        require_run_id(&self.run_id)?;
+        check_reason(&self.reason)
+    }
+
+    fn apply<A: Applier>(self, applier: &mut A) -> impl Future<Output = Result<i64>> + Send {
+        applier.cancel_run(self)
     }
 }
 
@@ -299,11 +324,7 @@ pub fn validate_delta(run_id: &str, index: i64, content: Option<&DeltaContent>) 
     let Some(content) = content else {
         return Err(Error::invalid("text", "a delta needs text or a block"));
     };
-    let size = match content {
-        DeltaContent::Text(text) => text.len(),
-        DeltaContent::Block(block) => serde_json::to_vec(block).map_or(usize::MAX, |b| b.len()),
-    };
-    if size > MAX_DELTA_BYTES {
+    if content.size() > MAX_DELTA_BYTES {
         return Err(Error::LimitExceeded {
             field: "text".into(),
             limit: "max_delta_bytes",

@@ -39,6 +39,10 @@ pub enum Error {
         expire_time: super::Timestamp,
     },
 
+    /// CancelRun named a run that is not active and was never cancelled.
+    #[error("run {0:?} is not active: it holds no lease and is publishing no deltas")]
+    RunNotActive(String),
+
     /// No message with this id in the session.
     #[error("message {0:?} not found in the session")]
     MessageNotFound(String),

@@ -265,6 +265,11 @@ pub enum Change {
         run_id: String,
         expired: bool,
     },
+    /// CancelRun asked a run to stop.
+    RunCancelRequested {
+        run_id: String,
+        reason: String,
+    },
     /// Messages after `after_sequence` were removed.
     RolledBack {
         after_sequence: i64,
@@ -306,10 +311,14 @@ pub struct Ephemeral {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EphemeralKind {
-    /// A run's partial output.
+    /// A run's partial output: the delta at `index`, or, when
+    /// `merged_from` is set, the text deltas `merged_from..=index` merged
+    /// into one.
     Delta {
         run_id: String,
         index: i64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        merged_from: Option<i64>,
         content: DeltaContent,
     },
     /// Drop the run's partial output.
@@ -331,6 +340,17 @@ impl EphemeralKind {
 pub enum DeltaContent {
     Text(String),
     Block(ContentBlock),
+}
+
+impl DeltaContent {
+    /// Its size in bytes, as the run buffer counts it: a text's UTF-8
+    /// length, a block's JSON length.
+    pub fn size(&self) -> usize {
+        match self {
+            DeltaContent::Text(text) => text.len(),
+            DeltaContent::Block(block) => serde_json::to_vec(block).map_or(usize::MAX, |b| b.len()),
+        }
+    }
 }
 
 /// A state change an exchange makes, in its own revision.

@@ -336,6 +336,9 @@ pub fn event_to_pb(event: &SessionEvent) -> pb::SessionEvent {
             expire_time: Some(timestamp(expire_time)),
         }),
         Change::RunEnded { run_id, expired } => Event::RunEnded(pb::RunEnded { run_id, expired }),
+        Change::RunCancelRequested { run_id, reason } => {
+            Event::RunCancelRequested(pb::RunCancelRequested { run_id, reason })
+        }
         Change::RolledBack {
             after_sequence,
             removed_message_ids,
@@ -400,10 +403,12 @@ pub fn ephemeral_to_pb(ephemeral: &Ephemeral) -> pb::SessionEvent {
         EphemeralKind::Delta {
             run_id,
             index,
+            merged_from,
             content,
         } => Event::Delta(pb::Delta {
             run_id,
             index,
+            first_index: merged_from.unwrap_or(index),
             delta: Some(match content {
                 DeltaContent::Text(text) => pb::delta::Delta::Text(text),
                 DeltaContent::Block(block) => pb::delta::Delta::Block(block_to_pb(block)),

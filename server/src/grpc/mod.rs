@@ -2,6 +2,7 @@
 //! store or domain operation, and converts the answer. Only this module
 //! touches the generated `sessionstore.v1` types.
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -27,7 +28,7 @@ use crate::domain::{
 };
 use crate::metrics::Metrics;
 use crate::read_ahead::{ReadAhead, ReadPage, Share, StreamBudget};
-use crate::store::{ExportStart, SearchQuery, SharedStateWrite, Store};
+use crate::store::{ExportStart, SearchQuery, SessionHandle, SharedStateWrite, Store};
 use crate::watch::{self, Hub, WatchItem, WatchOptions, WatchRequest};
 
 mod encoded_watch;
@@ -95,6 +96,7 @@ impl<S: Store> SessionStoreService<S> {
             let request = WatchRequest {
                 after_revision: req.after_revision,
                 include_active_deltas: req.include_active_deltas,
+                delta_cursors: delta_cursors(&req.delta_cursors)?,
             };
             let events = watch::watch(
                 self.store.clone(),
@@ -116,6 +118,40 @@ impl<S: Store> SessionStoreService<S> {
             item.map_err(Status::from)
         }))
     }
+}
+
+/// The most delta cursors one WatchSession may carry.
+const MAX_DELTA_CURSORS: usize = 256;
+
+/// A watch request's delta cursors, checked, by run id.
+fn delta_cursors(cursors: &[pb::DeltaCursor]) -> Result<HashMap<String, i64>> {
+    if cursors.len() > MAX_DELTA_CURSORS {
+        return Err(Error::invalid(
+            "delta_cursors",
+            format!("at most {MAX_DELTA_CURSORS} cursors (one per active run)"),
+        ));
+    }
+    let mut by_run = HashMap::with_capacity(cursors.len());
+    for (i, cursor) in cursors.iter().enumerate() {
+        control::require_run_id(&cursor.run_id)
+            .map_err(|_| Error::invalid(format!("delta_cursors[{i}].run_id"), "is required"))?;
+        if cursor.after_index < -1 {
+            return Err(Error::invalid(
+                format!("delta_cursors[{i}].after_index"),
+                "must be at least -1 (-1: no delta received yet)",
+            ));
+        }
+        if by_run
+            .insert(cursor.run_id.clone(), cursor.after_index)
+            .is_some()
+        {
+            return Err(Error::invalid(
+                format!("delta_cursors[{i}].run_id"),
+                "names a run a cursor before it already named",
+            ));
+        }
+    }
+    Ok(by_run)
 }
 
 /// One watch stream item as the protocol's `SessionEvent`.
@@ -195,26 +231,38 @@ impl<S: Store> SessionStoreService<S> {
         self.store.control(tenant, session_id, control).await
     }
 
-    /// Publishes an ephemeral change after the lease check; answers the revision.
-    async fn publish(
+    /// Publishes a delta after the lease check and the run's byte limits;
+    /// answers the revision and whether CancelRun asked the run to stop.
+    async fn publish_delta(
         &self,
         tenant: &str,
         session_id: &str,
         kind: EphemeralKind,
-        check_lease: bool,
-    ) -> Result<i64> {
-        let session = self.store.resolve(tenant, session_id).await?;
-        let now = Timestamp::now();
-        if check_lease {
-            session.check_lease(kind.run_id(), now)?;
+    ) -> Result<(i64, bool)> {
+        let (session, cancelled) = self
+            .store
+            .resolve_run(tenant, session_id, kind.run_id())
+            .await?;
+        session.check_lease(kind.run_id(), Timestamp::now())?;
+        if let EphemeralKind::Delta { content, .. } = &kind {
+            self.hub
+                .check_run_room(session.key, kind.run_id(), content.size())?;
         }
+        let revision = self.publish(&session, kind).await?;
+        Ok((revision, cancelled))
+    }
+
+    /// Publishes an ephemeral change to the session's watchers, here and
+    /// on every replica; answers the revision it carries.
+    async fn publish(&self, session: &SessionHandle, kind: EphemeralKind) -> Result<i64> {
+        let now = Timestamp::now();
         let revision = session.revision;
         let ephemeral = Ephemeral {
             revision,
             time: now,
             kind,
         };
-        self.store.publish_ephemeral(&session, ephemeral).await?;
+        self.store.publish_ephemeral(session, ephemeral).await?;
         Ok(revision)
     }
 }
@@ -575,10 +623,15 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             let kind = EphemeralKind::Delta {
                 run_id: req.run_id,
                 index: req.index,
+                merged_from: None,
                 content,
             };
-            let revision = self.publish(&tenant, &req.session_id, kind, true).await?;
-            Ok(pb::PublishDeltaResponse { revision })
+            let (revision, cancel_requested) =
+                self.publish_delta(&tenant, &req.session_id, kind).await?;
+            Ok(pb::PublishDeltaResponse {
+                revision,
+                cancel_requested,
+            })
         })
         .await
     }
@@ -592,8 +645,9 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         unary("DiscardRun", &req.session_id.clone(), async {
             require_session_id("session_id", &req.session_id)?;
             require_run_id(&req.run_id)?;
+            let session = self.store.resolve(&tenant, &req.session_id).await?;
             let kind = EphemeralKind::RunDiscarded { run_id: req.run_id };
-            let revision = self.publish(&tenant, &req.session_id, kind, false).await?;
+            let revision = self.publish(&session, kind).await?;
             Ok(pb::DiscardRunResponse { revision })
         })
         .await
@@ -619,6 +673,27 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 revision: begun.revision,
                 expire_time: Some(convert::timestamp(begun.expire_time)),
             })
+        })
+        .await
+    }
+
+    async fn cancel_run(
+        &self,
+        request: Request<pb::CancelRunRequest>,
+    ) -> Result<Response<pb::CancelRunResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        unary("CancelRun", &req.session_id, async {
+            require_session_id("session_id", &req.session_id)?;
+            require_run_id(&req.run_id)?;
+            let session = self.store.resolve(&tenant, &req.session_id).await?;
+            let control = control::CancelRun {
+                publishing: self.hub.run_is_publishing(session.key, &req.run_id),
+                run_id: req.run_id.clone(),
+                reason: req.reason.clone(),
+            };
+            let revision = self.control(&tenant, &req.session_id, control).await?;
+            Ok(pb::CancelRunResponse { revision })
         })
         .await
     }

@@ -87,6 +87,10 @@ impl From<Error> for Status {
                     ],
                 ),
             ),
+            Error::RunNotActive(run_id) => (
+                Code::FailedPrecondition,
+                info("RUN_NOT_ACTIVE", &[("run_id", run_id)]),
+            ),
             Error::MessageNotFound(id) => (
                 Code::NotFound,
                 info("MESSAGE_NOT_FOUND", &[("message_id", id)]),

@@ -309,6 +309,15 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn resolve(&self, tenant: &str, id: &str)
     -> impl Future<Output = Result<SessionHandle>> + Send;
 
+    /// Resolves a live session for a run's PublishDelta, with whether
+    /// CancelRun asked that run to stop (one read).
+    fn resolve_run(
+        &self,
+        tenant: &str,
+        id: &str,
+        run_id: &str,
+    ) -> impl Future<Output = Result<(SessionHandle, bool)>> + Send;
+
     /// Messages with `sequence > after`, ascending, at most `limit`.
     fn read_messages(
         &self,

@@ -232,6 +232,23 @@ pub(super) fn limit_param(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
+/// The columns a [`SessionHandle`] is made of.
+const HANDLE_COLUMNS: &str = "key, id, revision, next_sequence, system_prompt, summary_message_id, \
+     run_id, run_expire_time";
+
+fn handle_from_row(row: &AnyRow) -> Result<SessionHandle> {
+    Ok(SessionHandle {
+        key: row.try_get("key")?,
+        id: text_col(row, "id")?,
+        revision: row.try_get("revision")?,
+        next_sequence: row.try_get("next_sequence")?,
+        system_prompt: text_col(row, "system_prompt")?,
+        summary_message_id: text_col(row, "summary_message_id")?,
+        active_run_id: text_col(row, "run_id")?,
+        run_expire_time: Timestamp(row.try_get("run_expire_time")?),
+    })
+}
+
 impl Store for SqlStore {
     async fn create_session(
         &self,
@@ -338,25 +355,36 @@ impl Store for SqlStore {
     }
 
     async fn resolve(&self, tenant: &str, id: &str) -> Result<SessionHandle> {
-        let row = sqlx::query(
-            "SELECT key, id, revision, next_sequence, system_prompt, summary_message_id, run_id, \
-             run_expire_time FROM sessions WHERE tenant = $1 AND id = $2 AND deleted = 0",
-        )
+        let row = sqlx::query(&format!(
+            "SELECT {HANDLE_COLUMNS} FROM sessions WHERE tenant = $1 AND id = $2 AND deleted = 0"
+        ))
         .bind(escape(tenant))
         .bind(escape(id))
         .fetch_optional(&self.inner.pool)
         .await?
         .ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
-        Ok(SessionHandle {
-            key: row.try_get("key")?,
-            id: text_col(&row, "id")?,
-            revision: row.try_get("revision")?,
-            next_sequence: row.try_get("next_sequence")?,
-            system_prompt: text_col(&row, "system_prompt")?,
-            summary_message_id: text_col(&row, "summary_message_id")?,
-            active_run_id: text_col(&row, "run_id")?,
-            run_expire_time: Timestamp(row.try_get("run_expire_time")?),
-        })
+        handle_from_row(&row)
+    }
+
+    async fn resolve_run(
+        &self,
+        tenant: &str,
+        id: &str,
+        run_id: &str,
+    ) -> Result<(SessionHandle, bool)> {
+        let row = sqlx::query(&format!(
+            "SELECT {HANDLE_COLUMNS}, (SELECT count(*) FROM run_cancels c \
+             WHERE c.session_key = sessions.key AND c.run_id = $3) AS cancels \
+             FROM sessions WHERE tenant = $1 AND id = $2 AND deleted = 0"
+        ))
+        .bind(escape(tenant))
+        .bind(escape(id))
+        .bind(escape(run_id))
+        .fetch_optional(&self.inner.pool)
+        .await?
+        .ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
+        let cancels: i64 = row.try_get("cancels")?;
+        Ok((handle_from_row(&row)?, cancels > 0))
     }
 
     async fn read_messages(

@@ -15,27 +15,26 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_core::Stream;
 use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 
-use crate::domain::{Change, DeltaContent, Ephemeral, EphemeralKind, Error, Result, SessionEvent};
+use crate::domain::{Change, Ephemeral, EphemeralKind, Error, Result, SessionEvent};
 use crate::read_ahead::{PAGE_BYTES, ReadAhead, ReadPage, Share, StreamBudget};
 use crate::store::{CommitSink, ReadBound, SessionHandle, Store};
+
+mod runs;
+
+pub use runs::RunLimits;
+use runs::Runs;
 
 /// Live events buffered per session before a slow watcher is sent back to storage.
 const LIVE_BUFFER: usize = 256;
 /// Events read from storage per query by the hub's fetcher and the
 /// open-runs check (a replay reads through [`ReadAhead`]).
 const REPLAY_PAGE: usize = 256;
-/// The most deltas kept for one run; a longer run is not replayed to late joiners.
-const MAX_RUN_DELTAS: usize = 4096;
-/// The most delta bytes kept for one run.
-const MAX_RUN_BYTES: usize = 4 * 1024 * 1024;
-/// The most runs buffered at once, over all sessions.
-const MAX_BUFFERED_RUNS: usize = 10_000;
 /// Sessions whose missing events the fetcher reads at once.
 const FETCH_CONCURRENCY: usize = 8;
 
@@ -51,18 +50,6 @@ enum Live {
     /// The server is shutting down: end the stream.
     Closing,
 }
-
-/// One open run's deltas so far.
-struct RunBuffer {
-    deltas: Vec<Arc<Ephemeral>>,
-    bytes: usize,
-    /// Too long to keep: late joiners get nothing for it.
-    overflowed: bool,
-    touched: Instant,
-}
-
-/// Open runs per session key, then per run id.
-type Runs = HashMap<i64, HashMap<String, RunBuffer>>;
 
 /// One watched session's channel.
 struct Channel {
@@ -88,12 +75,7 @@ pub struct Hub {
 
 impl Default for Hub {
     fn default() -> Self {
-        Hub {
-            sessions: Mutex::new(HashMap::new()),
-            runs: Mutex::new(HashMap::new()),
-            closing: watch::Sender::new(false),
-            fetcher: std::sync::OnceLock::new(),
-        }
+        Hub::new(RunLimits::default())
     }
 }
 
@@ -104,69 +86,49 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Hub {
+    /// A hub keeping active runs' partial output within `limits`.
+    pub fn new(limits: RunLimits) -> Self {
+        Hub {
+            sessions: Mutex::new(HashMap::new()),
+            runs: Mutex::new(Runs::new(limits)),
+            closing: watch::Sender::new(false),
+            fetcher: std::sync::OnceLock::new(),
+        }
+    }
+
     /// Forgets buffered runs with no delta for `max_idle` (a publisher
     /// that died without committing or discarding).
     pub fn prune_runs(&self, max_idle: Duration) {
-        let mut runs = lock(&self.runs);
-        for session in runs.values_mut() {
-            session.retain(|_, run| run.touched.elapsed() < max_idle);
-        }
-        runs.retain(|_, session| !session.is_empty());
+        lock(&self.runs).prune(max_idle);
+    }
+
+    /// Bytes the partial output of active runs holds here.
+    pub fn active_run_bytes(&self) -> usize {
+        lock(&self.runs).held()
+    }
+
+    /// Whether a run of this session has published deltas this replica
+    /// still holds (it is active even without a lease).
+    pub fn run_is_publishing(&self, session_key: i64, run_id: &str) -> bool {
+        lock(&self.runs).is_open(session_key, run_id)
+    }
+
+    /// Refuses (RESOURCE_EXHAUSTED) a delta of `size` bytes that would pass
+    /// the run's output limit or the server's bound on all runs.
+    pub fn check_run_room(&self, session_key: i64, run_id: &str, size: usize) -> Result<()> {
+        lock(&self.runs).check_room(session_key, run_id, size)
     }
 
     /// The deltas so far of every open run of a session, run by run.
     fn active_deltas(&self, session_key: i64) -> Vec<Arc<Ephemeral>> {
-        let runs = lock(&self.runs);
-        runs.get(&session_key)
-            .into_iter()
-            .flat_map(|session| session.values())
-            .filter(|run| !run.overflowed)
-            .flat_map(|run| run.deltas.iter().cloned())
-            .collect()
+        lock(&self.runs).deltas(session_key)
     }
 
     fn buffer(&self, session_key: i64, ephemeral: &Arc<Ephemeral>) {
         let mut runs = lock(&self.runs);
         match &ephemeral.kind {
-            EphemeralKind::Delta {
-                run_id, content, ..
-            } => {
-                let buffered: usize = runs.values().map(HashMap::len).sum();
-                let session = runs.entry(session_key).or_default();
-                if !session.contains_key(run_id) && buffered >= MAX_BUFFERED_RUNS {
-                    return;
-                }
-                let run = session.entry(run_id.clone()).or_insert_with(|| RunBuffer {
-                    deltas: Vec::new(),
-                    bytes: 0,
-                    overflowed: false,
-                    touched: Instant::now(),
-                });
-                run.touched = Instant::now();
-                if run.overflowed {
-                    return;
-                }
-                run.bytes += match content {
-                    DeltaContent::Text(text) => text.len(),
-                    DeltaContent::Block(_) => 256,
-                };
-                if run.deltas.len() >= MAX_RUN_DELTAS || run.bytes > MAX_RUN_BYTES {
-                    run.overflowed = true;
-                    run.deltas = Vec::new();
-                } else {
-                    run.deltas.push(Arc::clone(ephemeral));
-                }
-            }
-            EphemeralKind::RunDiscarded { run_id } => close_run(&mut runs, session_key, run_id),
-        }
-    }
-}
-
-fn close_run(runs: &mut Runs, session_key: i64, run_id: &str) {
-    if let Some(session) = runs.get_mut(&session_key) {
-        session.remove(run_id);
-        if session.is_empty() {
-            runs.remove(&session_key);
+            EphemeralKind::Delta { .. } => runs.add(session_key, ephemeral),
+            EphemeralKind::RunDiscarded { run_id } => runs.close(session_key, run_id),
         }
     }
 }
@@ -345,9 +307,7 @@ impl CommitSink for Hub {
                     self.run_closed(session_key, &appended.run_id);
                 }
                 Change::RunEnded { run_id, .. } => self.run_closed(session_key, run_id),
-                Change::SessionDeleted => {
-                    lock(&self.runs).remove(&session_key);
-                }
+                Change::SessionDeleted => lock(&self.runs).close_session(session_key),
                 _ => {}
             }
         }
@@ -376,7 +336,7 @@ impl CommitSink for Hub {
     }
 
     fn run_closed(&self, session_key: i64, run_id: &str) {
-        close_run(&mut lock(&self.runs), session_key, run_id);
+        lock(&self.runs).close(session_key, run_id);
     }
 }
 
@@ -445,11 +405,14 @@ pub struct WatchOptions {
 }
 
 /// What one watcher asked for.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct WatchRequest {
     pub after_revision: i64,
     /// After caught-up, send the deltas so far of every open run.
     pub include_active_deltas: bool,
+    /// Per run, the last delta index the watcher already has: only later
+    /// ones are sent (a merged delta reaching past it is sent whole).
+    pub delta_cursors: HashMap<String, i64>,
 }
 
 /// The highest delta index sent per run, so a delta that was both in the
@@ -458,6 +421,11 @@ pub struct WatchRequest {
 struct SentDeltas(HashMap<String, i64>);
 
 impl SentDeltas {
+    /// Starts from where a reconnecting watcher left each run.
+    fn after(cursors: HashMap<String, i64>) -> Self {
+        SentDeltas(cursors)
+    }
+
     /// Whether `ephemeral` should go out, recording it if so.
     fn admit(&mut self, ephemeral: &Ephemeral) -> bool {
         match &ephemeral.kind {
@@ -594,7 +562,7 @@ pub fn watch<S: Store>(
         let mut active = tokio::time::Instant::now();
         let mut last = after_revision;
         let mut caught_up = false;
-        let mut sent_deltas = SentDeltas::default();
+        let mut sent_deltas = SentDeltas::after(request.delta_cursors);
         let mut from_storage = true;
         // The share of the first replay (admitted with the call, if it had
         // anything to replay); a later return to the log takes a new one.

@@ -371,6 +371,7 @@ async fn round_trip_case(mut client: Client, case: RoundTrip) -> Result<(), Test
             session_id: id.clone(),
             after_revision: 0,
             include_active_deltas: false,
+            ..Default::default()
         })
         .await
         .map_err(|s| failed_call("WatchSession", &s))?
@@ -497,6 +498,7 @@ async fn round_trip_case(mut client: Client, case: RoundTrip) -> Result<(), Test
                 session_id: id.clone(),
                 after_revision: appended.revision,
                 include_active_deltas: false,
+                ..Default::default()
             })
             .await
             .map_err(|s| failed_call("WatchSession after edit", &s))?

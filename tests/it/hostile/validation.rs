@@ -873,6 +873,7 @@ async fn send(client: &mut Client, live: &Live, req: &Req) -> Result<(), tonic::
                     session_id: live.sid(sid),
                     after_revision: *after_revision,
                     include_active_deltas: true,
+                    ..Default::default()
                 })
                 .await?
                 .into_inner();

@@ -112,6 +112,7 @@ pub async fn watch(
             session_id: session_id.to_owned(),
             after_revision,
             include_active_deltas: false,
+            ..Default::default()
         })
         .await
         .expect("watch session")
@@ -120,24 +121,7 @@ pub async fn watch(
 
 /// The name of an event's kind, for assertions and messages.
 pub fn event_kind(event: &pb::SessionEvent) -> &'static str {
-    use pb::session_event::Event;
-    match &event.event {
-        Some(Event::SessionCreated(_)) => "session_created",
-        Some(Event::ExchangeAppended(_)) => "exchange_appended",
-        Some(Event::SessionUpdated(_)) => "session_updated",
-        Some(Event::SessionDeleted(_)) => "session_deleted",
-        Some(Event::CaughtUp(_)) => "caught_up",
-        Some(Event::Progress(_)) => "progress",
-        Some(Event::Delta(_)) => "delta",
-        Some(Event::RunDiscarded(_)) => "run_discarded",
-        Some(Event::RunBegun(_)) => "run_begun",
-        Some(Event::RunEnded(_)) => "run_ended",
-        Some(Event::RolledBack(_)) => "rolled_back",
-        Some(Event::MessageEdited(_)) => "message_edited",
-        Some(Event::MessageRedacted(_)) => "message_redacted",
-        Some(Event::StateChanged(_)) => "state_changed",
-        None => "none",
-    }
+    event.kind()
 }
 
 /// Checks that `event` is the `exchange_appended` of the acknowledged `expected`.

@@ -66,6 +66,7 @@ impl TestServer {
             shutdown_grace: Duration::from_secs(10),
             auth_tokens: None,
             insecure_no_auth: false,
+            cors_allowed_origins: Vec::new(),
             tls: Default::default(),
             limits: Default::default(),
             telemetry: Default::default(),

@@ -297,6 +297,7 @@ async fn watch(client: &mut Client, token: &str, id: &str, after_revision: i64) 
                 session_id: id.to_owned(),
                 after_revision,
                 include_active_deltas: false,
+                ..Default::default()
             },
             token,
         ))

@@ -15,6 +15,7 @@ async fn another_tenants_session_is_unknown_to_watches(backend: Backend) {
             session_id: id.to_owned(),
             after_revision: 0,
             include_active_deltas: true,
+            ..Default::default()
         }
     });
     probe!(
@@ -25,6 +26,7 @@ async fn another_tenants_session_is_unknown_to_watches(backend: Backend) {
             session_id: id.to_owned(),
             after_revision: 999,
             include_active_deltas: false,
+            ..Default::default()
         }
     );
 

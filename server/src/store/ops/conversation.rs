@@ -2,8 +2,8 @@
 
 use super::{ControlSession, SessionRow, Tx, Write};
 use crate::domain::control::{
-    Applier, BeginRun, ControlOp, DeleteState, Edit, Edited, EndRun, Redact, Rollback, RolledBack,
-    RunBegun, SetState,
+    Applier, BeginRun, CancelRun, ControlOp, DeleteState, Edit, Edited, EndRun, Redact, Rollback,
+    RolledBack, RunBegun, SetState,
 };
 use crate::domain::{
     Change, Error, Message, Result, StateEntry, StoredMessage, Timestamp, control,
@@ -41,6 +41,10 @@ impl Applier for OnSession<'_, '_> {
 
     async fn end_run(&mut self, control: EndRun) -> Result<i64> {
         self.tx.end_run(&mut self.row, control.run_id).await
+    }
+
+    async fn cancel_run(&mut self, control: CancelRun) -> Result<i64> {
+        self.tx.cancel_run(&mut self.row, control).await
     }
 
     async fn rollback(&mut self, control: Rollback) -> Result<RolledBack> {
@@ -101,6 +105,42 @@ impl Tx<'_> {
             expired: false,
         };
         self.bump(row, change).await
+    }
+
+    /// Records a cancel once per run: a run cancelled before answers that
+    /// cancel's revision and writes nothing; otherwise the run must be
+    /// active (holding the lease, or publishing deltas).
+    async fn cancel_run(&mut self, row: &mut SessionRow, cancel: CancelRun) -> Result<i64> {
+        let CancelRun {
+            run_id,
+            reason,
+            publishing,
+        } = cancel;
+        let earlier: Option<i64> = sqlx::query_scalar(
+            "SELECT revision FROM run_cancels WHERE session_key = $1 AND run_id = $2",
+        )
+        .bind(row.key)
+        .bind(escape(&run_id))
+        .fetch_optional(&mut *self.conn)
+        .await?;
+        if let Some(revision) = earlier {
+            return Ok(revision);
+        }
+        // Loading the session settled an expired lease: a holder is live.
+        if row.session.active_run_id != run_id && !publishing {
+            return Err(Error::RunNotActive(run_id));
+        }
+        let escaped = escape(&run_id);
+        let revision = self
+            .bump(row, Change::RunCancelRequested { run_id, reason })
+            .await?;
+        sqlx::query("INSERT INTO run_cancels (session_key, run_id, revision) VALUES ($1, $2, $3)")
+            .bind(row.key)
+            .bind(escaped)
+            .bind(revision)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(revision)
     }
 
     pub(super) async fn begin_run(

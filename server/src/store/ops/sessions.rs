@@ -286,6 +286,7 @@ impl Tx<'_> {
             "DELETE FROM events WHERE session_key = $1",
             "DELETE FROM session_state WHERE session_key = $1",
             "DELETE FROM session_metadata WHERE session_key = $1",
+            "DELETE FROM run_cancels WHERE session_key = $1",
         ] {
             sqlx::query(sql).bind(key).execute(&mut *self.conn).await?;
         }
