@@ -415,6 +415,37 @@ impl Client {
         self.channel.clone()
     }
 
+    /// Calls one unary RPC (`call` on the generated client), retried under
+    /// the client's [`RetryPolicy`] when the RPC is safe to repeat.
+    pub(crate) async fn unary<T, R, F, Fut>(
+        &self,
+        what: &'static str,
+        message: T,
+        retry: bool,
+        call: F,
+    ) -> Result<R>
+    where
+        T: Clone,
+        F: Fn(RawClient, Request<T>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, Status>>,
+    {
+        let attempt = || {
+            let request = self.request(message.clone());
+            let timeout = self.settings.request_timeout;
+            let call = call(self.raw.clone(), request);
+            async move {
+                within(timeout, what, call)
+                    .await
+                    .map(tonic::Response::into_inner)
+            }
+        };
+        if retry {
+            retrying(&self.settings.retry, attempt).await
+        } else {
+            Ok(attempt().await?)
+        }
+    }
+
     /// A request carrying the per-request timeout as its gRPC deadline.
     fn request<T>(&self, message: T) -> Request<T> {
         let mut request = Request::new(message);

@@ -135,6 +135,16 @@ pub enum Error {
         #[source]
         status: Status,
     },
+    /// `CancelRun` named a run that is not active and was never cancelled
+    /// (`FAILED_PRECONDITION`, reason `RUN_NOT_ACTIVE`).
+    #[error("run {run_id:?} is not active")]
+    RunNotActive {
+        /// The run named.
+        run_id: String,
+        /// The status as received.
+        #[source]
+        status: Status,
+    },
     /// A watch asked for revisions after the session's head (`OUT_OF_RANGE`,
     /// reason `REVISION_OUT_OF_RANGE`).
     #[error("revision {after_revision} is beyond the session's head {head_revision}")]
@@ -246,6 +256,7 @@ impl Error {
             | Error::SequenceMismatch { status, .. }
             | Error::HistoryMismatch { status, .. }
             | Error::SessionBusy { status, .. }
+            | Error::RunNotActive { status, .. }
             | Error::RevisionOutOfRange { status, .. }
             | Error::StateVersionMismatch { status, .. }
             | Error::LimitExceeded { status, .. }
@@ -394,6 +405,12 @@ impl From<Status> for Error {
             "SESSION_BUSY" => {
                 return Error::SessionBusy {
                     active_run_id: meta(info, "active_run_id"),
+                    status,
+                };
+            }
+            "RUN_NOT_ACTIVE" => {
+                return Error::RunNotActive {
+                    run_id: meta(info, "run_id"),
                     status,
                 };
             }

@@ -15,6 +15,7 @@ mod client;
 mod error;
 mod requests;
 mod retry;
+mod run;
 #[cfg(feature = "server")]
 pub mod server_codec;
 mod watch;
@@ -29,5 +30,6 @@ pub use client::{BoxStream, Client, ClientBuilder};
 pub use error::{Error, Result};
 pub use requests::{Exchange, ExportHistory, ListSessions, NewSession};
 pub use retry::RetryPolicy;
+pub use run::Run;
 pub use v1::session_store_client::SessionStoreClient;
 pub use watch::SessionEvents;

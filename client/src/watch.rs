@@ -45,12 +45,16 @@ pub(crate) struct WatchSettings {
 /// `progress` (the server's keep-alive on an idle stream) is passed on
 /// as-is.
 ///
-/// **Deltas are best effort.** Ephemeral `delta` and `run_discarded`
-/// events carry the current revision without making one. Those published
-/// while the stream was reconnecting are lost (with
-/// `include_active_deltas` the new stream re-sends each open run's
-/// buffered deltas, and the stream drops the ones it already delivered);
-/// the committed `exchange_appended` that ends a run is never lost.
+/// **Deltas resume by cursor.** Ephemeral `delta` and `run_discarded`
+/// events carry the current revision without making one. On reconnecting,
+/// the stream asks for each open run's deltas after the last index it
+/// delivered (`delta_cursors`); with `include_active_deltas` the server
+/// sends those it holds, so a run's text arrives whole and once, followed
+/// by the committed `exchange_appended` that ends the run. A merged delta
+/// (`first_index < index`) reaching back before what was delivered is cut
+/// to its new part, with `first_index` moved past the last index
+/// delivered. (Without `include_active_deltas`, deltas published while
+/// the stream was reconnecting are not sent again.)
 ///
 /// **The end.** `session_deleted` is the last item. A permanent error
 /// (e.g. [`Error::NotFound`] — also when the session was deleted while
@@ -170,8 +174,8 @@ struct Watcher {
     /// The latest revision delivered.
     last: i64,
     caught_up_sent: bool,
-    /// The highest delta index delivered per open run.
-    deltas: HashMap<String, i64>,
+    /// What was delivered of each open run's deltas.
+    deltas: HashMap<String, Delivered>,
     done: bool,
     shared_last: Arc<AtomicI64>,
     reconnects: Arc<AtomicU64>,
@@ -249,6 +253,15 @@ impl Watcher {
     async fn open(&mut self) -> Result<tonic::Streaming<v1::SessionEvent>> {
         let mut request = self.request.clone();
         request.after_revision = self.last;
+        // Each open run resumes after the last delta delivered.
+        request.delta_cursors = self
+            .deltas
+            .iter()
+            .map(|(run_id, delivered)| v1::DeltaCursor {
+                run_id: run_id.clone(),
+                after_index: delivered.last,
+            })
+            .collect();
         let mut raw = self.raw.clone();
         let call = raw.watch_session(request);
         let response = match self.settings.open_timeout {
@@ -275,8 +288,8 @@ impl Watcher {
     }
 
     /// Whether to deliver `event`, updating what has been delivered.
-    fn admit(&mut self, event: v1::SessionEvent) -> Option<v1::SessionEvent> {
-        match &event.event {
+    fn admit(&mut self, mut event: v1::SessionEvent) -> Option<v1::SessionEvent> {
+        match &mut event.event {
             Some(Event::CaughtUp(_)) => {
                 if self.caught_up_sent {
                     return None;
@@ -288,11 +301,10 @@ impl Watcher {
                 if event.revision < self.last {
                     return None;
                 }
-                let sent = self.deltas.entry(delta.run_id.clone()).or_insert(-1);
-                if delta.index <= *sent {
+                let delivered = self.deltas.entry(delta.run_id.clone()).or_default();
+                if !delivered.admit(delta) {
                     return None;
                 }
-                *sent = delta.index;
             }
             Some(Event::RunDiscarded(discarded)) => {
                 if event.revision < self.last {
@@ -320,6 +332,58 @@ impl Watcher {
             }
         }
         Some(event)
+    }
+}
+
+/// What a watch delivered of one run's deltas: the last index, and where
+/// each delivered delta's text ended, so that a merged delta reaching back
+/// past what was delivered is cut to its new part.
+#[derive(Debug)]
+struct Delivered {
+    last: i64,
+    /// (last index of a delivered delta, text bytes delivered through it).
+    ends: Vec<(i64, usize)>,
+}
+
+impl Default for Delivered {
+    fn default() -> Self {
+        Delivered {
+            last: -1,
+            ends: Vec::new(),
+        }
+    }
+}
+
+impl Delivered {
+    /// Whether `delta` brings anything new; a merged text delta that starts
+    /// at or before the last index delivered is cut to the part after it.
+    fn admit(&mut self, delta: &mut v1::Delta) -> bool {
+        if delta.index <= self.last {
+            return false;
+        }
+        let first = delta.first_index.min(delta.index);
+        if first <= self.last
+            && let Some(v1::delta::Delta::Text(text)) = &mut delta.delta
+        {
+            let start = self
+                .ends
+                .iter()
+                .rev()
+                .find(|(index, _)| *index < first)
+                .map_or(0, |(_, end)| *end);
+            let total = self.ends.last().map_or(0, |(_, end)| *end);
+            let have = total.saturating_sub(start);
+            *text = text.get(have..).unwrap_or_default().to_owned();
+            delta.first_index = self.last + 1;
+        }
+        let added = match &delta.delta {
+            Some(v1::delta::Delta::Text(text)) => text.len(),
+            _ => 0,
+        };
+        let total = self.ends.last().map_or(0, |(_, end)| *end);
+        self.ends.push((delta.index, total + added));
+        self.last = delta.index;
+        true
     }
 }
 

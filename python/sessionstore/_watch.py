@@ -62,6 +62,11 @@ class WatchState:
             session_id=session_id,
             after_revision=self.last_revision,
             include_active_deltas=include_active_deltas,
+            # Resume each open run after the last delta delivered.
+            delta_cursors=[
+                s.DeltaCursor(run_id=run_id, after_index=index)
+                for run_id, index in self.deltas.items()
+            ],
         )
 
 

@@ -512,6 +512,18 @@ class AsyncClient:
         request = req.publish_delta(session_id, run_id, index, text, block)
         return await self._call("PublishDelta", request, retry=True)  # type: ignore[no-any-return]
 
+    async def cancel_run(
+        self, session_id: str, *, run_id: str, reason: str = ""
+    ) -> s.CancelRunResponse:
+        """Asks an active run to stop, from any client: watchers get
+        ``run_cancel_requested`` and the producer's next ``publish_delta``
+        answers ``cancel_requested``. Answers the cancel's revision (the
+        first cancel's, for a run cancelled before; nothing is written
+        again). ``FailedPrecondition`` (reason ``RUN_NOT_ACTIVE``) for a run
+        that is not active. Retried (a repeat answers the same revision)."""
+        request = s.CancelRunRequest(session_id=session_id, run_id=run_id, reason=reason)
+        return await self._call("CancelRun", request, retry=True)  # type: ignore[no-any-return]
+
     async def discard_run(self, session_id: str, *, run_id: str) -> s.DiscardRunResponse:
         """Tells watchers to drop a run's partial output. Retried."""
         request = s.DiscardRunRequest(session_id=session_id, run_id=run_id)

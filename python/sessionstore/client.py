@@ -521,6 +521,18 @@ class Client:
         request = req.publish_delta(session_id, run_id, index, text, block)
         return self._call("PublishDelta", request, retry=True)  # type: ignore[no-any-return]
 
+    def cancel_run(
+        self, session_id: str, *, run_id: str, reason: str = ""
+    ) -> s.CancelRunResponse:
+        """Asks an active run to stop, from any client: watchers get
+        ``run_cancel_requested`` and the producer's next ``publish_delta``
+        answers ``cancel_requested``. Answers the cancel's revision (the
+        first cancel's, for a run cancelled before; nothing is written
+        again). ``FailedPrecondition`` (reason ``RUN_NOT_ACTIVE``) for a run
+        that is not active. Retried (a repeat answers the same revision)."""
+        request = s.CancelRunRequest(session_id=session_id, run_id=run_id, reason=reason)
+        return self._call("CancelRun", request, retry=True)  # type: ignore[no-any-return]
+
     def discard_run(self, session_id: str, *, run_id: str) -> s.DiscardRunResponse:
         """Tells watchers to drop a run's partial output. Retried."""
         request = s.DiscardRunRequest(session_id=session_id, run_id=run_id)
@@ -594,7 +606,9 @@ class Client:
         The iterator survives the server: when the connection breaks or the
         server restarts or shuts down, it reconnects with backoff and resumes
         after the last revision it yielded, so every revision arrives once,
-        in order (ephemeral deltas may be lost across a reconnect).
+        in order; each open run's deltas resume after the last index yielded
+        (``delta_cursors``: a merged delta, ``first_index < index``, may
+        reach back before it; drop what you already have).
         ``session_deleted`` is the last event. A permanent error (e.g.
         ``SessionNotFound``), or more failed reconnections in a row than
         ``watch_retry_policy`` allows, is raised.

@@ -329,6 +329,25 @@ def test_watch_passes_deltas_once(client: sessionstore.Client) -> None:
         assert next(events).HasField("exchange_appended")
 
 
+def test_cancel_run_reaches_the_producer_and_watchers(client: sessionstore.Client) -> None:
+    session = client.create_session()
+    client.publish_delta(session.id, run_id="run-8", index=0, text="Once")
+    with pytest.raises(sessionstore.FailedPrecondition) as refused:
+        client.cancel_run(session.id, run_id="nobody")
+    assert refused.value.reason == "RUN_NOT_ACTIVE"
+    with client.watch(session.id, after_revision=1, include_active_deltas=True) as events:
+        assert next(events).HasField("caught_up")
+        assert next(events).delta.text == "Once"
+        cancelled = client.cancel_run(session.id, run_id="run-8", reason="stop")
+        event = next(events)
+        assert event.run_cancel_requested.run_id == "run-8"
+        assert event.run_cancel_requested.reason == "stop"
+        assert event.revision == cancelled.revision
+    answer = client.publish_delta(session.id, run_id="run-8", index=1, text=" upon")
+    assert answer.cancel_requested
+    assert client.cancel_run(session.id, run_id="run-8").revision == cancelled.revision
+
+
 def test_token_auth(auth_server: Server) -> None:
     with auth_server.client(retry_policy=RetryPolicy.never()) as anonymous:
         assert anonymous.health_check()  # health answers without a token

@@ -507,6 +507,57 @@ mod sessions {
         let mut next = async || lines.next_line().await.unwrap().expect("watch ended early");
         assert!(next().await.contains("session_created"));
         assert!(next().await.contains("caught_up"));
+        // A run's text streams onto one line; `sessions cancel` stops it.
+        for (index, text) in [(0, "Hel"), (1, "lo")] {
+            client
+                .publish_delta(pb::PublishDeltaRequest {
+                    session_id: "tail".into(),
+                    run_id: "r1".into(),
+                    index,
+                    delta: Some(pb::publish_delta_request::Delta::Text(text.into())),
+                })
+                .await
+                .unwrap();
+        }
+        let cancel = tokio::process::Command::new(sessionstore_binary())
+            .args([
+                "sessions",
+                "--server",
+                &server.endpoint(),
+                "cancel",
+                "tail",
+                "r1",
+            ])
+            .args(["--reason", "user pressed stop"])
+            .output()
+            .await
+            .unwrap();
+        assert!(cancel.status.success(), "{cancel:?}");
+        let said = String::from_utf8_lossy(&cancel.stdout);
+        assert!(said.contains("asked run r1 of tail to stop"), "{said}");
+        let streamed = next().await;
+        assert!(streamed.ends_with("delta  r1: Hello"), "{streamed}");
+        let cancelled = next().await;
+        assert!(
+            cancelled.contains("run_cancel_requested  r1 user pressed stop"),
+            "{cancelled}"
+        );
+        // Not an active run: the error says so, in one line.
+        let refused = tokio::process::Command::new(sessionstore_binary())
+            .args([
+                "sessions",
+                "--server",
+                &server.endpoint(),
+                "cancel",
+                "tail",
+                "r9",
+            ])
+            .output()
+            .await
+            .unwrap();
+        assert!(!refused.status.success());
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(said.contains("not active"), "{said}");
         client
             .append_exchange(exchange_request("tail", "live question", "live answer"))
             .await

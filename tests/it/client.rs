@@ -715,6 +715,112 @@ async fn a_watch_resumes_after_its_connection_breaks() {
     assert!(proxy.accepted() >= 2);
 }
 
+/// A watcher's view of one run: the text of its deltas, concatenated.
+async fn read_run_until(events: &mut SessionEvents, run: &str, index: i64, text: &mut String) {
+    loop {
+        let event = next_event(events).await;
+        if let Some(Event::Delta(delta)) = &event.event {
+            assert_eq!(delta.run_id, run);
+            if let Some(pb::delta::Delta::Text(piece)) = &delta.delta {
+                text.push_str(piece);
+            }
+            if delta.index >= index {
+                return;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_resumes_a_run_by_its_cursor_and_another_stops_it() {
+    // Tiny buffers: reconnecting lands inside merged deltas.
+    let server = TestServer::start_on(Storage::new(Backend::Memory).await, |config| {
+        config.limits.max_run_deltas = 4;
+    })
+    .await;
+    let proxy = Proxy::start(server.addr).await;
+    let producer = connect(&server.endpoint()).await;
+    let reloading = connect(&proxy.endpoint()).await;
+    let stopper = connect(&server.endpoint()).await;
+    let id = "ses_live_run";
+    producer
+        .create_session(NewSession::new().id(id))
+        .await
+        .unwrap();
+
+    let mut run = producer.run(id, "run_1");
+    for i in 0..10 {
+        assert!(!run.publish_text(format!("p{i} ")).await.unwrap());
+    }
+    let mut events = reloading.watch_with(pb::WatchSessionRequest {
+        session_id: id.to_owned(),
+        after_revision: 1,
+        include_active_deltas: true,
+        ..Default::default()
+    });
+    let mut seen = String::new();
+    read_run_until(&mut events, "run_1", 9, &mut seen).await;
+    assert_eq!(seen, run.partial_text(), "a late joiner sees the prefix");
+
+    // The connection breaks mid-run; the producer goes on meanwhile.
+    proxy.cut_all();
+    for i in 10..20 {
+        run.publish_text(format!("p{i} ")).await.unwrap();
+    }
+    read_run_until(&mut events, "run_1", 19, &mut seen).await;
+    assert!(events.reconnects() >= 1, "the stream reconnected");
+    assert_eq!(seen, run.partial_text(), "every delta once, in order");
+
+    // Stop from another client: the producer sees it on its next delta.
+    let cancelled = stopper.cancel_run(id, "run_1", "stop").await.unwrap();
+    assert!(run.publish_text("p20").await.unwrap());
+    assert!(run.cancel_requested());
+    assert_eq!(
+        stopper.cancel_run(id, "run_1", "again").await.unwrap(),
+        cancelled
+    );
+    let partial = run.partial_text().to_owned();
+    let stored = run
+        .finish_incomplete(exchange(id, "Tell me a story", "").responses([]))
+        .await
+        .unwrap_or_else(|error| panic!("finish: {error:?}"));
+    let answer = stored.messages.last().unwrap().message.as_ref().unwrap();
+    assert!(answer.incomplete);
+    assert_eq!(answer.content, partial);
+
+    // The watcher saw the stop, the rest of the text, then the answer.
+    let mut stop_seen = false;
+    loop {
+        let event = next_event(&mut events).await;
+        match &event.event {
+            Some(Event::RunCancelRequested(requested)) => {
+                assert_eq!(
+                    (requested.run_id.as_str(), event.revision),
+                    ("run_1", cancelled)
+                );
+                stop_seen = true;
+            }
+            Some(Event::Delta(delta)) => {
+                if let Some(pb::delta::Delta::Text(piece)) = &delta.delta {
+                    seen.push_str(piece);
+                }
+            }
+            Some(Event::ExchangeAppended(appended)) => {
+                assert_eq!(appended.run_id, "run_1");
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(stop_seen);
+    assert_eq!(seen, partial);
+    // Not active any more (its output is stored): a new cancel is refused.
+    match stopper.cancel_run(id, "run_2", "").await {
+        Err(Error::RunNotActive { run_id, .. }) => assert_eq!(run_id, "run_2"),
+        other => panic!("expected RUN_NOT_ACTIVE, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_are_retried_when_rate_limited() {
     let server = TestServer::start_on(Storage::new(Backend::Memory).await, |config| {

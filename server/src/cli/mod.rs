@@ -96,12 +96,23 @@ pub enum SessionsCommand {
         #[arg(long)]
         id: Option<String>,
     },
-    /// Print a session's events as they happen (Ctrl-C to stop).
+    /// Print a session's events as they happen, a run's text streaming onto
+    /// its line as it is generated (Ctrl-C to stop).
     Watch {
         id: String,
         /// Start after this revision (0: from the beginning).
         #[arg(long, default_value_t = 0)]
         after_revision: i64,
+    },
+    /// Ask a session's active run to stop (CancelRun): its producer sees
+    /// it on its next delta, every watcher sees run_cancel_requested.
+    Cancel {
+        id: String,
+        /// The run to stop.
+        run: String,
+        /// Why (shown to watchers).
+        #[arg(long, default_value = "")]
+        reason: String,
     },
     /// Delete a session.
     Delete { id: String },
@@ -261,6 +272,11 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
         }
         SessionsCommand::Watch { id, after_revision } => {
             watch(&client, &id, after_revision, &mut out).await
+        }
+        SessionsCommand::Cancel { id, run, reason } => {
+            let revision = client.cancel_run(id.clone(), run.clone(), reason).await?;
+            writeln!(out, "asked run {run} of {id} to stop (revision {revision})")
+                .map_err(anyhow::Error::from)
         }
         SessionsCommand::Delete { id } => {
             client.delete_session(id.clone()).await?;

@@ -18,7 +18,15 @@ pub(super) async fn watch(
 ) -> anyhow::Result<()> {
     use pb::session_event::Event;
     let on = colour();
-    let mut events = client.watch(id.to_owned(), after_revision);
+    // The partial output of runs still open when it catches up, too.
+    let mut events = client.watch_with(pb::WatchSessionRequest {
+        session_id: id.to_owned(),
+        after_revision,
+        include_active_deltas: true,
+        ..Default::default()
+    });
+    // The run whose text is being written on the current line, as it streams.
+    let mut streaming: Option<String> = None;
     let mut connected = events.connected();
     let mut was_connected = false;
     loop {
@@ -41,6 +49,24 @@ pub(super) async fn watch(
         let event = event?;
         let revision = event.revision;
         let Some(kind) = event.event else { continue };
+        if let Event::Delta(delta) = &kind
+            && let Some(pb::delta::Delta::Text(text)) = &delta.delta
+        {
+            // Text streams onto one line per run, as it arrives.
+            if streaming.as_deref() != Some(delta.run_id.as_str()) {
+                if streaming.is_some() {
+                    writeln!(out)?;
+                }
+                write!(out, "{revision:>6}  delta  {}: ", delta.run_id)?;
+                streaming = Some(delta.run_id.clone());
+            }
+            write!(out, "{}", text.replace('\n', " "))?;
+            out.flush()?;
+            continue;
+        }
+        if streaming.take().is_some() {
+            writeln!(out)?;
+        }
         let (name, detail) = match kind {
             Event::SessionCreated(created) => (
                 "session_created",
@@ -74,16 +100,14 @@ pub(super) async fn watch(
                 "state_changed",
                 format!("{} = {}", changed.key, cell(&changed.value, 60)),
             ),
-            Event::Delta(delta) => {
-                let text = match delta.delta {
-                    Some(pb::delta::Delta::Text(text)) => text,
-                    _ => "[block]".to_owned(),
-                };
-                (
-                    "delta",
-                    format!("{} #{}: {}", delta.run_id, delta.index, cell(&text, 80)),
-                )
-            }
+            Event::Delta(delta) => (
+                "delta",
+                format!("{} #{}: [block]", delta.run_id, delta.index),
+            ),
+            Event::RunCancelRequested(requested) => (
+                "run_cancel_requested",
+                format!("{} {}", requested.run_id, cell(&requested.reason, 60)),
+            ),
             other => (event_name(&other), String::new()),
         };
         writeln!(out, "{revision:>6}  {name}  {detail}")?;
@@ -93,24 +117,11 @@ pub(super) async fn watch(
 }
 
 fn event_name(event: &pb::session_event::Event) -> &'static str {
-    use pb::session_event::Event;
-    match event {
-        Event::SessionCreated(_) => "session_created",
-        Event::ExchangeAppended(_) => "exchange_appended",
-        Event::SessionUpdated(_) => "session_updated",
-        Event::SessionDeleted(_) => "session_deleted",
-        Event::CaughtUp(_) => "caught_up",
-        Event::Progress(_) => "progress",
-        Event::Delta(_) => "delta",
-        Event::RunDiscarded(_) => "run_discarded",
-        Event::RunBegun(_) => "run_begun",
-        Event::RunEnded(_) => "run_ended",
-        Event::RolledBack(_) => "rolled_back",
-        Event::MessageEdited(_) => "message_edited",
-        Event::MessageRedacted(_) => "message_redacted",
-        Event::StateChanged(_) => "state_changed",
-        Event::RunCancelRequested(_) => "run_cancel_requested",
+    pb::SessionEvent {
+        event: Some(event.clone()),
+        ..Default::default()
     }
+    .kind()
 }
 
 /// `user: first line … | assistant: …`

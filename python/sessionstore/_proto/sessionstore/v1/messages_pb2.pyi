@@ -257,7 +257,7 @@ class SessionSummary(_message.Message):
     def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., message_count: _Optional[int] = ..., provider_call_count: _Optional[int] = ..., last_model: _Optional[str] = ..., last_provider: _Optional[str] = ..., last_cost_micros_usd: _Optional[int] = ..., last_request_id: _Optional[str] = ..., total_tokens: _Optional[int] = ..., total_cost_micros_usd: _Optional[int] = ...) -> None: ...
 
 class SessionEvent(_message.Message):
-    __slots__ = ("revision", "time", "session_created", "exchange_appended", "session_updated", "session_deleted", "caught_up", "progress", "delta", "run_discarded", "run_begun", "run_ended", "rolled_back", "message_edited", "message_redacted", "state_changed")
+    __slots__ = ("revision", "time", "session_created", "exchange_appended", "session_updated", "session_deleted", "caught_up", "progress", "delta", "run_discarded", "run_begun", "run_ended", "rolled_back", "message_edited", "message_redacted", "state_changed", "run_cancel_requested")
     REVISION_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     SESSION_CREATED_FIELD_NUMBER: _ClassVar[int]
@@ -274,6 +274,7 @@ class SessionEvent(_message.Message):
     MESSAGE_EDITED_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_REDACTED_FIELD_NUMBER: _ClassVar[int]
     STATE_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    RUN_CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     revision: int
     time: _timestamp_pb2.Timestamp
     session_created: SessionCreated
@@ -290,7 +291,8 @@ class SessionEvent(_message.Message):
     message_edited: MessageEdited
     message_redacted: MessageRedacted
     state_changed: StateChanged
-    def __init__(self, revision: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_created: _Optional[_Union[SessionCreated, _Mapping]] = ..., exchange_appended: _Optional[_Union[ExchangeAppended, _Mapping]] = ..., session_updated: _Optional[_Union[SessionUpdated, _Mapping]] = ..., session_deleted: _Optional[_Union[SessionDeleted, _Mapping]] = ..., caught_up: _Optional[_Union[CaughtUp, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., delta: _Optional[_Union[Delta, _Mapping]] = ..., run_discarded: _Optional[_Union[RunDiscarded, _Mapping]] = ..., run_begun: _Optional[_Union[RunBegun, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., rolled_back: _Optional[_Union[RolledBack, _Mapping]] = ..., message_edited: _Optional[_Union[MessageEdited, _Mapping]] = ..., message_redacted: _Optional[_Union[MessageRedacted, _Mapping]] = ..., state_changed: _Optional[_Union[StateChanged, _Mapping]] = ...) -> None: ...
+    run_cancel_requested: RunCancelRequested
+    def __init__(self, revision: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_created: _Optional[_Union[SessionCreated, _Mapping]] = ..., exchange_appended: _Optional[_Union[ExchangeAppended, _Mapping]] = ..., session_updated: _Optional[_Union[SessionUpdated, _Mapping]] = ..., session_deleted: _Optional[_Union[SessionDeleted, _Mapping]] = ..., caught_up: _Optional[_Union[CaughtUp, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., delta: _Optional[_Union[Delta, _Mapping]] = ..., run_discarded: _Optional[_Union[RunDiscarded, _Mapping]] = ..., run_begun: _Optional[_Union[RunBegun, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., rolled_back: _Optional[_Union[RolledBack, _Mapping]] = ..., message_edited: _Optional[_Union[MessageEdited, _Mapping]] = ..., message_redacted: _Optional[_Union[MessageRedacted, _Mapping]] = ..., state_changed: _Optional[_Union[StateChanged, _Mapping]] = ..., run_cancel_requested: _Optional[_Union[RunCancelRequested, _Mapping]] = ...) -> None: ...
 
 class SessionCreated(_message.Message):
     __slots__ = ("session", "messages", "initial_state")
@@ -335,22 +337,32 @@ class Progress(_message.Message):
     def __init__(self) -> None: ...
 
 class Delta(_message.Message):
-    __slots__ = ("run_id", "index", "text", "block")
+    __slots__ = ("run_id", "index", "first_index", "text", "block")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     BLOCK_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     index: int
+    first_index: int
     text: str
     block: ContentBlock
-    def __init__(self, run_id: _Optional[str] = ..., index: _Optional[int] = ..., text: _Optional[str] = ..., block: _Optional[_Union[ContentBlock, _Mapping]] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., index: _Optional[int] = ..., first_index: _Optional[int] = ..., text: _Optional[str] = ..., block: _Optional[_Union[ContentBlock, _Mapping]] = ...) -> None: ...
 
 class RunDiscarded(_message.Message):
     __slots__ = ("run_id",)
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class RunCancelRequested(_message.Message):
+    __slots__ = ("run_id", "reason")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    reason: str
+    def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RunBegun(_message.Message):
     __slots__ = ("run_id", "expire_time")

@@ -187,14 +187,24 @@ class ListProviderCallsResponse(_message.Message):
     def __init__(self, provider_calls: _Optional[_Iterable[_Union[_messages_pb2.ProviderCall, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class WatchSessionRequest(_message.Message):
-    __slots__ = ("session_id", "after_revision", "include_active_deltas")
+    __slots__ = ("session_id", "after_revision", "include_active_deltas", "delta_cursors")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_REVISION_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_ACTIVE_DELTAS_FIELD_NUMBER: _ClassVar[int]
+    DELTA_CURSORS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     after_revision: int
     include_active_deltas: bool
-    def __init__(self, session_id: _Optional[str] = ..., after_revision: _Optional[int] = ..., include_active_deltas: _Optional[bool] = ...) -> None: ...
+    delta_cursors: _containers.RepeatedCompositeFieldContainer[DeltaCursor]
+    def __init__(self, session_id: _Optional[str] = ..., after_revision: _Optional[int] = ..., include_active_deltas: _Optional[bool] = ..., delta_cursors: _Optional[_Iterable[_Union[DeltaCursor, _Mapping]]] = ...) -> None: ...
+
+class DeltaCursor(_message.Message):
+    __slots__ = ("run_id", "after_index")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    after_index: int
+    def __init__(self, run_id: _Optional[str] = ..., after_index: _Optional[int] = ...) -> None: ...
 
 class PublishDeltaRequest(_message.Message):
     __slots__ = ("session_id", "run_id", "index", "text", "block")
@@ -211,10 +221,12 @@ class PublishDeltaRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., run_id: _Optional[str] = ..., index: _Optional[int] = ..., text: _Optional[str] = ..., block: _Optional[_Union[_messages_pb2.ContentBlock, _Mapping]] = ...) -> None: ...
 
 class PublishDeltaResponse(_message.Message):
-    __slots__ = ("revision",)
+    __slots__ = ("revision", "cancel_requested")
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     revision: int
-    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+    cancel_requested: bool
+    def __init__(self, revision: _Optional[int] = ..., cancel_requested: _Optional[bool] = ...) -> None: ...
 
 class DiscardRunRequest(_message.Message):
     __slots__ = ("session_id", "run_id")
@@ -225,6 +237,22 @@ class DiscardRunRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class DiscardRunResponse(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+
+class CancelRunRequest(_message.Message):
+    __slots__ = ("session_id", "run_id", "reason")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    run_id: str
+    reason: str
+    def __init__(self, session_id: _Optional[str] = ..., run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelRunResponse(_message.Message):
     __slots__ = ("revision",)
     REVISION_FIELD_NUMBER: _ClassVar[int]
     revision: int

@@ -106,6 +106,11 @@ class SessionStoreStub:
                 request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.EndRunRequest.SerializeToString,
                 response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.EndRunResponse.FromString,
                 _registered_method=True)
+        self.CancelRun = channel.unary_unary(
+                '/sessionstore.v1.SessionStore/CancelRun',
+                request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.CancelRunRequest.SerializeToString,
+                response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.CancelRunResponse.FromString,
+                _registered_method=True)
         self.RollbackSession = channel.unary_unary(
                 '/sessionstore.v1.SessionStore/RollbackSession',
                 request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.RollbackSessionRequest.SerializeToString,
@@ -260,6 +265,13 @@ class SessionStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelRun(self, request, context):
+        """Asks an active run to stop, from any client and any replica.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RollbackSession(self, request, context):
         """Removes the messages after a sequence.
         """
@@ -402,6 +414,11 @@ def add_SessionStoreServicer_to_server(servicer, server):
                     servicer.EndRun,
                     request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.EndRunRequest.FromString,
                     response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.EndRunResponse.SerializeToString,
+            ),
+            'CancelRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelRun,
+                    request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.CancelRunRequest.FromString,
+                    response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.CancelRunResponse.SerializeToString,
             ),
             'RollbackSession': grpc.unary_unary_rpc_method_handler(
                     servicer.RollbackSession,
@@ -833,6 +850,33 @@ class SessionStore:
             '/sessionstore.v1.SessionStore/EndRun',
             sessionstore_dot_v1_dot_sessionstore__pb2.EndRunRequest.SerializeToString,
             sessionstore_dot_v1_dot_sessionstore__pb2.EndRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionstore.v1.SessionStore/CancelRun',
+            sessionstore_dot_v1_dot_sessionstore__pb2.CancelRunRequest.SerializeToString,
+            sessionstore_dot_v1_dot_sessionstore__pb2.CancelRunResponse.FromString,
             options,
             channel_credentials,
             insecure,
