@@ -5,6 +5,7 @@ use super::*;
 
 crate::backend_tests!(
     messages_page_newest_first_and_between_bounds,
+    newest_first_follows_edits_rollbacks_and_redactions,
     a_bad_order_or_a_token_of_the_other_order_is_refused,
 );
 
@@ -121,5 +122,105 @@ async fn a_bad_order_or_a_token_of_the_other_order_is_refused(backend: Backend) 
         .await
         .unwrap_err();
     assert_eq!(error_details(&status).1.as_deref(), Some("page_token"));
+    server.stop().await.unwrap();
+}
+
+/// Every message newest first, as (sequence, content, redacted) pages.
+async fn newest_pages(client: &mut Client) -> Vec<Vec<(i64, String)>> {
+    let mut request = list("sequence desc", "");
+    let mut pages = Vec::new();
+    loop {
+        let page = client
+            .list_messages(request.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        pages.push(
+            page.messages
+                .iter()
+                .map(|m| (m.sequence, content(m).to_owned()))
+                .collect(),
+        );
+        if page.next_page_token.is_empty() {
+            return pages;
+        }
+        request.page_token = page.next_page_token;
+    }
+}
+
+async fn newest_first_follows_edits_rollbacks_and_redactions(backend: Backend) {
+    let server = TestServer::start(backend).await;
+    let mut client = server.client().await;
+    create(&mut client, "nf").await;
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let stored = exchange(&mut client, "nf", &format!("q{i}"), &format!("a{i}")).await;
+        ids.extend(stored.messages.iter().map(|m| m.id.clone()));
+    }
+    // Edit a3 and redact q2; roll back past a3's exchange, then write again.
+    client
+        .edit_message(pb::EditMessageRequest {
+            session_id: "nf".into(),
+            message_id: ids[7].clone(),
+            message: Some(assistant("a3, edited")),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    client
+        .redact_message(pb::RedactMessageRequest {
+            session_id: "nf".into(),
+            message_id: ids[4].clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let first = client
+        .list_messages(list("sequence desc", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(content(&first.messages[0]), "a3, edited");
+    assert_eq!(
+        newest_pages(&mut client).await,
+        [
+            vec![(7, "a3, edited".into()), (6, "q3".into()), (5, "a2".into())],
+            vec![(4, String::new()), (3, "a1".into()), (2, "q1".into())],
+            vec![(1, "a0".into()), (0, "q0".into())],
+        ]
+    );
+    client
+        .rollback_session(pb::RollbackSessionRequest {
+            session_id: "nf".into(),
+            after_sequence: 5,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // A token taken before a rollback still pages down what remains.
+    let token = client
+        .list_messages(list("sequence desc", ""))
+        .await
+        .unwrap()
+        .into_inner()
+        .next_page_token;
+    exchange(&mut client, "nf", "q3 again", "a3 again").await;
+    assert_eq!(
+        newest_pages(&mut client).await,
+        [
+            vec![(7, "a3 again".into()), (6, "q3 again".into()), (5, "a2".into())],
+            vec![(4, String::new()), (3, "a1".into()), (2, "q1".into())],
+            vec![(1, "a0".into()), (0, "q0".into())],
+        ]
+    );
+    let rest = client
+        .list_messages(list("sequence desc", &token))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        rest.messages.iter().map(|m| m.sequence).collect::<Vec<_>>(),
+        [2, 1, 0]
+    );
     server.stop().await.unwrap();
 }
