@@ -302,6 +302,9 @@ function handle(event: SessionEvent): boolean {
       if (change.value.runId !== "") {
         finishRun(state, change.value.runId);
       }
+      if (change.value.messages.some((stored) => stored.message?.incomplete)) {
+        say("Stopped: the answer so far is stored, marked incomplete.");
+      }
       break;
     case "sessionCreated":
       upsert(change.value.messages);

@@ -140,7 +140,8 @@ async function scenario(browser) {
     const error = await statusError(page);
     const refused = error.code === "Unknown" || error.code === "Unavailable";
     check("a page from a disallowed origin cannot call the server", refused && failed.length > 0, { origin, error, failed });
-    report.cors = { origin, refused, error, failedRequests: failed };
+    const corsMessages = browserLog.filter((line) => line.startsWith("disallowed") && line.includes("CORS"));
+    report.cors = { origin, refused, error, failedRequests: failed, browserSaid: corsMessages };
     await context.close();
   }
 
