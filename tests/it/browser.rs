@@ -308,7 +308,11 @@ async fn web_chat_in_chromium() {
         .iter()
         .filter_map(|s| s.session.as_ref().map(|s| s.id.clone()))
         .collect();
-    assert_eq!(ids, [session_id.clone()], "the refused calls wrote nothing");
+    assert_eq!(
+        ids,
+        [session_id.as_str()],
+        "the refused calls wrote nothing"
+    );
     let messages = client
         .list_messages(authed(
             pb::ListMessagesRequest {
@@ -445,9 +449,9 @@ async fn preflight(addr: std::net::SocketAddr, origin: &str) -> (u16, Vec<(Strin
     .await
 }
 
-/// A gRPC-Web GetSession of a session that does not exist, with a token,
-/// as a page from `origin` sends it (`body` already in `content_type`'s
-/// encoding).
+/// A gRPC-Web GetSession with a token, as a page from `origin` sends it
+/// (`body` already in `content_type`'s encoding, which the answer is asked
+/// to use too: the text encoding is asked for with `Accept`).
 async fn grpc_web_call(
     addr: std::net::SocketAddr,
     origin: &str,
@@ -457,7 +461,7 @@ async fn grpc_web_call(
     let mut request = format!(
         "POST /sessionstore.v1.SessionStore/GetSession HTTP/1.1\r\n\
          Host: {addr}\r\nOrigin: {origin}\r\n\
-         Content-Type: {content_type}\r\nX-Grpc-Web: 1\r\n\
+         Content-Type: {content_type}\r\nAccept: {content_type}\r\nX-Grpc-Web: 1\r\n\
          Authorization: Bearer {TOKEN}\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
