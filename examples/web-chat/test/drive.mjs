@@ -203,6 +203,11 @@ async function scenario(browser) {
       { restoredIndex, lastIndex: after.lastIndex, length: after.text.length },
     );
     report.afterReload = { restoredIndex, watchFrom, ...after };
+    if (args.screenshot) {
+      // The reloaded tab following the answer live, its Stop button ready.
+      await tab.screenshot({ path: args.screenshot });
+      report.screenshot = args.screenshot;
+    }
 
     // A second tab on the same address: it joins the run in progress (all of
     // its deltas so far) and stops it.
@@ -236,10 +241,6 @@ async function scenario(browser) {
         report.cancel = { runId: cancelSeen, storedText: stored, storedStartsWithTextBeforeReload: stored.startsWith(before.text.trimEnd()) };
         check("the stored answer begins with what the tab showed before the reload", report.cancel.storedStartsWithTextBeforeReload);
       }
-    }
-    if (args.screenshot) {
-      await tab.screenshot({ path: args.screenshot, fullPage: true });
-      report.screenshot = args.screenshot;
     }
   } finally {
     producerStop.abort();
