@@ -233,6 +233,10 @@ async fn web_chat_in_chromium() {
     let server = TestServer::start_on(Storage::new(Backend::File).await, move |config| {
         config.auth_tokens = Some(tokens);
         config.cors_allowed_origins = vec![allowed];
+        // The smallest bound: a run's buffer is merged into one delta at
+        // every publish, so a tab that resumes or joins mid-answer gets a
+        // merged delta (first_index < index) and must keep only its new part.
+        config.limits.max_run_deltas = 2;
     })
     .await;
 
@@ -266,9 +270,18 @@ async fn web_chat_in_chromium() {
         String::from_utf8_lossy(&output.stderr)
     );
     println!(
-        "browser scenario passed in {:.1} s: {} checks",
+        "browser scenario passed in {:.1} s: {} checks; delta {} before the reload, {} restored, \
+         {} live after it ({} merged); the second tab joined at {} ({} merged) and stopped \
+         the run after {} pieces",
         started.elapsed().as_secs_f64(),
-        report["checks"].as_array().map_or(0, Vec::len)
+        report["checks"].as_array().map_or(0, Vec::len),
+        report["beforeReload"]["lastIndex"],
+        report["afterReload"]["restoredIndex"],
+        report["afterReload"]["lastIndex"],
+        report["afterReload"]["mergedDeltas"],
+        report["secondTab"]["lastIndex"],
+        report["secondTab"]["mergedDeltas"],
+        report["producer"]["published"],
     );
 
     // What the page saw.
@@ -285,6 +298,10 @@ async fn web_chat_in_chromium() {
         report["afterReload"]["restoredIndex"].as_i64()
             >= report["beforeReload"]["lastIndex"].as_i64(),
         "{pretty}"
+    );
+    assert!(
+        report["secondTab"]["mergedDeltas"].as_i64() > Some(0),
+        "the second tab joined through a merged delta: {pretty}"
     );
     assert_eq!(report["producer"]["cancelled"], true, "{pretty}");
     let run_id = report["producer"]["runId"].as_str().unwrap().to_owned();

@@ -276,6 +276,10 @@ function handle(event: SessionEvent): boolean {
       break;
     case "delta":
       stored = false;
+      if (change.value.firstIndex < change.value.index) {
+        // Merged by the server (a run's buffer at its bound): counted, for the browser test.
+        document.body.dataset.mergedDeltas = String(Number(document.body.dataset.mergedDeltas ?? 0) + 1);
+      }
       applyDelta(state, change.value);
       break;
     case "runDiscarded":

@@ -71,7 +71,7 @@ function watchBrowser(page, tab) {
   page.on("pageerror", (error) => browserLog.push(`${tab} page error: ${error.message}`));
 }
 
-/** What the live answer shows: { runId, lastIndex, text, state }. */
+/** What the live answer shows: { runId, lastIndex, text, state, hidden, mergedDeltas }. */
 async function liveAnswer(page) {
   return page.evaluate(() => {
     const live = document.getElementById("live");
@@ -81,6 +81,8 @@ async function liveAnswer(page) {
       text: document.getElementById("live-text").textContent,
       state: live.dataset.state,
       hidden: live.hidden,
+      // Merged deltas (first_index < index) this page load received.
+      mergedDeltas: Number(document.body.dataset.mergedDeltas ?? 0),
     };
   });
 }
@@ -218,7 +220,7 @@ async function scenario(browser) {
     check("a second tab shows the same live answer", joined.runId === before.runId && joined.text === answerText(joined.lastIndex), {
       lastIndex: joined.lastIndex,
     });
-    report.secondTab = { runId: joined.runId, lastIndex: joined.lastIndex };
+    report.secondTab = { runId: joined.runId, lastIndex: joined.lastIndex, mergedDeltas: joined.mergedDeltas };
     await second.click("#stop");
 
     // Both tabs see the cancel and the stored, incomplete answer.
