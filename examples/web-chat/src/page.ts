@@ -308,6 +308,8 @@ function handle(event: SessionEvent): boolean {
       }
       if (change.value.messages.some((stored) => stored.message?.incomplete)) {
         say("Stopped: the answer so far is stored, marked incomplete.");
+      } else if (change.value.runId !== "") {
+        say("");
       }
       break;
     case "sessionCreated":
