@@ -233,9 +233,10 @@ async fn web_chat_in_chromium() {
     let server = TestServer::start_on(Storage::new(Backend::File).await, move |config| {
         config.auth_tokens = Some(tokens);
         config.cors_allowed_origins = vec![allowed];
-        // The smallest bound: a run's buffer is merged into one delta at
-        // every publish, so a tab that resumes or joins mid-answer gets a
-        // merged delta (first_index < index) and must keep only its new part.
+        // The smallest bound: a run's buffer is merged at nearly every
+        // publish, so a tab that joins mid-answer gets a merged delta
+        // (first_index < index), and one that resumes mostly gets one that
+        // overlaps what it has and must keep only its new part.
         config.limits.max_run_deltas = 2;
     })
     .await;
