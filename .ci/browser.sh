@@ -8,7 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
-command -v node >/dev/null 2>&1 || missing+=(nodejs npm)
+if ! command -v node >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+elif ! command -v npm >/dev/null 2>&1; then
+  missing+=(npm)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "missing: installing Debian's ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
