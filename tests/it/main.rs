@@ -6,6 +6,7 @@
 mod support;
 
 mod auth;
+mod browser;
 mod cli;
 mod client;
 mod concurrency;
