@@ -29,6 +29,26 @@ const EXPOSED_HEADERS: [&str; 3] = ["grpc-status", "grpc-message", "grpc-status-
 /// How long a browser may cache a preflight's answer.
 const PREFLIGHT_MAX_AGE: Duration = Duration::from_secs(600);
 
+/// An origin as browsers send it, `scheme://host[:port]` (a trailing `/`
+/// is dropped), as a header value to compare with.
+fn origin_header(origin: &str) -> anyhow::Result<HeaderValue> {
+    let bare = origin.trim_end_matches('/');
+    let host = bare
+        .strip_prefix("https://")
+        .or_else(|| bare.strip_prefix("http://"));
+    let well_formed = host.is_some_and(|host| {
+        !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && !matches!(b, b'/' | b'?' | b'#' | b'@'))
+    });
+    anyhow::ensure!(
+        well_formed,
+        "--cors-allowed-origins: {origin:?} is not an origin (scheme://host[:port], e.g. https://chat.example.com)"
+    );
+    HeaderValue::from_str(bare).context("--cors-allowed-origins")
+}
+
 /// The CORS layer for `--cors-allowed-origins`; refuses `*` without tokens.
 pub fn cors(config: &ServeConfig) -> anyhow::Result<CorsLayer> {
     let origins = &config.cors_allowed_origins;
@@ -44,10 +64,7 @@ pub fn cors(config: &ServeConfig) -> anyhow::Result<CorsLayer> {
             .iter()
             .map(|origin| origin.trim())
             .filter(|origin| !origin.is_empty())
-            .map(|origin| {
-                HeaderValue::from_str(origin.trim_end_matches('/'))
-                    .with_context(|| format!("--cors-allowed-origins: {origin:?} is not an origin"))
-            })
+            .map(origin_header)
             .collect::<anyhow::Result<Vec<_>>>()?;
         AllowOrigin::list(values)
     };

@@ -193,6 +193,43 @@ async fn no_warning_before_a_fatal_configuration_error() {
     );
 }
 
+#[tokio::test]
+async fn live_run_and_browser_settings_are_checked_at_start() {
+    let base = [
+        "--listen",
+        "127.0.0.1:0",
+        "--database-url",
+        "sqlite::memory:",
+    ];
+    for (flags, says) in [
+        (
+            &["--cors-allowed-origins", "*"][..],
+            "--cors-allowed-origins '*' lets any web page call the service: it needs --auth-tokens",
+        ),
+        (
+            &[
+                "--cors-allowed-origins",
+                "http://ok.example,chat.example.com",
+            ][..],
+            "\"chat.example.com\" is not an origin (scheme://host[:port]",
+        ),
+        (
+            &["--max-run-output-bytes", "1048576"][..],
+            "--max-run-output-bytes must be at least 16777216 (16 MiB)",
+        ),
+    ] {
+        let args: Vec<&str> = base.iter().chain(flags).copied().collect();
+        let (code, out, err) = tokio::time::timeout(std::time::Duration::from_secs(60), run(&args))
+            .await
+            .unwrap_or_else(|_| panic!("{flags:?}: the server started instead of refusing"));
+        assert_eq!(code, Some(1), "{flags:?}: {out}{err}");
+        assert!(
+            format!("{out}{err}").contains(says),
+            "{flags:?}: {out}{err}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_call_logs_one_debug_line() {
     let mut child = Command::new(sessionstore_binary())

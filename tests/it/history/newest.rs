@@ -208,7 +208,11 @@ async fn newest_first_follows_edits_rollbacks_and_redactions(backend: Backend) {
     assert_eq!(
         newest_pages(&mut client).await,
         [
-            vec![(7, "a3 again".into()), (6, "q3 again".into()), (5, "a2".into())],
+            vec![
+                (7, "a3 again".into()),
+                (6, "q3 again".into()),
+                (5, "a2".into())
+            ],
             vec![(4, String::new()), (3, "a1".into()), (2, "q1".into())],
             vec![(1, "a0".into()), (0, "q0".into())],
         ]
