@@ -30,4 +30,5 @@ mod replicas;
 mod runs;
 mod store;
 mod tenancy;
+mod usage;
 mod watch;

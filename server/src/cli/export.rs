@@ -122,6 +122,26 @@ struct ExportedCall {
     cost_micros_usd: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     create_time: Option<String>,
+    // The billing buckets, the provider's usage object and the call's wall
+    // time; absent from files written before they existed.
+    #[serde(skip_serializing_if = "is_zero")]
+    cached_input_tokens: i64,
+    #[serde(skip_serializing_if = "is_zero")]
+    cache_creation_input_tokens: i64,
+    #[serde(skip_serializing_if = "is_zero")]
+    reasoning_tokens: i64,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    usage_json: String,
+    #[serde(skip_serializing_if = "is_zero")]
+    duration_micros: i64,
+}
+
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde passes a reference"
+)]
+fn is_zero(value: &i64) -> bool {
+    *value == 0
 }
 
 /// One per-session state entry.
@@ -443,6 +463,11 @@ async fn export_json(client: &Client, id: &str, out: &mut impl Write) -> anyhow:
                 completion_tokens: call.completion_tokens,
                 total_tokens: call.total_tokens,
                 cost_micros_usd: call.cost_micros_usd,
+                cached_input_tokens: call.cached_input_tokens,
+                cache_creation_input_tokens: call.cache_creation_input_tokens,
+                reasoning_tokens: call.reasoning_tokens,
+                usage_json: call.usage_json,
+                duration_micros: call.duration.as_ref().map_or(0, convert::duration_micros),
             })
         },
     )
@@ -772,6 +797,11 @@ async fn replay(
                     completion_tokens: call.completion_tokens,
                     total_tokens: call.total_tokens,
                     cost_micros_usd: call.cost_micros_usd,
+                    cached_input_tokens: call.cached_input_tokens,
+                    cache_creation_input_tokens: call.cache_creation_input_tokens,
+                    reasoning_tokens: call.reasoning_tokens,
+                    usage_json: call.usage_json.clone(),
+                    duration: convert::duration_from_micros(call.duration_micros),
                     ..Default::default()
                 })
                 .responses(part.responses.clone().map(&body));

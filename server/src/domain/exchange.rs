@@ -35,6 +35,64 @@ pub struct NewExchange {
     pub state_changes: Vec<StateChange>,
 }
 
+/// The largest `usage_json` kept.
+pub const MAX_USAGE_JSON_BYTES: usize = 64 * 1024;
+
+/// Checks a provider call's figures: none negative, and the buckets parts
+/// of the totals they belong to.
+fn check_call(call: &ProviderCall) -> Result<()> {
+    for (field, value) in [
+        ("provider_call.prompt_tokens", call.prompt_tokens),
+        ("provider_call.completion_tokens", call.completion_tokens),
+        ("provider_call.total_tokens", call.total_tokens),
+        ("provider_call.cost_micros_usd", call.cost_micros_usd),
+        (
+            "provider_call.cached_input_tokens",
+            call.cached_input_tokens,
+        ),
+        (
+            "provider_call.cache_creation_input_tokens",
+            call.cache_creation_input_tokens,
+        ),
+        ("provider_call.reasoning_tokens", call.reasoning_tokens),
+        ("provider_call.duration", call.duration_micros),
+    ] {
+        if value < 0 {
+            return Err(Error::invalid(field, "must not be negative"));
+        }
+    }
+    let cache = call
+        .cached_input_tokens
+        .saturating_add(call.cache_creation_input_tokens);
+    if cache > call.prompt_tokens {
+        return Err(Error::invalid(
+            "provider_call.prompt_tokens",
+            format!(
+                "counts every input token, the cache buckets included: it must be at least \
+                 cached_input_tokens + cache_creation_input_tokens ({cache}); for Anthropic \
+                 usage add input_tokens, cache_read_input_tokens and cache_creation_input_tokens"
+            ),
+        ));
+    }
+    if call.reasoning_tokens > call.completion_tokens {
+        return Err(Error::invalid(
+            "provider_call.completion_tokens",
+            format!(
+                "counts every output token, reasoning included: it must be at least \
+                 reasoning_tokens ({})",
+                call.reasoning_tokens
+            ),
+        ));
+    }
+    if call.usage_json.len() > MAX_USAGE_JSON_BYTES {
+        return Err(Error::invalid(
+            "provider_call.usage_json",
+            format!("must be at most {MAX_USAGE_JSON_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
 impl NewExchange {
     /// Checks the rules that need no stored state.
     pub fn validate(&self) -> Result<()> {
@@ -61,16 +119,7 @@ impl NewExchange {
             ));
         }
         if let Some(call) = &self.provider_call {
-            for (field, value) in [
-                ("provider_call.prompt_tokens", call.prompt_tokens),
-                ("provider_call.completion_tokens", call.completion_tokens),
-                ("provider_call.total_tokens", call.total_tokens),
-                ("provider_call.cost_micros_usd", call.cost_micros_usd),
-            ] {
-                if value < 0 {
-                    return Err(Error::invalid(field, "must not be negative"));
-                }
-            }
+            check_call(call)?;
         }
         if self.state_changes.len() > usize::try_from(MAX_STATE_ENTRIES).unwrap_or(usize::MAX) {
             return Err(Error::LimitExceeded {

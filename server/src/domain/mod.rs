@@ -10,6 +10,7 @@ pub mod search;
 pub mod session;
 pub mod transcript;
 mod types;
+pub mod usage;
 
 pub use control::{ControlOp, Fork};
 pub use error::{Error, Result};

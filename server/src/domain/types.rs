@@ -215,6 +215,28 @@ pub struct ProviderCall {
     pub total_tokens: i64,
     pub cost_micros_usd: i64,
     pub create_time: Timestamp,
+    /// The billing buckets beside the totals (parts of `prompt_tokens` and
+    /// `completion_tokens`), the provider's usage object verbatim, and the
+    /// call's wall time. Left out of the JSON forms when unset, so calls
+    /// without them encode (and fingerprint) as they always have.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_creation_input_tokens: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: i64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub usage_json: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duration_micros: i64,
+}
+
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde passes a reference"
+)]
+fn is_zero(value: &i64) -> bool {
+    *value == 0
 }
 
 /// A session with the figures a listing shows.

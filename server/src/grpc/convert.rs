@@ -43,6 +43,40 @@ fn optional_timestamp(t: Timestamp) -> Option<prost_types::Timestamp> {
 }
 
 /// A `google.protobuf.Duration` in microseconds, saturating.
+/// A timestamp field as microseconds since the epoch, refusing one out of range.
+pub fn timestamp_micros(field: &str, time: &prost_types::Timestamp) -> Result<i64> {
+    if !(0..1_000_000_000).contains(&time.nanos) {
+        return Err(Error::invalid(field, "nanos must be within 0..999,999,999"));
+    }
+    time.seconds
+        .checked_mul(1_000_000)
+        .and_then(|micros| micros.checked_add(i64::from(time.nanos / 1000)))
+        .ok_or_else(|| Error::invalid(field, "is out of range"))
+}
+
+/// One SummarizeUsage row.
+pub fn usage_row_to_pb(row: crate::domain::usage::UsageRow) -> pb::UsageRow {
+    pb::UsageRow {
+        key: row.key,
+        calls: row.calls,
+        prompt_tokens: row.prompt_tokens,
+        completion_tokens: row.completion_tokens,
+        cached_input_tokens: row.cached_input_tokens,
+        cache_creation_input_tokens: row.cache_creation_input_tokens,
+        reasoning_tokens: row.reasoning_tokens,
+        total_tokens: row.total_tokens,
+        cost_micros_usd: row.cost_micros_usd,
+    }
+}
+
+/// Microseconds as a `Duration` field; unset for 0.
+pub fn duration_from_micros(micros: i64) -> Option<prost_types::Duration> {
+    (micros != 0).then(|| prost_types::Duration {
+        seconds: micros.div_euclid(1_000_000),
+        nanos: i32::try_from(micros.rem_euclid(1_000_000) * 1000).unwrap_or(0),
+    })
+}
+
 pub fn duration_micros(duration: &prost_types::Duration) -> i64 {
     duration
         .seconds
@@ -227,6 +261,11 @@ pub fn provider_call_from_pb(call: pb::ProviderCall) -> ProviderCall {
         total_tokens: call.total_tokens,
         cost_micros_usd: call.cost_micros_usd,
         create_time: Timestamp::default(),
+        cached_input_tokens: call.cached_input_tokens,
+        cache_creation_input_tokens: call.cache_creation_input_tokens,
+        reasoning_tokens: call.reasoning_tokens,
+        usage_json: call.usage_json,
+        duration_micros: call.duration.as_ref().map_or(0, duration_micros),
     }
 }
 
@@ -244,6 +283,11 @@ pub fn provider_call_to_pb(call: ProviderCall) -> pb::ProviderCall {
         total_tokens: call.total_tokens,
         cost_micros_usd: call.cost_micros_usd,
         create_time: Some(timestamp(call.create_time)),
+        cached_input_tokens: call.cached_input_tokens,
+        cache_creation_input_tokens: call.cache_creation_input_tokens,
+        reasoning_tokens: call.reasoning_tokens,
+        usage_json: call.usage_json,
+        duration: duration_from_micros(call.duration_micros),
     }
 }
 

@@ -22,6 +22,7 @@ use crate::domain::control::{
 use crate::domain::filter::SessionFilter;
 use crate::domain::paging::{decode_token, encode_token, page_size, token_int};
 use crate::domain::session::require_session_id;
+use crate::domain::usage::{UsageGroup, UsageQuery};
 use crate::domain::{
     ControlOp, Ephemeral, EphemeralKind, Error, Fork, Message, NewExchange, NewSession, Result,
     Role, SessionCursor, SessionPatch, SessionQuery, StoredMessage, Timestamp,
@@ -983,6 +984,86 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             };
             let revision = self.control(&tenant, &req.session_id, control).await?;
             Ok(pb::DeleteStateResponse { revision })
+        })
+        .await
+    }
+
+    async fn summarize_usage(
+        &self,
+        request: Request<pb::SummarizeUsageRequest>,
+    ) -> Result<Response<pb::SummarizeUsageResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        unary("SummarizeUsage", &req.session_id.clone(), async {
+            let group = match pb::UsageGroupBy::try_from(req.group_by) {
+                Ok(pb::UsageGroupBy::Unspecified) => UsageGroup::Total,
+                Ok(pb::UsageGroupBy::Session) => UsageGroup::Session,
+                Ok(pb::UsageGroupBy::User) => UsageGroup::User,
+                Ok(pb::UsageGroupBy::Model) => UsageGroup::Model,
+                Ok(pb::UsageGroupBy::Day) => UsageGroup::Day,
+                Err(_) => return Err(Error::invalid("group_by", "is not a UsageGroupBy value")),
+            };
+            let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
+            let micros = |field: &str, time: Option<&prost_types::Timestamp>| {
+                time.map(|t| convert::timestamp_micros(field, t))
+                    .transpose()
+            };
+            let start = micros("start_time", req.start_time.as_ref())?;
+            let end = micros("end_time", req.end_time.as_ref())?;
+            if let (Some(start), Some(end)) = (start, end)
+                && end < start
+            {
+                return Err(Error::invalid("end_time", "must not be before start_time"));
+            }
+            let session_key = if req.session_id.is_empty() {
+                None
+            } else {
+                Some(self.store.resolve(&tenant, &req.session_id).await?.key)
+            };
+            // A token names the filters it was made for, and the last key.
+            let filters = [
+                req.group_by.to_string(),
+                req.user.clone(),
+                req.session_id.clone(),
+                start.map(|t| t.to_string()).unwrap_or_default(),
+                end.map(|t| t.to_string()).unwrap_or_default(),
+            ];
+            let after = match decode_token("usage", &req.page_token, 6)? {
+                None => None,
+                Some(parts) if parts[..5] != filters => {
+                    return Err(Error::invalid(
+                        "page_token",
+                        "was made for different filters or grouping",
+                    ));
+                }
+                Some(mut parts) => parts.pop(),
+            };
+            let query = UsageQuery {
+                user: (!req.user.is_empty()).then(|| req.user.clone()),
+                session_key,
+                start: start.map(Timestamp),
+                end: end.map(Timestamp),
+                group,
+                after,
+                limit: limit + 1,
+            };
+            let mut rows = self.store.summarize_usage(&tenant, query).await?;
+            let next_page_token = if group != UsageGroup::Total && rows.len() > limit {
+                rows.truncate(limit);
+                let last = rows.last().map(|row| row.key.clone()).unwrap_or_default();
+                let parts: Vec<&str> = filters
+                    .iter()
+                    .map(String::as_str)
+                    .chain([last.as_str()])
+                    .collect();
+                encode_token("usage", &parts)
+            } else {
+                String::new()
+            };
+            Ok(pb::SummarizeUsageResponse {
+                rows: rows.into_iter().map(convert::usage_row_to_pb).collect(),
+                next_page_token,
+            })
         })
         .await
     }

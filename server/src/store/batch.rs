@@ -450,7 +450,7 @@ fn append_one(
         );
     }
     if let Some(call) = &call {
-        rows.call(state.key, call);
+        rows.call(state.key, tenant, &state.session.user, call);
         state.added_calls += 1;
         state.added_tokens = state.added_tokens.saturating_add(call.total_tokens);
         state.added_cost = state.added_cost.saturating_add(call.cost_micros_usd);
@@ -518,8 +518,13 @@ struct Rows {
 }
 
 impl Rows {
-    fn call(&mut self, session_key: i64, call: &ProviderCall) {
+    /// A call's row, with its session's tenant and owner beside it, so
+    /// SummarizeUsage reads a tenant's or a user's calls by time on one
+    /// index (a session's owner never changes).
+    fn call(&mut self, session_key: i64, tenant: &str, user: &str, call: &ProviderCall) {
         self.calls.extend([
+            Value::Text(escape(tenant)),
+            Value::Text(escape(user)),
             Value::Text(call.id.clone()),
             Value::Int(session_key),
             Value::Text(escape(&call.request_id)),
@@ -532,6 +537,11 @@ impl Rows {
             Value::Int(call.total_tokens),
             Value::Int(call.cost_micros_usd),
             Value::Int(call.create_time.0),
+            Value::Int(call.cached_input_tokens),
+            Value::Int(call.cache_creation_input_tokens),
+            Value::Int(call.reasoning_tokens),
+            Value::Text(escape(&call.usage_json)),
+            Value::Int(call.duration_micros),
         ]);
     }
 
@@ -608,11 +618,12 @@ impl Rows {
         insert(
             &mut statements,
             &format!(
-                "{insert_into} provider_calls (id, session_key, request_id, provider, model, \
+                "{insert_into} provider_calls (tenant, user_name, id, session_key, request_id, provider, model, \
              requested_provider, requested_model, prompt_tokens, completion_tokens, \
-             total_tokens, cost_micros_usd, create_time) VALUES "
+             total_tokens, cost_micros_usd, create_time, cached_input_tokens, \
+             cache_creation_input_tokens, reasoning_tokens, usage_json, duration_micros) VALUES "
             ),
-            12,
+            19,
             self.calls,
         );
         insert(

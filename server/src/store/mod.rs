@@ -8,6 +8,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::domain::usage::{UsageQuery, UsageRow};
 use crate::domain::{
     AppendedExchange, ControlOp, Ephemeral, Fork, NewExchange, NewSession, ProviderCall, Result,
     SearchHit, Session, SessionEvent, SessionPatch, SessionQuery, SessionSummary, StateEntry,
@@ -448,6 +449,13 @@ pub trait Store: Clone + Send + Sync + 'static {
         tenant: &str,
         entry: SharedStateWrite,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Sums of a tenant's provider calls, grouped, ordered by key.
+    fn summarize_usage(
+        &self,
+        tenant: &str,
+        query: UsageQuery,
+    ) -> impl Future<Output = Result<Vec<UsageRow>>> + Send;
 
     /// Full-text search over the current messages of a tenant's live sessions, best first.
     fn search(

@@ -13,6 +13,7 @@ use futures_util::TryStreamExt as _;
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
 
+use super::batch::Value;
 use super::ops::{
     AppendExchange, Appended, ControlSession, CreateSession, DeleteIdle, DeleteSession,
     DeleteSharedState, ForkSession, PurgeTombstones, SetSharedState, UpdateSession, Write,
@@ -26,6 +27,7 @@ use super::{
     CommitSink, ListedCall, Page, ReadBound, SearchQuery, SessionHandle, SharedStateWrite, Store,
     SweepCandidate,
 };
+use crate::domain::usage::{self, UsageGroup, UsageQuery, UsageRow};
 use crate::domain::{
     ControlOp, Ephemeral, Error, Fork, Message, NewExchange, NewSession, ProviderCall, Result,
     SearchHit, Session, SessionEvent, SessionPatch, SessionQuery, SessionSummary, StateEntry,
@@ -447,8 +449,9 @@ impl Store for SqlStore {
         let rows = sqlx::query(
             "SELECT ordinal, id, request_id, provider, model, requested_provider, \
              requested_model, prompt_tokens, completion_tokens, total_tokens, cost_micros_usd, \
-             create_time FROM provider_calls WHERE session_key = $1 AND ordinal > $2 \
-             ORDER BY ordinal LIMIT $3",
+             create_time, cached_input_tokens, cache_creation_input_tokens, reasoning_tokens, \
+             usage_json, duration_micros FROM provider_calls \
+             WHERE session_key = $1 AND ordinal > $2 ORDER BY ordinal LIMIT $3",
         )
         .bind(session.key)
         .bind(after)
@@ -472,6 +475,11 @@ impl Store for SqlStore {
                         total_tokens: row.try_get("total_tokens")?,
                         cost_micros_usd: row.try_get("cost_micros_usd")?,
                         create_time: Timestamp(row.try_get("create_time")?),
+                        cached_input_tokens: row.try_get("cached_input_tokens")?,
+                        cache_creation_input_tokens: row.try_get("cache_creation_input_tokens")?,
+                        reasoning_tokens: row.try_get("reasoning_tokens")?,
+                        usage_json: text_col(row, "usage_json")?,
+                        duration_micros: row.try_get("duration_micros")?,
                     },
                 })
             })
@@ -596,6 +604,86 @@ impl Store for SqlStore {
 
     async fn delete_shared_state(&self, tenant: &str, entry: SharedStateWrite) -> Result<()> {
         self.write(tenant, DeleteSharedState(entry)).await
+    }
+
+    async fn summarize_usage(&self, tenant: &str, query: UsageQuery) -> Result<Vec<UsageRow>> {
+        let (key, join) = match query.group {
+            UsageGroup::Total => ("''", ""),
+            UsageGroup::Session => ("s.id", " JOIN sessions s ON s.key = c.session_key"),
+            UsageGroup::User => ("c.user_name", ""),
+            UsageGroup::Model => ("c.provider || '/' || c.model", ""),
+            UsageGroup::Day => ("c.create_time / 86400000000", ""),
+        };
+        let mut values = vec![Value::Text(escape(tenant))];
+        let mut filters = String::new();
+        let mut bind = |values: &mut Vec<Value>, condition: &str, value: Value| {
+            values.push(value);
+            filters.push_str(&format!(" AND {condition} ${}", values.len()));
+        };
+        if let Some(user) = &query.user {
+            bind(&mut values, "c.user_name =", Value::Text(escape(user)));
+        }
+        if let Some(session_key) = query.session_key {
+            bind(&mut values, "c.session_key =", Value::Int(session_key));
+        }
+        if let Some(start) = query.start {
+            bind(&mut values, "c.create_time >=", Value::Int(start.0));
+        }
+        if let Some(end) = query.end {
+            bind(&mut values, "c.create_time <", Value::Int(end.0));
+        }
+        let sums = "count(*) AS calls,              CAST(COALESCE(sum(c.prompt_tokens), 0) AS BIGINT) AS prompt_tokens,              CAST(COALESCE(sum(c.completion_tokens), 0) AS BIGINT) AS completion_tokens,              CAST(COALESCE(sum(c.cached_input_tokens), 0) AS BIGINT) AS cached_input_tokens,              CAST(COALESCE(sum(c.cache_creation_input_tokens), 0) AS BIGINT)                  AS cache_creation_input_tokens,              CAST(COALESCE(sum(c.reasoning_tokens), 0) AS BIGINT) AS reasoning_tokens,              CAST(COALESCE(sum(c.total_tokens), 0) AS BIGINT) AS total_tokens,              CAST(COALESCE(sum(c.cost_micros_usd), 0) AS BIGINT) AS cost_micros_usd";
+        let sql = if query.group == UsageGroup::Total {
+            format!("SELECT {sums} FROM provider_calls c WHERE c.tenant = $1{filters}")
+        } else {
+            let mut having = String::new();
+            if let Some(after) = &query.after {
+                let after = match query.group {
+                    UsageGroup::Day => Value::Int(
+                        usage::day_of_date(after)
+                            .ok_or_else(|| Error::invalid("page_token", "is malformed"))?,
+                    ),
+                    _ => Value::Text(escape(after)),
+                };
+                values.push(after);
+                having = format!(" HAVING {key} > ${}", values.len());
+            }
+            values.push(Value::Int(i64::try_from(query.limit).unwrap_or(i64::MAX)));
+            format!(
+                "SELECT {key} AS k, {sums} FROM provider_calls c{join}                  WHERE c.tenant = $1{filters} GROUP BY {key}{having} ORDER BY {key} LIMIT ${}",
+                values.len()
+            )
+        };
+        let mut statement = sqlx::query(&sql);
+        for value in values {
+            statement = match value {
+                Value::Int(v) => statement.bind(v),
+                Value::Text(v) => statement.bind(v),
+                Value::NullableText(v) => statement.bind(v),
+                Value::Bytes(v) => statement.bind(v),
+            };
+        }
+        let rows = statement.fetch_all(&self.inner.pool).await?;
+        rows.iter()
+            .map(|row| {
+                let key = match query.group {
+                    UsageGroup::Total => String::new(),
+                    UsageGroup::Day => usage::date_of_day(row.try_get("k")?),
+                    _ => text_col(row, "k")?,
+                };
+                Ok(UsageRow {
+                    key,
+                    calls: row.try_get("calls")?,
+                    prompt_tokens: row.try_get("prompt_tokens")?,
+                    completion_tokens: row.try_get("completion_tokens")?,
+                    cached_input_tokens: row.try_get("cached_input_tokens")?,
+                    cache_creation_input_tokens: row.try_get("cache_creation_input_tokens")?,
+                    reasoning_tokens: row.try_get("reasoning_tokens")?,
+                    total_tokens: row.try_get("total_tokens")?,
+                    cost_micros_usd: row.try_get("cost_micros_usd")?,
+                })
+            })
+            .collect()
     }
 
     async fn search(&self, tenant: &str, query: SearchQuery) -> Result<Vec<SearchHit>> {

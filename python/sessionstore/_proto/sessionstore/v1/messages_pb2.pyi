@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -207,7 +208,7 @@ class StoredMessage(_message.Message):
     def __init__(self, id: _Optional[str] = ..., session_id: _Optional[str] = ..., sequence: _Optional[int] = ..., produced_by_call_id: _Optional[str] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., redacted: _Optional[bool] = ...) -> None: ...
 
 class ProviderCall(_message.Message):
-    __slots__ = ("id", "session_id", "request_id", "provider", "model", "requested_provider", "requested_model", "prompt_tokens", "completion_tokens", "total_tokens", "cost_micros_usd", "create_time")
+    __slots__ = ("id", "session_id", "request_id", "provider", "model", "requested_provider", "requested_model", "prompt_tokens", "completion_tokens", "total_tokens", "cost_micros_usd", "create_time", "cached_input_tokens", "cache_creation_input_tokens", "reasoning_tokens", "usage_json", "duration")
     ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +221,11 @@ class ProviderCall(_message.Message):
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COST_MICROS_USD_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    CACHED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_CREATION_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_JSON_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
     id: str
     session_id: str
     request_id: str
@@ -232,7 +238,12 @@ class ProviderCall(_message.Message):
     total_tokens: int
     cost_micros_usd: int
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., requested_provider: _Optional[str] = ..., requested_model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ..., cost_micros_usd: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    cached_input_tokens: int
+    cache_creation_input_tokens: int
+    reasoning_tokens: int
+    usage_json: str
+    duration: _duration_pb2.Duration
+    def __init__(self, id: _Optional[str] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., requested_provider: _Optional[str] = ..., requested_model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ..., cost_micros_usd: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cached_input_tokens: _Optional[int] = ..., cache_creation_input_tokens: _Optional[int] = ..., reasoning_tokens: _Optional[int] = ..., usage_json: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SessionSummary(_message.Message):
     __slots__ = ("session", "message_count", "provider_call_count", "last_model", "last_provider", "last_cost_micros_usd", "last_request_id", "total_tokens", "total_cost_micros_usd")

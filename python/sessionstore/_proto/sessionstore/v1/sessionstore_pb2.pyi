@@ -5,12 +5,26 @@ from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from . import messages_pb2 as _messages_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class UsageGroupBy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    USAGE_GROUP_BY_UNSPECIFIED: _ClassVar[UsageGroupBy]
+    USAGE_GROUP_BY_SESSION: _ClassVar[UsageGroupBy]
+    USAGE_GROUP_BY_USER: _ClassVar[UsageGroupBy]
+    USAGE_GROUP_BY_MODEL: _ClassVar[UsageGroupBy]
+    USAGE_GROUP_BY_DAY: _ClassVar[UsageGroupBy]
+USAGE_GROUP_BY_UNSPECIFIED: UsageGroupBy
+USAGE_GROUP_BY_SESSION: UsageGroupBy
+USAGE_GROUP_BY_USER: UsageGroupBy
+USAGE_GROUP_BY_MODEL: UsageGroupBy
+USAGE_GROUP_BY_DAY: UsageGroupBy
 
 class CreateSessionRequest(_message.Message):
     __slots__ = ("session_id", "title", "system_prompt", "user", "metadata", "initial_history", "initial_state")
@@ -459,3 +473,51 @@ class SearchMessagesResponse(_message.Message):
     hits: _containers.RepeatedCompositeFieldContainer[_messages_pb2.SearchHit]
     next_page_token: str
     def __init__(self, hits: _Optional[_Iterable[_Union[_messages_pb2.SearchHit, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class SummarizeUsageRequest(_message.Message):
+    __slots__ = ("user", "session_id", "start_time", "end_time", "group_by", "page_size", "page_token")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    session_id: str
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    group_by: UsageGroupBy
+    page_size: int
+    page_token: str
+    def __init__(self, user: _Optional[str] = ..., session_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., group_by: _Optional[_Union[UsageGroupBy, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class SummarizeUsageResponse(_message.Message):
+    __slots__ = ("rows", "next_page_token")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[UsageRow]
+    next_page_token: str
+    def __init__(self, rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class UsageRow(_message.Message):
+    __slots__ = ("key", "calls", "prompt_tokens", "completion_tokens", "cached_input_tokens", "cache_creation_input_tokens", "reasoning_tokens", "total_tokens", "cost_micros_usd")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_CREATION_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COST_MICROS_USD_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_input_tokens: int
+    cache_creation_input_tokens: int
+    reasoning_tokens: int
+    total_tokens: int
+    cost_micros_usd: int
+    def __init__(self, key: _Optional[str] = ..., calls: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., cache_creation_input_tokens: _Optional[int] = ..., reasoning_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ..., cost_micros_usd: _Optional[int] = ...) -> None: ...

@@ -161,6 +161,11 @@ class SessionStoreStub:
                 request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.SearchMessagesRequest.SerializeToString,
                 response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.SearchMessagesResponse.FromString,
                 _registered_method=True)
+        self.SummarizeUsage = channel.unary_unary(
+                '/sessionstore.v1.SessionStore/SummarizeUsage',
+                request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.SummarizeUsageRequest.SerializeToString,
+                response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.SummarizeUsageResponse.FromString,
+                _registered_method=True)
 
 
 class SessionStoreServicer:
@@ -342,6 +347,13 @@ class SessionStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SummarizeUsage(self, request, context):
+        """Sums the tenant's recorded provider calls, in total or grouped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -469,6 +481,11 @@ def add_SessionStoreServicer_to_server(servicer, server):
                     servicer.SearchMessages,
                     request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.SearchMessagesRequest.FromString,
                     response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.SearchMessagesResponse.SerializeToString,
+            ),
+            'SummarizeUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.SummarizeUsage,
+                    request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.SummarizeUsageRequest.FromString,
+                    response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.SummarizeUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1147,6 +1164,33 @@ class SessionStore:
             '/sessionstore.v1.SessionStore/SearchMessages',
             sessionstore_dot_v1_dot_sessionstore__pb2.SearchMessagesRequest.SerializeToString,
             sessionstore_dot_v1_dot_sessionstore__pb2.SearchMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SummarizeUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionstore.v1.SessionStore/SummarizeUsage',
+            sessionstore_dot_v1_dot_sessionstore__pb2.SummarizeUsageRequest.SerializeToString,
+            sessionstore_dot_v1_dot_sessionstore__pb2.SummarizeUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,
