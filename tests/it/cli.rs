@@ -492,6 +492,66 @@ mod sessions {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn usage_is_a_table_of_sums() {
+        let server = TestServer::start(Backend::Memory).await;
+        let mut client = server.client().await;
+        for (id, owner, model, prompt, cached, cost) in [
+            ("u1", "alice", "gpt-4o", 100, 40, 1_500),
+            ("u2", "alice", "claude", 300, 0, 2_000),
+            ("u3", "bob", "gpt-4o", 50, 10, 500),
+        ] {
+            client
+                .create_session(pb::CreateSessionRequest {
+                    session_id: id.into(),
+                    user: owner.into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let mut request = exchange_request(id, "q", "a");
+            request.provider_call = Some(pb::ProviderCall {
+                provider: "p".into(),
+                model: model.into(),
+                prompt_tokens: prompt,
+                cached_input_tokens: cached,
+                completion_tokens: 10,
+                cost_micros_usd: cost,
+                ..Default::default()
+            });
+            client.append_exchange(request).await.unwrap();
+        }
+        let (ok, out, err) = sessions(&server, &["usage", "--by", "model", "--since", "1d"]).await;
+        assert!(ok, "{err}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(lines[0].starts_with("MODEL"), "{out}");
+        let cells = |line: &str| {
+            line.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            cells(lines[1]),
+            ["p/claude", "1", "300", "0", "0", "10", "0", "$0.002000"]
+        );
+        assert_eq!(
+            cells(lines[2]),
+            ["p/gpt-4o", "2", "150", "50", "0", "20", "0", "$0.002000"]
+        );
+        let (ok, out, _) = sessions(&server, &["usage", "--user", "bob"]).await;
+        assert!(ok);
+        assert!(out.lines().nth(1).unwrap().starts_with("all "), "{out}");
+        assert!(out.contains("$0.000500"), "{out}");
+        let (ok, _, err) = sessions(&server, &["usage", "--since", "soon"]).await;
+        assert!(!ok);
+        assert!(
+            err.contains("neither a date (YYYY-MM-DD) nor an age"),
+            "{err}"
+        );
+        server.stop().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn watch_tails_a_session_until_it_is_deleted() {
         let server = TestServer::start(Backend::Memory).await;
         let mut client = server.client().await;

@@ -104,6 +104,19 @@ pub enum SessionsCommand {
         #[arg(long, default_value_t = 0)]
         after_revision: i64,
     },
+    /// What the tenant's model calls cost, summed (SummarizeUsage): in
+    /// total or by day, model, session or user.
+    Usage {
+        /// Only this user's sessions.
+        #[arg(long)]
+        user: Option<String>,
+        /// Group the sums.
+        #[arg(long, value_enum, default_value_t = UsageBy::Total)]
+        by: UsageBy,
+        /// Only calls since this UTC date (`2026-11-01`) or age (`7d`, `12h`).
+        #[arg(long, value_parser = parse_since)]
+        since: Option<prost_types::Timestamp>,
+    },
     /// Ask a session's active run to stop (CancelRun): its producer sees
     /// it on its next delta, every watcher sees run_cancel_requested.
     Cancel {
@@ -170,6 +183,16 @@ fn parse_tokens(text: &str) -> Result<(i64, i64), String> {
         Some((input.trim().parse().ok()?, output.trim().parse().ok()?))
     });
     parsed.ok_or_else(|| format!("{text:?} is not IN,OUT (e.g. 310,12)"))
+}
+
+/// How `sessions usage` groups the sums.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum UsageBy {
+    Total,
+    Day,
+    Model,
+    Session,
+    User,
 }
 
 /// What `sessions export` writes.
@@ -272,6 +295,9 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
         }
         SessionsCommand::Watch { id, after_revision } => {
             watch(&client, &id, after_revision, &mut out).await
+        }
+        SessionsCommand::Usage { user, by, since } => {
+            usage(&client, user, by, since, &mut out).await
         }
         SessionsCommand::Cancel { id, run, reason } => {
             let revision = client.cancel_run(id.clone(), run.clone(), reason).await?;
@@ -404,6 +430,117 @@ fn cell(text: &str, width: usize) -> String {
     }
 }
 
+/// Prints `rows` (the first is the heading, in bold on a terminal) as
+/// aligned columns: the columns in `numeric` right-aligned, the rest left.
+fn print_table<const N: usize>(
+    out: &mut impl Write,
+    rows: &[[String; N]],
+    numeric: &[usize],
+) -> anyhow::Result<()> {
+    let widths: Vec<usize> = (0..N)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let bold = colour();
+    for (i, row) in rows.iter().enumerate() {
+        let mut line = String::new();
+        for (c, value) in row.iter().enumerate() {
+            let pad = widths[c] - value.chars().count();
+            if numeric.contains(&c) {
+                line.push_str(&" ".repeat(pad));
+                line.push_str(value);
+            } else {
+                line.push_str(value);
+                line.push_str(&" ".repeat(pad));
+            }
+            line.push_str("  ");
+        }
+        if i == 0 {
+            line = paint(bold, "1", line.trim_end());
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
+}
+
+/// `sessions usage`: SummarizeUsage as a table, every page.
+async fn usage(
+    client: &Client,
+    user: Option<String>,
+    by: UsageBy,
+    since: Option<prost_types::Timestamp>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let (group_by, heading) = match by {
+        UsageBy::Total => (pb::UsageGroupBy::Unspecified, "TOTAL"),
+        UsageBy::Day => (pb::UsageGroupBy::Day, "DAY (UTC)"),
+        UsageBy::Model => (pb::UsageGroupBy::Model, "MODEL"),
+        UsageBy::Session => (pb::UsageGroupBy::Session, "SESSION"),
+        UsageBy::User => (pb::UsageGroupBy::User, "USER"),
+    };
+    let mut rows = vec![[
+        heading.to_owned(),
+        "CALLS".to_owned(),
+        "INPUT".to_owned(),
+        "CACHED".to_owned(),
+        "CACHE WRITE".to_owned(),
+        "OUTPUT".to_owned(),
+        "REASONING".to_owned(),
+        "COST".to_owned(),
+    ]];
+    let mut request = pb::SummarizeUsageRequest {
+        user: user.unwrap_or_default(),
+        start_time: since,
+        group_by: group_by.into(),
+        page_size: 1000,
+        ..Default::default()
+    };
+    loop {
+        let page = client
+            .raw()
+            .summarize_usage(request.clone())
+            .await
+            .map_err(sessionstore_client::Error::from)?
+            .into_inner();
+        for row in page.rows {
+            let key = match by {
+                UsageBy::Total => "all".to_owned(),
+                UsageBy::User if row.key.is_empty() => "(none)".to_owned(),
+                _ => row.key,
+            };
+            rows.push([
+                key,
+                row.calls.to_string(),
+                row.prompt_tokens.to_string(),
+                row.cached_input_tokens.to_string(),
+                row.cache_creation_input_tokens.to_string(),
+                row.completion_tokens.to_string(),
+                row.reasoning_tokens.to_string(),
+                dollars(row.cost_micros_usd),
+            ]);
+        }
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        request.page_token = page.next_page_token;
+    }
+    print_table(out, &rows, &[1, 2, 3, 4, 5, 6, 7])
+}
+
+/// `--since`: a UTC date (`2026-11-01`) or an age back from now (`7d`, `12h`).
+fn parse_since(text: &str) -> Result<prost_types::Timestamp, String> {
+    if let Some(day) = crate::domain::usage::day_of_date(text) {
+        return Ok(prost_types::Timestamp {
+            seconds: day * 86_400,
+            nanos: 0,
+        });
+    }
+    let age = crate::config::parse_age(text)
+        .map_err(|_| format!("{text:?} is neither a date (YYYY-MM-DD) nor an age (7d, 12h)"))?;
+    Ok(prost_types::Timestamp::from(
+        std::time::SystemTime::now() - age,
+    ))
+}
+
 async fn list(
     client: &Client,
     user: Option<String>,
@@ -435,33 +572,7 @@ async fn list(
             time_of(session.update_time.as_ref()),
         ]);
     }
-    let widths: Vec<usize> = (0..6)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let bold = colour();
-    for (i, row) in rows.iter().enumerate() {
-        let mut line = String::new();
-        for (c, value) in row.iter().enumerate() {
-            let pad = widths[c] - value.chars().count();
-            // Numbers right-aligned, text left-aligned.
-            if c == 3 || c == 4 {
-                line.push_str(&" ".repeat(pad));
-                line.push_str(value);
-            } else {
-                line.push_str(value);
-                if c < 5 {
-                    line.push_str(&" ".repeat(pad));
-                }
-            }
-            if c < 5 {
-                line.push_str("  ");
-            }
-        }
-        if i == 0 {
-            line = paint(bold, "1", &line);
-        }
-        writeln!(out, "{}", line.trim_end())?;
-    }
+    print_table(out, &rows, &[3, 4])?;
     if rows.len() == 1 {
         writeln!(out, "(no sessions)")?;
     }
