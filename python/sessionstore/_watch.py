@@ -17,7 +17,11 @@ class WatchState:
     def __init__(self, after_revision: int) -> None:
         self.last_revision = after_revision
         self.caught_up_sent = False
+        # Per open run: the last delta index delivered.
         self.deltas: dict[str, int] = {}
+        # Per open run: (last index of each delivered delta, UTF-8 bytes of
+        # text delivered through it), to cut a merged delta to what is new.
+        self.ends: dict[str, list[tuple[int, int]]] = {}
         self.done = False
         self.failures = 0
         self.reconnects = 0
@@ -35,26 +39,47 @@ class WatchState:
         elif kind == "delta":
             if event.revision < self.last_revision:
                 return False
-            sent = self.deltas.get(event.delta.run_id, -1)
-            if event.delta.index <= sent:
+            if not self._admit_delta(event.delta):
                 return False
-            self.deltas[event.delta.run_id] = event.delta.index
         elif kind == "run_discarded":
             if event.revision < self.last_revision:
                 return False
-            self.deltas.pop(event.run_discarded.run_id, None)
+            self._forget(event.run_discarded.run_id)
         else:
             # A revision (including kinds newer than this client).
             if event.revision <= self.last_revision:
                 return False
             self.last_revision = event.revision
             if kind == "exchange_appended":
-                self.deltas.pop(event.exchange_appended.run_id, None)
+                self._forget(event.exchange_appended.run_id)
             elif kind == "run_ended":
-                self.deltas.pop(event.run_ended.run_id, None)
+                self._forget(event.run_ended.run_id)
             elif kind == "session_deleted":
                 self.done = True
         return True
+
+    def _admit_delta(self, delta: m.Delta) -> bool:
+        """Whether ``delta`` brings anything new. A merged text delta
+        (``first_index < index``) reaching back before the last index
+        delivered is cut to its new part, ``first_index`` moved past it."""
+        last = self.deltas.get(delta.run_id, -1)
+        if delta.index <= last:
+            return False
+        ends = self.ends.setdefault(delta.run_id, [])
+        first = min(delta.first_index, delta.index)
+        if first <= last and delta.WhichOneof("delta") == "text":
+            start = next((end for index, end in reversed(ends) if index < first), 0)
+            have = (ends[-1][1] if ends else 0) - start
+            delta.text = delta.text.encode("utf-8")[have:].decode("utf-8")
+            delta.first_index = last + 1
+        added = len(delta.text.encode("utf-8")) if delta.WhichOneof("delta") == "text" else 0
+        ends.append((delta.index, (ends[-1][1] if ends else 0) + added))
+        self.deltas[delta.run_id] = delta.index
+        return True
+
+    def _forget(self, run_id: str) -> None:
+        self.deltas.pop(run_id, None)
+        self.ends.pop(run_id, None)
 
     def request(self, session_id: str, include_active_deltas: bool) -> s.WatchSessionRequest:
         """The WatchSession request resuming after the last delivered revision."""

@@ -607,8 +607,8 @@ class Client:
         server restarts or shuts down, it reconnects with backoff and resumes
         after the last revision it yielded, so every revision arrives once,
         in order; each open run's deltas resume after the last index yielded
-        (``delta_cursors``: a merged delta, ``first_index < index``, may
-        reach back before it; drop what you already have).
+        (``delta_cursors``), and a merged delta (``first_index < index``)
+        reaching back before it is cut to its new part.
         ``session_deleted`` is the last event. A permanent error (e.g.
         ``SessionNotFound``), or more failed reconnections in a row than
         ``watch_retry_policy`` allows, is raised.

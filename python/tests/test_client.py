@@ -12,7 +12,7 @@ import pytest
 
 import sessionstore
 from sessionstore import RetryPolicy, v1
-from sessionstore import _requests
+from sessionstore import _requests, _watch
 
 from .conftest import TOKENS, RetrySignal, Server, free_port
 
@@ -346,6 +346,39 @@ def test_cancel_run_reaches_the_producer_and_watchers(client: sessionstore.Clien
     answer = client.publish_delta(session.id, run_id="run-8", index=1, text=" upon")
     assert answer.cancel_requested
     assert client.cancel_run(session.id, run_id="run-8").revision == cancelled.revision
+
+
+def test_watch_cuts_a_merged_delta_to_what_is_new(make_server: Callable[..., Server]) -> None:
+    # Text deltas are merged at every second one: a resumed watch lands
+    # inside merged ranges and must not repeat any text.
+    server = make_server(args=("--max-run-deltas", "2"))
+    with server.client() as client:
+        session = client.create_session()
+        pieces = [f"p{i}é " for i in range(6)]
+        for index, piece in enumerate(pieces[:3]):
+            client.publish_delta(session.id, run_id="r", index=index, text=piece)
+        state = _watch.WatchState(after_revision=session.revision)
+        seen = ""
+        with client.watch(session.id, session.revision, include_active_deltas=True) as events:
+            for event in events:
+                if event.HasField("delta"):
+                    assert state.admit(event)
+                    seen += event.delta.text
+                    if event.delta.index == 2:
+                        break
+        assert seen == "".join(pieces[:3])
+        for index, piece in enumerate(pieces[3:], start=3):
+            client.publish_delta(session.id, run_id="r", index=index, text=piece)
+        # What a reconnect receives: the merged buffer from its start.
+        with client.watch(session.id, session.revision, include_active_deltas=True) as events:
+            for event in events:
+                if event.HasField("delta"):
+                    if state.admit(event):
+                        assert event.delta.first_index > 2
+                        seen += event.delta.text
+                    if event.delta.index == 5:
+                        break
+        assert seen == "".join(pieces)
 
 
 def test_token_auth(auth_server: Server) -> None:
