@@ -10,6 +10,7 @@ use sessionstore_server::config::ServeConfig;
 use tonic::Code;
 use tonic::transport::Channel;
 
+use crate::runs::{begin, end};
 use crate::support::{
     Backend, Events, Storage, TestServer, assistant, call, connect, create, error_details,
     event_kind, get, next_change, postgres_available, user,
@@ -77,34 +78,6 @@ async fn cancel(client: &mut Client, id: &str, run: &str, reason: &str) -> i64 {
         .cancel_run(cancel_request(id, run, reason))
         .await
         .unwrap_or_else(|status| panic!("cancel run {run}: {status:?}"))
-        .into_inner()
-        .revision
-}
-
-async fn begin(client: &mut Client, id: &str, run: &str, lease_ms: i64) -> i64 {
-    client
-        .begin_run(pb::BeginRunRequest {
-            session_id: id.to_owned(),
-            run_id: run.to_owned(),
-            lease: Some(prost_types::Duration {
-                seconds: lease_ms / 1000,
-                nanos: i32::try_from((lease_ms % 1000) * 1_000_000).unwrap(),
-            }),
-        })
-        .await
-        .unwrap_or_else(|status| panic!("begin run {run}: {status:?}"))
-        .into_inner()
-        .revision
-}
-
-async fn end(client: &mut Client, id: &str, run: &str) -> i64 {
-    client
-        .end_run(pb::EndRunRequest {
-            session_id: id.to_owned(),
-            run_id: run.to_owned(),
-        })
-        .await
-        .unwrap()
         .into_inner()
         .revision
 }

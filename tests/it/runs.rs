@@ -42,7 +42,12 @@ fn begin_request(id: &str, run: &str, lease_ms: i64) -> pb::BeginRunRequest {
     }
 }
 
-async fn begin(client: &mut Client, id: &str, run: &str, lease_ms: i64) -> pb::BeginRunResponse {
+pub(crate) async fn begin(
+    client: &mut Client,
+    id: &str,
+    run: &str,
+    lease_ms: i64,
+) -> pb::BeginRunResponse {
     client
         .begin_run(begin_request(id, run, lease_ms))
         .await
@@ -50,7 +55,7 @@ async fn begin(client: &mut Client, id: &str, run: &str, lease_ms: i64) -> pb::B
         .into_inner()
 }
 
-async fn end(client: &mut Client, id: &str, run: &str) -> i64 {
+pub(crate) async fn end(client: &mut Client, id: &str, run: &str) -> i64 {
     client
         .end_run(pb::EndRunRequest {
             session_id: id.to_owned(),

@@ -19,8 +19,8 @@ fn list(order_by: &str, page_token: &str) -> pb::ListMessagesRequest {
     }
 }
 
-/// Every page's sequences, following page tokens from `first`.
-async fn sequences(client: &mut Client, first: pb::ListMessagesRequest) -> Vec<Vec<i64>> {
+/// Every page, following page tokens from `first`.
+async fn pages(client: &mut Client, first: pb::ListMessagesRequest) -> Vec<Vec<pb::StoredMessage>> {
     let mut request = first;
     let mut pages = Vec::new();
     loop {
@@ -29,12 +29,21 @@ async fn sequences(client: &mut Client, first: pb::ListMessagesRequest) -> Vec<V
             .await
             .unwrap()
             .into_inner();
-        pages.push(page.messages.iter().map(|m| m.sequence).collect());
+        pages.push(page.messages);
         if page.next_page_token.is_empty() {
             return pages;
         }
         request.page_token = page.next_page_token;
     }
+}
+
+/// Every page's sequences, following page tokens from `first`.
+async fn sequences(client: &mut Client, first: pb::ListMessagesRequest) -> Vec<Vec<i64>> {
+    pages(client, first)
+        .await
+        .iter()
+        .map(|page| page.iter().map(|m| m.sequence).collect())
+        .collect()
 }
 
 async fn messages_page_newest_first_and_between_bounds(backend: Backend) {
@@ -125,27 +134,17 @@ async fn a_bad_order_or_a_token_of_the_other_order_is_refused(backend: Backend) 
     server.stop().await.unwrap();
 }
 
-/// Every message newest first, as (sequence, content, redacted) pages.
+/// Every message newest first, as (sequence, content) pages.
 async fn newest_pages(client: &mut Client) -> Vec<Vec<(i64, String)>> {
-    let mut request = list("sequence desc", "");
-    let mut pages = Vec::new();
-    loop {
-        let page = client
-            .list_messages(request.clone())
-            .await
-            .unwrap()
-            .into_inner();
-        pages.push(
-            page.messages
-                .iter()
+    pages(client, list("sequence desc", ""))
+        .await
+        .iter()
+        .map(|page| {
+            page.iter()
                 .map(|m| (m.sequence, content(m).to_owned()))
-                .collect(),
-        );
-        if page.next_page_token.is_empty() {
-            return pages;
-        }
-        request.page_token = page.next_page_token;
-    }
+                .collect()
+        })
+        .collect()
 }
 
 async fn newest_first_follows_edits_rollbacks_and_redactions(backend: Backend) {
