@@ -701,29 +701,18 @@ async fn live_benchmarks(
     db.analyze().await?;
     let page = live::PAGE_SIZE;
     for (session, messages, before, label) in [
-        (
-            "bench-live-long",
-            long,
-            None,
-            format!("newest {page} (sequence desc)"),
-        ),
-        (
-            "bench-live-short",
-            short,
-            None,
-            format!("newest {page} (sequence desc)"),
-        ),
+        ("bench-live-long", long, None, "newest page".to_owned()),
+        ("bench-live-short", short, None, "newest page".to_owned()),
         (
             "bench-live-long",
             long,
             Some(plan.deep_before),
-            format!(
-                "{page} before sequence {} (sequence desc, deep)",
-                plan.deep_before
-            ),
+            format!("deep page, before sequence {}", plan.deep_before),
         ),
     ] {
         let first = before.unwrap_or(messages as i64) - 1;
+        let rows = (first + 1).min(i64::from(page));
+        let label = format!("{label} (sequence desc, page_size {page}): {rows} rows");
         let mut took = live::newest_pages(&one, session, before, first, plan.live_samples).await?;
         let ms: Vec<f64> = took.iter().map(|d| d.as_secs_f64() * 1e3).collect();
         let latency = Latency::of(&mut took);
