@@ -13,6 +13,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod append;
+mod live;
 mod peers;
 mod reads;
 mod report;
@@ -85,6 +86,7 @@ enum Bench {
     Memory,
     Peers,
     Agents,
+    Live,
 }
 
 /// Sizes and durations of one run.
@@ -111,6 +113,13 @@ struct Plan {
     stalled_streams: usize,
     stalled_messages: usize,
     idle_sessions: usize,
+    /// Messages in the long session the newest-page case reads, and the
+    /// `before_sequence` of its deep page.
+    long_session: usize,
+    deep_before: i64,
+    live_samples: usize,
+    /// CancelRun trials across two replicas (PostgreSQL).
+    cancel_trials: usize,
     benches: Vec<Bench>,
 }
 
@@ -125,6 +134,7 @@ impl Plan {
                 Bench::List,
                 Bench::Watch,
                 Bench::Memory,
+                Bench::Live,
             ];
             if !quick {
                 all.push(Bench::Peers);
@@ -179,6 +189,10 @@ impl Plan {
             stalled_streams: if quick { 4 } else { 10 },
             stalled_messages: if quick { 40 } else { 600 },
             idle_sessions: if quick { 2 } else { 100 },
+            long_session: if quick { 10_000 } else { 1_000_000 },
+            deep_before: if quick { 5_000 } else { 500_000 },
+            live_samples: if quick { 20 } else { 500 },
+            cancel_trials: if quick { 5 } else { 50 },
             benches,
         }
     }
@@ -268,6 +282,15 @@ async fn run(args: &Args) -> anyhow::Result<()> {
                 None => Database::sqlite("watch")?,
             };
             let outcome = watch_benchmarks(&plan, &binary, &db, &mut report).await;
+            db.remove().await?;
+            outcome?;
+        }
+        if plan.runs(Bench::Live) {
+            let db = match postgres.filter(|_| backend == "postgres") {
+                Some(url) => Database::postgres(url, "live").await?,
+                None => Database::sqlite("live")?,
+            };
+            let outcome = live_benchmarks(&plan, &binary, &db, &mut report).await;
             db.remove().await?;
             outcome?;
         }
@@ -639,6 +662,140 @@ async fn watch_benchmarks(
     if let Some(other) = other {
         other.stop().await;
     }
+    Ok(())
+}
+
+/// What a chat UI does live: the newest page of a long session, and (on
+/// PostgreSQL) a CancelRun on one replica reaching the run's producer on
+/// another.
+async fn live_benchmarks(
+    plan: &Plan,
+    binary: &Path,
+    db: &Database,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let backend = db.backend();
+    let long = plan.long_session;
+    eprintln!(
+        "== live on {backend}: filling a session of {long} messages, {} per AppendExchange",
+        live::FILL_BATCH
+    );
+    let one = Server::start(binary, &db.url(), &[]).await?;
+    let filling = Instant::now();
+    let next = live::fill(&one, "bench-live-long", long).await?;
+    anyhow::ensure!(
+        next == long as i64,
+        "the long session's next sequence is {next}, expected {long}"
+    );
+    let appended = filling.elapsed();
+    live::index_caught_up(&one).await?;
+    eprintln!(
+        "   filled in {:.1} s ({:.0} messages/s), search index caught up {:.1} s later",
+        appended.as_secs_f64(),
+        long as f64 / appended.as_secs_f64(),
+        (filling.elapsed() - appended).as_secs_f64()
+    );
+    let short = 10;
+    live::fill(&one, "bench-live-short", short).await?;
+    live::index_caught_up(&one).await?;
+    db.analyze().await?;
+    let page = live::PAGE_SIZE;
+    for (session, messages, before, label) in [
+        ("bench-live-long", long, None, "newest page".to_owned()),
+        ("bench-live-short", short, None, "newest page".to_owned()),
+        (
+            "bench-live-long",
+            long,
+            Some(plan.deep_before),
+            format!("deep page, before sequence {}", plan.deep_before),
+        ),
+    ] {
+        let first = before.unwrap_or(messages as i64) - 1;
+        let rows = (first + 1).min(i64::from(page));
+        let label = format!("{label} (sequence desc, page_size {page}): {rows} rows");
+        let mut took = live::newest_pages(&one, session, before, first, plan.live_samples).await?;
+        let ms: Vec<f64> = took.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        let latency = Latency::of(&mut took);
+        let mut figure = Figure::new(
+            "newest page",
+            backend,
+            "sessionstore ListMessages, full rows decoded (a real client's work)",
+            &format!("session of {messages} messages, {label}"),
+            "ms",
+            Spread::of(&ms),
+        )
+        .latency(latency);
+        // The target is for a session of 1,000,000, not the smoke run's.
+        if messages >= 1_000_000 && before.is_none() {
+            figure = figure.target("p99 < 5 ms", latency.p99_ms < 5.0);
+        }
+        report.push(figure);
+    }
+    if !db.is_postgres() {
+        one.stop().await;
+        return Ok(());
+    }
+
+    let trials = plan.cancel_trials;
+    eprintln!("== live on {backend}: {trials} CancelRun trials across two replicas");
+    let other = Server::start(binary, &db.url(), &[]).await?;
+    let session = "bench-live-cancel";
+    let mut client = one.connect().await?;
+    workload::create_session(&mut client, session, "bench", 0, 0).await?;
+    let (mut seen, mut calls, mut deltas, mut retries) = (Vec::new(), Vec::new(), 0, 0);
+    for trial in 0..trials {
+        let run_id = format!("bench-run-{trial}-{}", uuid::Uuid::now_v7());
+        // Where in the producer's 20 ms the cancel lands, spread evenly.
+        let phase = live::DELTA_INTERVAL * (trial % 10) as u32 / 10;
+        let outcome = live::cancel_trial(&one, &other, session, &run_id, phase).await?;
+        seen.push(outcome.seen_after);
+        calls.push(outcome.cancel_call);
+        deltas += outcome.deltas;
+        retries += outcome.retries;
+    }
+    other.stop().await;
+    one.stop().await;
+    if retries > 0 {
+        eprintln!(
+            "   replica B refused {retries} CancelRun calls as RUN_NOT_ACTIVE before taking them"
+        );
+    }
+    let case = format!(
+        "{trials} runs, a text delta every {} ms on replica A (no lease), CancelRun on replica B \
+         after {} deltas and 0–{} ms more; {:.1} deltas per run",
+        live::DELTA_INTERVAL.as_millis(),
+        live::DELTAS_BEFORE_CANCEL,
+        (live::DELTA_INTERVAL * 9 / 10).as_millis(),
+        deltas as f64 / trials as f64
+    );
+    let ms = |samples: &[Duration]| -> Vec<f64> {
+        samples.iter().map(|d| d.as_secs_f64() * 1e3).collect()
+    };
+    report.push(
+        Figure::new(
+            "cancel run",
+            backend,
+            "CancelRun call on B",
+            &case,
+            "ms",
+            Spread::of(&ms(&calls)),
+        )
+        .latency(Latency::of(&mut calls)),
+    );
+    let latency = Latency::of(&mut seen);
+    let mut figure = Figure::new(
+        "cancel run",
+        backend,
+        "B's answer → producer's cancel_requested on A",
+        &case,
+        "ms",
+        Spread::of(&ms(&seen)),
+    )
+    .latency(latency);
+    if trials >= 50 {
+        figure = figure.target("p99 < 100 ms", latency.p99_ms < 100.0);
+    }
+    report.push(figure);
     Ok(())
 }
 

@@ -7,8 +7,9 @@ use crate::stats::{Latency, Spread};
 /// One measured figure.
 #[derive(Clone, Debug, Serialize)]
 pub struct Figure {
-    /// `append`, `append server CPU`, `export`, `list`, `watch`, `memory`,
-    /// `peer append`, `peer read`.
+    /// `append`, `append server CPU`, `export`, `replay`, `list`, `watch`,
+    /// `memory`, `newest page`, `cancel run`, `peer append`, `peer read`,
+    /// `agents`.
     pub benchmark: String,
     /// `sqlite` or `postgres`.
     pub backend: String,
