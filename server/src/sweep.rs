@@ -76,6 +76,25 @@ pub async fn sweep_once<S: Store>(store: &S, options: &SweepOptions) {
         }
         Err(error) => tracing::warn!(%error, "cannot look for expired leases"),
     }
+    match store.expired_sessions(now, BATCH).await {
+        Ok(expired) => {
+            for session in expired {
+                match store
+                    .delete_expired(&session.tenant, &session.id, now)
+                    .await
+                {
+                    Ok(true) => {
+                        tracing::info!(session_id = %session.id, tenant = %session.tenant, "deleted an expired session")
+                    }
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, session_id = %session.id, "cannot delete an expired session")
+                    }
+                }
+            }
+        }
+        Err(error) => tracing::warn!(%error, "cannot look for expired sessions"),
+    }
     if let Some(max_idle_age) = options.max_idle_age {
         let before = Timestamp(now.0.saturating_sub(micros(max_idle_age)));
         match store.idle_sessions(before, BATCH).await {

@@ -20,6 +20,7 @@ mod framework;
 mod history;
 mod hostile;
 mod large;
+mod lifecycle;
 mod live;
 mod newcomer;
 mod ops;

@@ -1,7 +1,7 @@
 //! Session-level requests and their rules.
 
 use super::control::{MAX_STATE_ENTRIES, check_state_entry};
-use super::{Error, Message, Metadata, Result, Role};
+use super::{Error, Message, Metadata, Result, Role, Timestamp};
 
 /// The longest caller-chosen session id.
 pub const MAX_SESSION_ID_LEN: usize = 128;
@@ -48,7 +48,7 @@ pub fn is_system_prompt(message: &Message, system_prompt: &str) -> bool {
 }
 
 /// A CreateSession request.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct NewSession {
     /// The caller's chosen id, if any.
     pub id: Option<String>,
@@ -59,6 +59,8 @@ pub struct NewSession {
     pub initial_history: Vec<Message>,
     /// Entries of the session's own state, written in revision 1.
     pub initial_state: Metadata,
+    /// When it expires (0: never).
+    pub expire_time: Timestamp,
 }
 
 impl NewSession {
@@ -101,11 +103,15 @@ pub struct SessionPatch {
     pub system_prompt: Option<String>,
     pub metadata: Option<Metadata>,
     pub summary_message_id: Option<String>,
+    /// A new expiry (0: never); changed only when the mask names it.
+    pub expire_time: Option<Timestamp>,
 }
 
-/// The fields UpdateSession can change, as named in its `update_mask`.
+/// The fields an empty `update_mask` (or `*`) changes.
 pub const UPDATABLE_FIELDS: [&str; 4] =
     ["title", "system_prompt", "metadata", "summary_message_id"];
+/// Changed only when the `update_mask` names it.
+pub const EXPIRE_TIME: &str = "expire_time";
 
 impl SessionPatch {
     /// Keeps the fields an `update_mask` names (all four for an empty mask
@@ -114,12 +120,12 @@ impl SessionPatch {
     pub fn masked(self, paths: &[String]) -> Result<SessionPatch> {
         if let Some(path) = paths
             .iter()
-            .find(|p| *p != "*" && !UPDATABLE_FIELDS.contains(&p.as_str()))
+            .find(|p| *p != "*" && *p != EXPIRE_TIME && !UPDATABLE_FIELDS.contains(&p.as_str()))
         {
             return Err(Error::invalid(
                 "update_mask",
                 format!(
-                    "path {path:?} cannot be updated; use title, system_prompt, metadata or summary_message_id"
+                    "path {path:?} cannot be updated; use title, system_prompt, metadata, summary_message_id or expire_time"
                 ),
             ));
         }
@@ -132,6 +138,9 @@ impl SessionPatch {
             summary_message_id: self
                 .summary_message_id
                 .filter(|_| wants("summary_message_id")),
+            expire_time: self
+                .expire_time
+                .filter(|_| paths.iter().any(|p| p == EXPIRE_TIME)),
         })
     }
 
@@ -141,6 +150,7 @@ impl SessionPatch {
             && self.system_prompt.is_none()
             && self.metadata.is_none()
             && self.summary_message_id.is_none()
+            && self.expire_time.is_none()
     }
 }
 
@@ -172,6 +182,7 @@ mod tests {
             system_prompt: Some("p".into()),
             metadata: Some(Metadata::default()),
             summary_message_id: Some("msg_1".into()),
+            expire_time: Some(Timestamp(5)),
         }
     }
 
@@ -182,6 +193,13 @@ mod tests {
         assert!(all.title.is_some() && all.metadata.is_some() && all.summary_message_id.is_some());
         let star = full().masked(&paths(&["*"]))?;
         assert!(star.system_prompt.is_some());
+        assert!(
+            all.expire_time.is_none() && star.expire_time.is_none(),
+            "expiry changes only when named"
+        );
+        let expiry = full().masked(&paths(&["expire_time"]))?;
+        assert_eq!(expiry.expire_time, Some(Timestamp(5)));
+        assert!(expiry.title.is_none());
         let title = full().masked(&paths(&["title"]))?;
         assert_eq!(title.title.as_deref(), Some("t"));
         assert!(title.system_prompt.is_none() && title.metadata.is_none());
@@ -203,6 +221,7 @@ mod tests {
     #[test]
     fn only_a_leading_copy_of_the_prompt_is_dropped() {
         let new = NewSession {
+            expire_time: Timestamp(0),
             id: None,
             title: String::new(),
             system_prompt: "be brief".into(),

@@ -311,6 +311,7 @@ mod tests {
             active_run_id: String::new(),
             run_expire_time: Timestamp(0),
             next_sequence: 0,
+            expire_time: Timestamp(0),
         }
     }
 

@@ -16,6 +16,15 @@ pub type Metadata = BTreeMap<String, String>;
 pub struct Timestamp(pub i64);
 
 impl Timestamp {
+    /// Whether it is unset (0).
+    #[allow(
+        clippy::trivially_copy_pass_by_ref,
+        reason = "serde passes a reference"
+    )]
+    pub fn is_unset(&self) -> bool {
+        self.0 == 0
+    }
+
     /// The current wall-clock time.
     pub fn now() -> Self {
         let since_epoch = std::time::SystemTime::now()
@@ -173,9 +182,17 @@ pub struct Session {
     /// The sequence the next message will get.
     #[serde(default)]
     pub next_sequence: i64,
+    /// When the session expires (0: never).
+    #[serde(default, skip_serializing_if = "Timestamp::is_unset")]
+    pub expire_time: Timestamp,
 }
 
 impl Session {
+    /// Whether it has expired by `now`: reads and writes treat it as gone.
+    pub fn is_expired(&self, now: Timestamp) -> bool {
+        self.expire_time.0 > 0 && self.expire_time <= now
+    }
+
     /// Clears a lease that has run out by `now` but is not settled yet
     /// (for reads: the session is no longer busy).
     pub fn hide_expired_lease(&mut self, now: Timestamp) {

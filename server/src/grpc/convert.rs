@@ -307,6 +307,7 @@ pub fn session_to_pb(session: Session) -> pb::Session {
         active_run_id: session.active_run_id,
         run_expire_time: optional_timestamp(session.run_expire_time),
         next_sequence: session.next_sequence,
+        expire_time: optional_timestamp(session.expire_time),
     }
 }
 

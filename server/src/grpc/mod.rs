@@ -121,6 +121,21 @@ impl<S: Store> SessionStoreService<S> {
     }
 }
 
+/// An expiry field: unset (or the epoch) is never; a time in the past is
+/// allowed (the session is gone at once, and swept).
+fn expire_time(field: &str, time: Option<&prost_types::Timestamp>) -> Result<Timestamp> {
+    match time {
+        None => Ok(Timestamp(0)),
+        Some(time) => {
+            let micros = convert::timestamp_micros(field, time)?;
+            if micros < 0 {
+                return Err(Error::invalid(field, "must not be before 1970"));
+            }
+            Ok(Timestamp(micros))
+        }
+    }
+}
+
 /// The most delta cursors one WatchSession may carry.
 const MAX_DELTA_CURSORS: usize = 256;
 
@@ -291,6 +306,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 metadata: req.metadata,
                 initial_history: convert::messages_from_pb(req.initial_history, "initial_history")?,
                 initial_state: req.initial_state.into_iter().collect(),
+                expire_time: expire_time("expire_time", req.expire_time.as_ref())?,
             };
             new.validate()?;
             let (session, _) = self.store.create_session(&tenant, new).await?;
@@ -400,6 +416,10 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 system_prompt: Some(session.system_prompt),
                 metadata: Some(session.metadata),
                 summary_message_id: Some(session.summary_message_id),
+                expire_time: Some(expire_time(
+                    "session.expire_time",
+                    session.expire_time.as_ref(),
+                )?),
             }
             .masked(&paths)?;
             if let Some(metadata) = &patch.metadata {

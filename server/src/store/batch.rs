@@ -64,10 +64,11 @@ pub async fn append_all(
     search: SearchWrites,
     requests: &[(&str, &NewExchange)],
 ) -> std::result::Result<Vec<Outcome>, sqlx::Error> {
+    let now = Timestamp::now();
     let mut run = Run::new(dialect, search, requests);
     for statement in run.session_reads() {
         for row in bind(&statement).fetch_all(&mut *conn).await? {
-            run.add_session(&row).map_err(decode_error)?;
+            run.add_session(&row, now).map_err(decode_error)?;
         }
     }
     for statement in run.request_id_reads() {
@@ -75,7 +76,7 @@ pub async fn append_all(
             run.add_stored_request_id(&row).map_err(decode_error)?;
         }
     }
-    let (outcomes, writes) = run.decide(Timestamp::now());
+    let (outcomes, writes) = run.decide(now);
     for statement in &writes {
         bind(statement).execute(&mut *conn).await?;
     }
@@ -273,11 +274,15 @@ impl<'a> Run<'a> {
     }
 
     /// A row read by [`Run::session_reads`].
-    pub fn add_session(&mut self, row: &impl Columns) -> Result<()> {
+    pub fn add_session(&mut self, row: &impl Columns, now: Timestamp) -> Result<()> {
         let loaded = Loaded {
             key: row.int("key")?,
             session: session_from_row(row)?,
         };
+        if loaded.session.is_expired(now) {
+            // Gone from its expire_time on: its requests find no session.
+            return Ok(());
+        }
         self.add_loaded(&row.text("tenant")?, loaded);
         Ok(())
     }
@@ -880,6 +885,7 @@ mod tests {
                 active_run_id: String::new(),
                 run_expire_time: Timestamp(0),
                 next_sequence: 0,
+                expire_time: Timestamp(0),
             },
         }
     }

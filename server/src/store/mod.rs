@@ -479,6 +479,22 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<SweepCandidate>>> + Send;
 
     /// Deletes a session if it is still idle since `before`; whether it was.
+    /// Live sessions whose expire_time is at or before `now`, at most `limit`.
+    fn expired_sessions(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<SweepCandidate>>> + Send;
+
+    /// Deletes an expired session as DeleteSession does, if it is still
+    /// there and expired by `now`; whether it did.
+    fn delete_expired(
+        &self,
+        tenant: &str,
+        id: &str,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
     fn delete_idle(
         &self,
         tenant: &str,

@@ -24,7 +24,7 @@ pub fn text_col(row: &AnyRow, column: &str) -> Result<String> {
 /// The session columns [`session_from_row`] reads.
 pub const SESSION_COLUMNS: &str = "key, id, title, system_prompt, user_name, metadata, \
      summary_message_id, revision, create_time, update_time, next_sequence, \
-     parent_session_id, parent_sequence, run_id, run_expire_time";
+     parent_session_id, parent_sequence, run_id, run_expire_time, expire_time";
 
 /// Columns by name, over sqlx's rows and the SQLite engine's (the bulk
 /// append path reads session rows through both).
@@ -66,6 +66,7 @@ pub fn session_from_row(row: &impl Columns) -> Result<Session> {
         active_run_id: row.text("run_id")?,
         run_expire_time: Timestamp(row.int("run_expire_time")?),
         next_sequence: row.int("next_sequence")?,
+        expire_time: Timestamp(row.int("expire_time")?),
     })
 }
 

@@ -15,8 +15,9 @@ use sqlx::{AnyPool, Row};
 
 use super::batch::Value;
 use super::ops::{
-    AppendExchange, Appended, ControlSession, CreateSession, DeleteIdle, DeleteSession,
-    DeleteSharedState, ForkSession, PurgeTombstones, SetSharedState, UpdateSession, Write,
+    AppendExchange, Appended, ControlSession, CreateSession, DeleteExpired, DeleteIdle,
+    DeleteSession, DeleteSharedState, ForkSession, PurgeTombstones, SetSharedState, UpdateSession,
+    Write,
 };
 use super::rows::{
     MESSAGE_COLUMNS, SESSION_COLUMNS, decode, session_from_row, stored_message_from_row, text_col,
@@ -83,8 +84,8 @@ pub(super) trait Backend: Send + Sync + 'static {
 
     /// The search statement in this backend's dialect (`$1` the words,
     /// `$2` the tenant, `$3` and `$4` limit and offset, then
-    /// `user_filter`), and the words as it binds them.
-    fn search_statement(&self, user_filter: &str, words: &[String]) -> (String, String);
+    /// `filters`), and the words as it binds them.
+    fn search_statement(&self, filters: &str, words: &[String]) -> (String, String);
 
     /// Waits until every write acknowledged so far is searchable.
     fn search_ready<'a>(&'a self, _pool: &'a AnyPool) -> BoxFuture<'a, Result<()>> {
@@ -236,9 +237,15 @@ pub(super) fn limit_param(limit: usize) -> i64 {
 
 /// The columns a [`SessionHandle`] is made of.
 const HANDLE_COLUMNS: &str = "key, id, revision, next_sequence, system_prompt, summary_message_id, \
-     run_id, run_expire_time";
+     run_id, run_expire_time, expire_time";
 
+/// A session's handle, or NOT_FOUND for an expired one (gone from its
+/// expire_time on).
 fn handle_from_row(row: &AnyRow) -> Result<SessionHandle> {
+    let expire_time: i64 = row.try_get("expire_time")?;
+    if expire_time > 0 && expire_time <= Timestamp::now().0 {
+        return Err(Error::SessionNotFound(text_col(row, "id")?));
+    }
     Ok(SessionHandle {
         key: row.try_get("key")?,
         id: text_col(row, "id")?,
@@ -271,7 +278,11 @@ impl Store for SqlStore {
             .await?
             .ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
         let mut session = session_from_row(&row)?;
-        session.hide_expired_lease(Timestamp::now());
+        let now = Timestamp::now();
+        if session.is_expired(now) {
+            return Err(Error::SessionNotFound(id.to_owned()));
+        }
+        session.hide_expired_lease(now);
         Ok(session)
     }
 
@@ -305,9 +316,13 @@ impl Store for SqlStore {
             ));
             next += 2;
         }
+        // Expired sessions are gone from their expire_time on.
         sql.push_str(&format!(
-            " ORDER BY update_time DESC, id DESC LIMIT ${next}"
+            " AND (expire_time = 0 OR expire_time > ${next}) \
+             ORDER BY update_time DESC, id DESC LIMIT ${}",
+            next + 1
         ));
+        let now = Timestamp::now();
         let mut q = sqlx::query(&sql).bind(escape(tenant));
         if let Some(user) = &query.user {
             q = q.bind(escape(user));
@@ -319,10 +334,10 @@ impl Store for SqlStore {
             q = q.bind(after.update_time).bind(escape(&after.id));
         }
         let rows = q
+            .bind(now.0)
             .bind(limit_param(query.limit))
             .fetch_all(&self.inner.pool)
             .await?;
-        let now = Timestamp::now();
         rows.iter()
             .map(|row| {
                 let mut session = session_from_row(row)?;
@@ -687,21 +702,19 @@ impl Store for SqlStore {
     }
 
     async fn search(&self, tenant: &str, query: SearchQuery) -> Result<Vec<SearchHit>> {
-        let user_filter = if query.user.is_some() {
-            " AND s.user_name = $5"
-        } else {
-            ""
-        };
-        let (sql, words) = self
-            .inner
-            .backend
-            .search_statement(user_filter, &query.words);
+        // Expired sessions are gone from their expire_time on.
+        let mut filters = " AND (s.expire_time = 0 OR s.expire_time > $5)".to_owned();
+        if query.user.is_some() {
+            filters.push_str(" AND s.user_name = $6");
+        }
+        let (sql, words) = self.inner.backend.search_statement(&filters, &query.words);
         self.inner.backend.search_ready(&self.inner.pool).await?;
         let mut q = sqlx::query(&sql)
             .bind(words)
             .bind(escape(tenant))
             .bind(limit_param(query.limit))
-            .bind(limit_param(query.offset));
+            .bind(limit_param(query.offset))
+            .bind(Timestamp::now().0);
         if let Some(user) = &query.user {
             q = q.bind(escape(user));
         }
@@ -740,6 +753,29 @@ impl Store for SqlStore {
             limit,
         )
         .await
+    }
+
+    async fn expired_sessions(&self, now: Timestamp, limit: usize) -> Result<Vec<SweepCandidate>> {
+        self.candidates(
+            "SELECT tenant, id FROM sessions WHERE deleted = 0 AND expire_time > 0 \
+             AND expire_time <= $1 ORDER BY expire_time LIMIT $2",
+            now,
+            limit,
+        )
+        .await
+    }
+
+    async fn delete_expired(&self, tenant: &str, id: &str, now: Timestamp) -> Result<bool> {
+        let op = DeleteExpired {
+            id: id.to_owned(),
+            now,
+        };
+        match self.write(tenant, op).await {
+            Ok(deleted) => Ok(deleted),
+            // Deleted meanwhile (by another replica's sweeper): nothing to do.
+            Err(Error::SessionNotFound(_)) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     async fn delete_idle(&self, tenant: &str, id: &str, before: Timestamp) -> Result<bool> {

@@ -54,6 +54,7 @@ async fn a_fork_copies_the_history_up_to_a_sequence_and_goes_its_own_way(backend
         system_prompt: None,
         metadata: None,
         summary_message_id: Some(source_messages[1].id.clone()),
+        ..Default::default()
     };
     store.update_session(TENANT, "src", patch).await.unwrap();
     store

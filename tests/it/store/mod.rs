@@ -44,6 +44,7 @@ async fn create(store: &SqlStore, id: &str) {
         metadata: Metadata::default(),
         initial_history: Vec::new(),
         initial_state: Default::default(),
+        ..Default::default()
     };
     let (session, _) = store.create_session(TENANT, new).await.unwrap();
     assert_eq!(session.revision, 1);

@@ -179,6 +179,7 @@ async fn search_pages_by_offset_and_keeps_to_the_user_and_tenant(backend: Backen
         metadata: Metadata::default(),
         initial_history: Vec::new(),
         initial_state: Default::default(),
+        ..Default::default()
     };
     store.create_session(TENANT, bobs).await.unwrap();
     for i in 0..5 {

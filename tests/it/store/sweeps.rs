@@ -59,6 +59,7 @@ async fn expired_leases_are_found_and_settled_once(backend: Backend) {
                 metadata: Metadata::default(),
                 initial_history: Vec::new(),
                 initial_state: Default::default(),
+                ..Default::default()
             },
         )
         .await
@@ -294,6 +295,7 @@ async fn tombstones_are_purged_oldest_first_with_their_last_event(backend: Backe
                 metadata: Metadata::default(),
                 initial_history: Vec::new(),
                 initial_state: Default::default(),
+                ..Default::default()
             },
         )
         .await

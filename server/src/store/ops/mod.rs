@@ -116,6 +116,14 @@ pub struct DeleteIdle {
     pub idle_before: Timestamp,
 }
 
+/// The sweeper's expiry: deletes session `id` if it has expired by `now`.
+/// Answers whether it was deleted.
+#[derive(Clone)]
+pub struct DeleteExpired {
+    pub id: String,
+    pub now: Timestamp,
+}
+
 /// The sweeper's purge: at most `limit` tombstones of sessions deleted
 /// before `before`. Answers how many it removed.
 #[derive(Clone)]
@@ -189,6 +197,10 @@ impl Tx<'_> {
     /// recorded before the caller's own change.
     async fn load_live(&mut self, tenant: &str, id: &str) -> Result<SessionRow> {
         let mut row = self.load_unsettled(tenant, id).await?;
+        if row.session.is_expired(self.now) {
+            // Gone from its expire_time on; the sweeper deletes it.
+            return Err(Error::SessionNotFound(id.to_owned()));
+        }
         let session = &row.session;
         if !session.active_run_id.is_empty() && session.run_expire_time <= self.now {
             let run_id = std::mem::take(&mut row.session.active_run_id);

@@ -1,7 +1,8 @@
 //! Sessions: create (with an initial history), fork, update, delete.
 
 use super::{
-    CreateSession, DeleteIdle, DeleteSession, ForkSession, NewRow, Tx, UpdateSession, Write,
+    CreateSession, DeleteExpired, DeleteIdle, DeleteSession, ForkSession, NewRow, Tx,
+    UpdateSession, Write,
 };
 use crate::domain::{
     Change, Error, Fork, Metadata, NewSession, Result, Session, SessionPatch, StateEntry,
@@ -37,6 +38,7 @@ impl Tx<'_> {
             active_run_id: String::new(),
             run_expire_time: Timestamp(0),
             next_sequence: 0,
+            expire_time: new.expire_time,
         };
         self.insert_session(tenant, session, history, None, new.initial_state)
             .await
@@ -68,8 +70,8 @@ impl Tx<'_> {
         let key: i64 = sqlx::query_scalar(
             "INSERT INTO sessions (tenant, id, title, system_prompt, user_name, metadata, revision, \
              next_sequence, message_count, create_time, update_time, parent_session_id, \
-             parent_sequence) \
-             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $8, $8, $9, $10) RETURNING key",
+             parent_sequence, expire_time) \
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $7, $8, $8, $9, $10, $11) RETURNING key",
         )
         .bind(escape(tenant))
         .bind(escape(&session.id))
@@ -81,6 +83,7 @@ impl Tx<'_> {
         .bind(self.now.0)
         .bind(escape(&session.parent_session_id))
         .bind(session.parent_sequence)
+        .bind(session.expire_time.0)
         .fetch_one(&mut *self.conn)
         .await
         .map_err(|e| taken_or(e, &session.id))?;
@@ -168,6 +171,7 @@ impl Tx<'_> {
             active_run_id: String::new(),
             run_expire_time: Timestamp(0),
             next_sequence: 0,
+            expire_time: Timestamp(0),
         };
         self.insert_session(tenant, session, history, summary_index, Metadata::new())
             .await
@@ -200,6 +204,7 @@ impl Tx<'_> {
             system_prompt,
             metadata,
             summary_message_id,
+            expire_time,
         } = patch;
         let session = &mut row.session;
         if let Some(title) = title {
@@ -215,14 +220,18 @@ impl Tx<'_> {
         if let Some(summary) = summary_message_id {
             session.summary_message_id = summary;
         }
+        if let Some(expire_time) = expire_time {
+            session.expire_time = expire_time;
+        }
         sqlx::query(
             "UPDATE sessions SET title = $1, system_prompt = $2, metadata = $3, \
-             summary_message_id = $4 WHERE key = $5",
+             summary_message_id = $4, expire_time = $5 WHERE key = $6",
         )
         .bind(escape(&session.title))
         .bind(escape(&session.system_prompt))
         .bind(encode(&session.metadata)?)
         .bind(escape(&session.summary_message_id))
+        .bind(session.expire_time.0)
         .bind(row.key)
         .execute(&mut *self.conn)
         .await?;
@@ -266,16 +275,21 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Deletes a session (only if idle since before `idle_before`, when
-    /// given); whether it did.
+    /// Deletes a session (for the sweeper: only if it is still idle, or
+    /// expired); whether it did.
     pub(super) async fn delete_session(
         &mut self,
         tenant: &str,
         id: &str,
-        idle_before: Option<Timestamp>,
+        only_if: DeleteIf,
     ) -> Result<bool> {
         let mut row = self.load_unsettled(tenant, id).await?;
-        if idle_before.is_some_and(|cutoff| row.session.update_time >= cutoff) {
+        let proceed = match only_if {
+            DeleteIf::Always => true,
+            DeleteIf::IdleBefore(cutoff) => row.session.update_time < cutoff,
+            DeleteIf::ExpiredBy(now) => row.session.is_expired(now),
+        };
+        if !proceed {
             return Ok(false);
         }
         let key = row.key;
@@ -331,7 +345,9 @@ impl Write for DeleteSession {
     type Reply = ();
 
     async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<()> {
-        tx.delete_session(tenant, &self.id, None).await.map(drop)
+        tx.delete_session(tenant, &self.id, DeleteIf::Always)
+            .await
+            .map(drop)
     }
 }
 
@@ -339,9 +355,27 @@ impl Write for DeleteIdle {
     type Reply = bool;
 
     async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<bool> {
-        tx.delete_session(tenant, &self.id, Some(self.idle_before))
+        tx.delete_session(tenant, &self.id, DeleteIf::IdleBefore(self.idle_before))
             .await
     }
+}
+
+impl Write for DeleteExpired {
+    type Reply = bool;
+
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<bool> {
+        tx.delete_session(tenant, &self.id, DeleteIf::ExpiredBy(self.now))
+            .await
+    }
+}
+
+/// When `delete_session` goes ahead.
+pub(super) enum DeleteIf {
+    Always,
+    /// The sweeper's retention: only if not changed since.
+    IdleBefore(Timestamp),
+    /// The sweeper's expiry: only if expired by then.
+    ExpiredBy(Timestamp),
 }
 
 /// Maps a unique violation on a session insert to "already exists" (two

@@ -142,14 +142,14 @@ impl Backend for Postgres {
         Box::pin(self.appends.submit(pending))
     }
 
-    fn search_statement(&self, user_filter: &str, words: &[String]) -> (String, String) {
+    fn search_statement(&self, filters: &str, words: &[String]) -> (String, String) {
         let statement = format!(
             "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, \
              ts_headline('simple', f.text, q, 'StartSel=**, StopSel=**, MaxWords=24, MinWords=8') AS snippet \
              FROM message_search f CROSS JOIN plainto_tsquery('simple', $1) q \
              JOIN messages m ON m.session_key = f.session_key AND m.sequence = f.sequence \
              JOIN sessions s ON s.key = f.session_key \
-             WHERE f.words @@ q AND s.tenant = $2 AND s.deleted = 0{user_filter} \
+             WHERE f.words @@ q AND s.tenant = $2 AND s.deleted = 0{filters} \
              ORDER BY ts_rank(f.words, q) DESC, f.session_key, f.sequence LIMIT $3 OFFSET $4"
         );
         (statement, words.join(" "))

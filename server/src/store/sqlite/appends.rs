@@ -310,12 +310,13 @@ fn append_run(
 ) -> Result<Vec<Outcome>> {
     let result = (|| {
         conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        let now = Timestamp::now();
         let mut run = Run::new(Dialect::Sqlite, SearchWrites::Logged, requests);
         for statement in run.session_reads() {
             let mut prepared = prepare(conn, &statement)?;
             let mut rows = prepared.raw_query();
             while let Some(row) = rows.next()? {
-                run.add_session(&EngineRow(row))?;
+                run.add_session(&EngineRow(row), now)?;
             }
         }
         for statement in run.request_id_reads() {
@@ -325,7 +326,7 @@ fn append_run(
                 run.add_stored_request_id(&EngineRow(row))?;
             }
         }
-        let (outcomes, writes) = run.decide(Timestamp::now());
+        let (outcomes, writes) = run.decide(now);
         for statement in &writes {
             prepare(conn, statement)?.raw_execute()?;
         }

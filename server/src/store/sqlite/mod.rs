@@ -127,7 +127,7 @@ impl Backend for Sqlite {
         }
     }
 
-    fn search_statement(&self, user_filter: &str, words: &[String]) -> (String, String) {
+    fn search_statement(&self, filters: &str, words: &[String]) -> (String, String) {
         let statement = format!(
             "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, \
              snippet(message_search, 0, '**', '**', '…', 16) AS snippet \
@@ -135,7 +135,7 @@ impl Backend for Sqlite {
              JOIN messages m ON m.session_key = (f.rowid >> 32) \
               AND m.sequence = (f.rowid & 4294967295) \
              JOIN sessions s ON s.key = m.session_key \
-             WHERE message_search MATCH $1 AND s.tenant = $2 AND s.deleted = 0{user_filter} \
+             WHERE message_search MATCH $1 AND s.tenant = $2 AND s.deleted = 0{filters} \
              ORDER BY f.rank, f.rowid LIMIT $3 OFFSET $4"
         );
         // Each word a quoted FTS5 string: all must occur, no operators.

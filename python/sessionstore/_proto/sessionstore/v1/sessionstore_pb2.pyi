@@ -27,7 +27,7 @@ USAGE_GROUP_BY_MODEL: UsageGroupBy
 USAGE_GROUP_BY_DAY: UsageGroupBy
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("session_id", "title", "system_prompt", "user", "metadata", "initial_history", "initial_state")
+    __slots__ = ("session_id", "title", "system_prompt", "user", "metadata", "initial_history", "initial_state", "expire_time")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,7 @@ class CreateSessionRequest(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     INITIAL_HISTORY_FIELD_NUMBER: _ClassVar[int]
     INITIAL_STATE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     title: str
     system_prompt: str
@@ -56,7 +57,8 @@ class CreateSessionRequest(_message.Message):
     metadata: _containers.ScalarMap[str, str]
     initial_history: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
     initial_state: _containers.ScalarMap[str, str]
-    def __init__(self, session_id: _Optional[str] = ..., title: _Optional[str] = ..., system_prompt: _Optional[str] = ..., user: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., initial_history: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., initial_state: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, session_id: _Optional[str] = ..., title: _Optional[str] = ..., system_prompt: _Optional[str] = ..., user: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., initial_history: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., initial_state: _Optional[_Mapping[str, str]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
     __slots__ = ("session_id",)
