@@ -6,8 +6,8 @@
 //! `cache_creation_input_tokens` (written to it) are parts of it;
 //! `completion_tokens` counts every output token, and `reasoning_tokens` is a
 //! part of it. Providers report them differently: OpenAI's `prompt_tokens`
-//! (or `input_tokens`) already includes its cached tokens, while Anthropic's
-//! `input_tokens` excludes both cache reads and cache writes.
+//! (or `input_tokens`) already includes its cache reads and writes, while
+//! Anthropic's `input_tokens` excludes both.
 
 use std::time::Duration;
 
@@ -19,20 +19,20 @@ impl v1::ProviderCall {
     /// Fills the token buckets, the total and `usage_json` from an OpenAI
     /// usage object, of either API:
     ///
-    /// - Chat Completions: `prompt_tokens` (cached included),
+    /// - Chat Completions: `prompt_tokens` (cache reads and writes included),
     ///   `completion_tokens` (reasoning included),
-    ///   `prompt_tokens_details.cached_tokens`,
+    ///   `prompt_tokens_details.cached_tokens` and `.cache_write_tokens`,
     ///   `completion_tokens_details.reasoning_tokens`;
     /// - Responses: `input_tokens`, `output_tokens`,
-    ///   `input_tokens_details.cached_tokens`,
+    ///   `input_tokens_details.cached_tokens` and `.cache_write_tokens`,
     ///   `output_tokens_details.reasoning_tokens`.
     ///
-    /// `total_tokens` becomes prompt + completion, `cache_creation_input_tokens`
-    /// 0 (OpenAI writes its cache at no charge and does not report it), and
-    /// `usage_json` the object as serialized by `serde_json`. Absent or null
-    /// fields count 0; a null `usage` (a stream without usage) sets every
-    /// bucket to 0 and leaves `usage_json` empty. Provider, model, cost and
-    /// request id stay as they were.
+    /// `cache_write_tokens` (only models that bill cache writes report it)
+    /// becomes `cache_creation_input_tokens`. `total_tokens` becomes prompt +
+    /// completion, and `usage_json` the object as serialized by
+    /// `serde_json`. Absent or null fields count 0; a null `usage` (a stream
+    /// without usage) sets every bucket to 0 and leaves `usage_json` empty.
+    /// Provider, model, cost and request id stay as they were.
     ///
     /// ```
     /// use serde_json::json;
@@ -64,8 +64,9 @@ impl v1::ProviderCall {
         };
         self.prompt_tokens = count(usage, &[input]);
         self.completion_tokens = count(usage, &[output]);
-        self.cached_input_tokens = count(usage, &[&format!("{input}_details"), "cached_tokens"]);
-        self.cache_creation_input_tokens = 0;
+        let details = format!("{input}_details");
+        self.cached_input_tokens = count(usage, &[&details, "cached_tokens"]);
+        self.cache_creation_input_tokens = count(usage, &[&details, "cache_write_tokens"]);
         self.reasoning_tokens = count(usage, &[&format!("{output}_details"), "reasoning_tokens"]);
         self.total_tokens = self.prompt_tokens.saturating_add(self.completion_tokens);
         self.usage_json = usage_json(usage);
@@ -251,19 +252,39 @@ mod tests {
 
     #[test]
     fn openai_responses_api() {
-        // A Responses API usage: input/output instead of prompt/completion.
+        // A Responses API usage (input/output instead of prompt/completion)
+        // of a model that reports and bills cache writes.
         let usage = json!({
             "input_tokens": 1547,
-            "input_tokens_details": {"cached_tokens": 1024},
+            "input_tokens_details": {
+                "cached_tokens": 1024,
+                "cache_write_tokens": 384,
+                "cache_write_tokens_details": {"ttl_30m_tokens": 384, "ttl_12h_tokens": 0}
+            },
             "output_tokens": 941,
             "output_tokens_details": {"reasoning_tokens": 704},
             "total_tokens": 2488
         });
-        let call = v1::ProviderCall::new("openai", "o3").with_openai_usage(&usage);
-        // input 1547 includes 1024 cached; output 941 includes 704 reasoning;
-        // total 1547 + 941 = 2488.
-        assert_eq!(buckets(&call), [1547, 1024, 0, 941, 704, 2488]);
+        let call = v1::ProviderCall::new("openai", "gpt-5.6").with_openai_usage(&usage);
+        // input 1547 includes the 1024 read from the cache and the 384
+        // written to it (1024 + 384 = 1408 <= 1547); output 941 includes 704
+        // reasoning; total 1547 + 941 = 2488.
+        assert_eq!(buckets(&call), [1547, 1024, 384, 941, 704, 2488]);
         assert_eq!(call.usage_json, usage.to_string());
+    }
+
+    #[test]
+    fn openai_chat_completions_with_cache_writes() {
+        // A Chat Completions call that wrote its prompt to the cache.
+        let usage = json!({
+            "prompt_tokens": 4000,
+            "completion_tokens": 20,
+            "total_tokens": 4020,
+            "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 3968}
+        });
+        let call = v1::ProviderCall::new("openai", "gpt-5.6").with_openai_usage(&usage);
+        // 3968 of the 4000 prompt tokens written, none read; 4000 + 20 = 4020.
+        assert_eq!(buckets(&call), [4000, 0, 3968, 20, 0, 4020]);
     }
 
     #[test]
