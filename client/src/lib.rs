@@ -18,6 +18,7 @@ mod retry;
 mod run;
 #[cfg(feature = "server")]
 pub mod server_codec;
+mod usage;
 mod watch;
 
 /// The encoded `FileDescriptorSet` of the `sessionstore.v1` protos, for

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
 
-from google.protobuf import duration_pb2, field_mask_pb2
+from google.protobuf import duration_pb2, field_mask_pb2, timestamp_pb2
 
 from ._proto.sessionstore.v1 import messages_pb2 as m
 from ._proto.sessionstore.v1 import sessionstore_pb2 as s
@@ -24,8 +24,15 @@ StateChangeLike = Union[m.StateChange, Mapping[str, Any]]
 ContentBlockLike = Union[m.ContentBlock, Mapping[str, Any]]
 #: A transcript format: the enum value, or ``"markdown"`` / ``"openai_json"``.
 TranscriptFormatLike = Union[int, str]
-#: A lease length: seconds, or a ``timedelta``.
+#: A lease length or a call's wall time: seconds, or a ``timedelta``.
 LeaseLike = Union[float, datetime.timedelta]
+#: What SummarizeUsage groups by: the enum value, or ``"session"``,
+#: ``"user"``, ``"model"``, ``"day"`` (or the enum's full names); ``None``
+#: or ``""`` for the total.
+UsageGroupByLike = Union[int, str, None]
+#: A point in time: a ``datetime`` (naive ones are taken as UTC) or a
+#: ``Timestamp``.
+TimeLike = Union[datetime.datetime, timestamp_pb2.Timestamp]
 
 
 def new_request_id() -> str:
@@ -164,14 +171,21 @@ def publish_delta(
     return request
 
 
-def begin_run(session_id: str, run_id: str, lease: LeaseLike) -> s.BeginRunRequest:
-    if isinstance(lease, datetime.timedelta):
-        seconds = lease.total_seconds()
+def duration(value: LeaseLike | duration_pb2.Duration) -> duration_pb2.Duration:
+    """Seconds, a ``timedelta`` or a ``Duration`` as a ``Duration``."""
+    if isinstance(value, duration_pb2.Duration):
+        return value
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
     else:
-        seconds = float(lease)
-    duration = duration_pb2.Duration()
-    duration.FromNanoseconds(int(round(seconds * 1e9)))
-    return s.BeginRunRequest(session_id=session_id, run_id=run_id, lease=duration)
+        seconds = float(value)
+    result = duration_pb2.Duration()
+    result.FromNanoseconds(int(round(seconds * 1e9)))
+    return result
+
+
+def begin_run(session_id: str, run_id: str, lease: LeaseLike) -> s.BeginRunRequest:
+    return s.BeginRunRequest(session_id=session_id, run_id=run_id, lease=duration(lease))
 
 
 def rollback_session(
@@ -213,6 +227,51 @@ def transcript_format(value: TranscriptFormatLike) -> m.TranscriptFormat:
     if not name.startswith("TRANSCRIPT_FORMAT_"):
         name = "TRANSCRIPT_FORMAT_" + name
     return m.TranscriptFormat.Value(name)  # type: ignore[no-any-return]
+
+
+def usage_group_by(value: UsageGroupByLike) -> s.UsageGroupBy:
+    """``"session"``, ``"user"``, ``"model"``, ``"day"`` (or the enum's full
+    names), ``None``/``""``/``"total"`` for none, or the enum value."""
+    if value is None:
+        return s.USAGE_GROUP_BY_UNSPECIFIED
+    if isinstance(value, int):
+        return value  # type: ignore[return-value]
+    name = value.upper()
+    if name in ("", "TOTAL"):
+        return s.USAGE_GROUP_BY_UNSPECIFIED
+    if not name.startswith("USAGE_GROUP_BY_"):
+        name = "USAGE_GROUP_BY_" + name
+    return s.UsageGroupBy.Value(name)  # type: ignore[no-any-return]
+
+
+def summarize_usage(
+    group_by: UsageGroupByLike,
+    user: str,
+    session_id: str,
+    start_time: TimeLike | None,
+    end_time: TimeLike | None,
+    page_size: int,
+    page_token: str,
+) -> s.SummarizeUsageRequest:
+    request = s.SummarizeUsageRequest(
+        group_by=usage_group_by(group_by),
+        user=user,
+        session_id=session_id,
+        page_size=page_size,
+        page_token=page_token,
+    )
+    if start_time is not None:
+        _set_time(request.start_time, start_time)
+    if end_time is not None:
+        _set_time(request.end_time, end_time)
+    return request
+
+
+def _set_time(field: timestamp_pb2.Timestamp, value: TimeLike) -> None:
+    if isinstance(value, timestamp_pb2.Timestamp):
+        field.CopyFrom(value)
+    else:
+        field.FromDatetime(value)
 
 
 def set_state(

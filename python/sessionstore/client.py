@@ -22,7 +22,9 @@ from ._requests import (
     MessageLike,
     ProviderCallLike,
     StateChangeLike,
+    TimeLike,
     TranscriptFormatLike,
+    UsageGroupByLike,
 )
 from ._retry import RetryPolicy, log_retry
 from ._transport import PemSource
@@ -492,6 +494,57 @@ class Client:
                 query, user=user, page_size=page_size, page_token=token
             ),
             lambda page: page.hits,
+        )
+
+    # -- usage -------------------------------------------------------------
+
+    def summarize_usage(
+        self,
+        *,
+        group_by: UsageGroupByLike = None,
+        user: str = "",
+        session_id: str = "",
+        start_time: TimeLike | None = None,
+        end_time: TimeLike | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> s.SummarizeUsageResponse:
+        """One page of sums of the tenant's recorded provider calls (calls,
+        every token bucket, cost), ordered by key.
+
+        ``group_by`` is ``None`` for one total row, or ``"session"``,
+        ``"user"``, ``"model"`` (key ``provider/model``) or ``"day"`` (UTC,
+        ``YYYY-MM-DD``). Only calls of ``user``'s sessions or of
+        ``session_id`` when given, recorded at or after ``start_time`` and
+        before ``end_time`` (``datetime``, naive ones taken as UTC, or
+        ``Timestamp``). Retried. See :meth:`iter_usage` for every page."""
+        request = req.summarize_usage(
+            group_by, user, session_id, start_time, end_time, page_size, page_token
+        )
+        return self._call("SummarizeUsage", request, retry=True)  # type: ignore[no-any-return]
+
+    def iter_usage(
+        self,
+        *,
+        group_by: UsageGroupByLike = None,
+        user: str = "",
+        session_id: str = "",
+        start_time: TimeLike | None = None,
+        end_time: TimeLike | None = None,
+        page_size: int = 0,
+    ) -> Iterator[s.UsageRow]:
+        """Every row of :meth:`summarize_usage`, by key, page after page."""
+        return self._pages(
+            lambda token: self.summarize_usage(
+                group_by=group_by,
+                user=user,
+                session_id=session_id,
+                start_time=start_time,
+                end_time=end_time,
+                page_size=page_size,
+                page_token=token,
+            ),
+            lambda page: page.rows,
         )
 
     # -- runs --------------------------------------------------------------
