@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::client::Client;
+use crate::error::Result;
 use crate::v1;
 
 impl v1::ProviderCall {
@@ -191,6 +193,24 @@ fn usage_json(usage: &Value) -> String {
         String::new()
     } else {
         usage.to_string()
+    }
+}
+
+impl Client {
+    /// Sums the tenant's recorded provider calls (`SummarizeUsage`): one
+    /// page of rows, in total or grouped, as the request asks. Follow
+    /// `next_page_token` for more. Retried (it only reads).
+    pub async fn summarize_usage(
+        &self,
+        request: v1::SummarizeUsageRequest,
+    ) -> Result<v1::SummarizeUsageResponse> {
+        self.unary(
+            "SummarizeUsage",
+            request,
+            true,
+            |mut raw, request| async move { raw.summarize_usage(request).await },
+        )
+        .await
     }
 }
 

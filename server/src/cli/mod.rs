@@ -495,12 +495,7 @@ async fn usage(
         ..Default::default()
     };
     loop {
-        let page = client
-            .raw()
-            .summarize_usage(request.clone())
-            .await
-            .map_err(sessionstore_client::Error::from)?
-            .into_inner();
+        let page = client.summarize_usage(request.clone()).await?;
         for row in page.rows {
             let key = match by {
                 UsageBy::Total => "all".to_owned(),
