@@ -172,3 +172,48 @@ async fn the_sweeper_deletes_an_expired_session(backend: Backend) {
     assert_eq!(again.revision, 1);
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replica_deletes_an_expired_session() {
+    if !crate::support::postgres_available("lifecycle::one_replica_deletes_an_expired_session")
+        .await
+    {
+        return;
+    }
+    let fast = |config: &mut sessionstore_server::config::ServeConfig| {
+        config.sweep_interval_ms = 20;
+    };
+    let storage = Storage::new(Backend::Postgres).await;
+    let url = storage.url.clone();
+    let a = TestServer::start_on(storage, fast).await;
+    let b = TestServer::start_with(url, None, fast).await;
+    let mut on_a = a.client().await;
+    let mut on_b = b.client().await;
+    // Several at once, so both sweepers find the same ones.
+    let mut streams = Vec::new();
+    for i in 0..5 {
+        let id = format!("ses_race_{i}");
+        let created = create(&mut on_a, &id, Some(at(Duration::from_millis(1500), true))).await;
+        for client in [&mut on_a, &mut on_b] {
+            let mut events = client
+                .watch_session(pb::WatchSessionRequest {
+                    session_id: id.clone(),
+                    after_revision: created.revision,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(next_change(&mut events).await.kind(), "caught_up");
+            streams.push((created.revision, events));
+        }
+    }
+    for (revision, mut events) in streams {
+        let deleted = next_change(&mut events).await;
+        assert_eq!(deleted.kind(), "session_deleted");
+        assert_eq!(deleted.revision, revision + 1, "one deletion, one revision");
+        assert!(events.message().await.unwrap().is_none());
+    }
+    b.stop().await.unwrap();
+    a.stop().await.unwrap();
+}
