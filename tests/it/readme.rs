@@ -97,6 +97,9 @@ const LONG_RUNNING: &[&str] = &["sessions watch ", "/WatchSession"];
 
 /// How long one command may take.
 const PATIENCE: Duration = Duration::from_secs(60);
+/// How long a package install may take: it downloads, and the frameworks'
+/// packages are large.
+const INSTALL_PATIENCE: Duration = Duration::from_secs(600);
 
 #[derive(Debug)]
 enum Block {
@@ -358,15 +361,21 @@ impl Shell {
         command
     }
 
-    /// Runs to the end (within `PATIENCE`).
+    /// Runs to the end (within `PATIENCE`, or `INSTALL_PATIENCE` for a
+    /// `pip install`).
     async fn run(&self, mut command: tokio::process::Command, what: &str) -> std::process::Output {
+        let patience = if what.contains("pip install") {
+            INSTALL_PATIENCE
+        } else {
+            PATIENCE
+        };
         let child = command.spawn().unwrap();
         let group = child.id().unwrap();
-        match tokio::time::timeout(PATIENCE, child.wait_with_output()).await {
+        match tokio::time::timeout(patience, child.wait_with_output()).await {
             Ok(output) => output.unwrap(),
             Err(_) => {
                 kill_group(group);
-                panic!("{what}: still running after {PATIENCE:?}");
+                panic!("{what}: still running after {patience:?}");
             }
         }
     }
