@@ -277,19 +277,13 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         db.remove().await?;
         outcome?;
         if plan.runs(Bench::Watch) {
-            let db = match postgres.filter(|_| backend == "postgres") {
-                Some(url) => Database::postgres(url, "watch").await?,
-                None => Database::sqlite("watch")?,
-            };
+            let db = fresh_database(backend, postgres, "watch").await?;
             let outcome = watch_benchmarks(&plan, &binary, &db, &mut report).await;
             db.remove().await?;
             outcome?;
         }
         if plan.runs(Bench::Live) {
-            let db = match postgres.filter(|_| backend == "postgres") {
-                Some(url) => Database::postgres(url, "live").await?,
-                None => Database::sqlite("live")?,
-            };
+            let db = fresh_database(backend, postgres, "live").await?;
             let outcome = live_benchmarks(&plan, &binary, &db, &mut report).await;
             db.remove().await?;
             outcome?;
@@ -321,6 +315,19 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         eprintln!("figures written to {}", path.display());
     }
     Ok(())
+}
+
+/// A database of its own for one group of benchmarks, named `name`, on
+/// `backend` (PostgreSQL beside `postgres`, when that is the backend).
+async fn fresh_database(
+    backend: &str,
+    postgres: Option<&str>,
+    name: &str,
+) -> anyhow::Result<Database> {
+    match postgres.filter(|_| backend == "postgres") {
+        Some(url) => Database::postgres(url, name).await,
+        None => Database::sqlite(name),
+    }
 }
 
 /// Appends, exports and listings on one database, one server.

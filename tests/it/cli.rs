@@ -231,7 +231,8 @@ mod sessions {
     use tonic::Code;
 
     use crate::support::{
-        Backend, TestServer, all_messages, create, exchange_request, sessionstore_binary,
+        Backend, TestServer, all_messages, create, create_owned, exchange_request,
+        sessionstore_binary,
     };
 
     async fn sessions(server: &TestServer, args: &[&str]) -> (bool, String, String) {
@@ -500,14 +501,7 @@ mod sessions {
             ("u2", "alice", "claude", 300, 0, 2_000),
             ("u3", "bob", "gpt-4o", 50, 10, 500),
         ] {
-            client
-                .create_session(pb::CreateSessionRequest {
-                    session_id: id.into(),
-                    user: owner.into(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
+            create_owned(&mut client, id, owner).await;
             let mut request = exchange_request(id, "q", "a");
             request.provider_call = Some(pb::ProviderCall {
                 provider: "p".into(),
@@ -579,21 +573,12 @@ mod sessions {
                 .await
                 .unwrap();
         }
-        let cancel = tokio::process::Command::new(sessionstore_binary())
-            .args([
-                "sessions",
-                "--server",
-                &server.endpoint(),
-                "cancel",
-                "tail",
-                "r1",
-            ])
-            .args(["--reason", "user pressed stop"])
-            .output()
-            .await
-            .unwrap();
-        assert!(cancel.status.success(), "{cancel:?}");
-        let said = String::from_utf8_lossy(&cancel.stdout);
+        let (ok, said, err) = sessions(
+            &server,
+            &["cancel", "tail", "r1", "--reason", "user pressed stop"],
+        )
+        .await;
+        assert!(ok, "{err}");
         assert!(said.contains("asked run r1 of tail to stop"), "{said}");
         let streamed = next().await;
         assert!(streamed.ends_with("delta  r1: Hello"), "{streamed}");
@@ -603,20 +588,8 @@ mod sessions {
             "{cancelled}"
         );
         // Not an active run: the error says so, in one line.
-        let refused = tokio::process::Command::new(sessionstore_binary())
-            .args([
-                "sessions",
-                "--server",
-                &server.endpoint(),
-                "cancel",
-                "tail",
-                "r9",
-            ])
-            .output()
-            .await
-            .unwrap();
-        assert!(!refused.status.success());
-        let said = String::from_utf8_lossy(&refused.stderr);
+        let (ok, _, said) = sessions(&server, &["cancel", "tail", "r9"]).await;
+        assert!(!ok);
         assert!(said.contains("not active"), "{said}");
         client
             .append_exchange(exchange_request("tail", "live question", "live answer"))

@@ -7,7 +7,7 @@ use sessionstore_client::v1::session_event::Event;
 use tonic::Code;
 use tonic::transport::Channel;
 
-use crate::support::{Backend, TestServer, assistant, next_change, user};
+use crate::support::{Backend, TestServer, assistant, create_owned, next_change, user};
 
 crate::backend_tests!(
     buckets_are_kept_on_every_path,
@@ -52,17 +52,6 @@ fn call(provider: &str, model: &str, prompt: i64, completion: i64, cost: i64) ->
     }
 }
 
-async fn create(client: &mut Client, id: &str, owner: &str) {
-    client
-        .create_session(pb::CreateSessionRequest {
-            session_id: id.into(),
-            user: owner.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-}
-
 fn exchange(id: &str, call: pb::ProviderCall, request_id: &str) -> pb::AppendExchangeRequest {
     pb::AppendExchangeRequest {
         session_id: id.into(),
@@ -90,7 +79,7 @@ fn assert_billed(stored: &pb::ProviderCall) {
 async fn buckets_are_kept_on_every_path(backend: Backend) {
     let server = TestServer::start(backend).await;
     let mut client = server.client().await;
-    create(&mut client, "ses_bill", "alice").await;
+    create_owned(&mut client, "ses_bill", "alice").await;
     let mut watch = client
         .watch_session(pb::WatchSessionRequest {
             session_id: "ses_bill".into(),
@@ -161,7 +150,7 @@ async fn buckets_are_kept_on_every_path(backend: Backend) {
 async fn bucket_figures_are_checked(backend: Backend) {
     let server = TestServer::start(backend).await;
     let mut client = server.client().await;
-    create(&mut client, "ses_bad", "").await;
+    create_owned(&mut client, "ses_bad", "").await;
     let cases: Vec<(pb::ProviderCall, &str)> = vec![
         (
             pb::ProviderCall {
@@ -267,10 +256,10 @@ async fn usage_sums_group_filter_and_page(backend: Backend) {
     let server = TestServer::start(backend).await;
     let mut client = server.client().await;
     let started = std::time::SystemTime::now();
-    create(&mut client, "ses_a1", "alice").await;
-    create(&mut client, "ses_a2", "alice").await;
-    create(&mut client, "ses_b1", "bob").await;
-    create(&mut client, "ses_gone", "bob").await;
+    create_owned(&mut client, "ses_a1", "alice").await;
+    create_owned(&mut client, "ses_a2", "alice").await;
+    create_owned(&mut client, "ses_b1", "bob").await;
+    create_owned(&mut client, "ses_gone", "bob").await;
     for (id, call) in [
         ("ses_a1", call("openai", "gpt-4o", 100, 10, 50)),
         ("ses_a1", call("openai", "gpt-4o", 200, 20, 70)),

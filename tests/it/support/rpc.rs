@@ -41,6 +41,23 @@ pub fn call(
     }
 }
 
+/// Creates session `id` owned by `user`.
+pub async fn create_owned(
+    client: &mut SessionStoreClient<Channel>,
+    id: &str,
+    user: &str,
+) -> pb::Session {
+    client
+        .create_session(pb::CreateSessionRequest {
+            session_id: id.into(),
+            user: user.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|status| panic!("create {id}: {status:?}"))
+        .into_inner()
+}
+
 pub async fn create(client: &mut SessionStoreClient<Channel>, id: &str) -> pb::Session {
     client
         .create_session(pb::CreateSessionRequest {
