@@ -538,6 +538,25 @@ impl Client {
         Ok(())
     }
 
+    /// Erases every session of `user` in the caller's tenant, with all
+    /// attached to them, and the shared state `scopes` named
+    /// (`EraseUser`). Once it answers, no file of the store holds what was
+    /// erased. Retried: a repeat finishes an erasure cut short.
+    pub async fn erase_user(
+        &self,
+        user: impl Into<String>,
+        scopes: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<v1::EraseUserResponse> {
+        let request = v1::EraseUserRequest {
+            user: user.into(),
+            scopes: scopes.into_iter().map(Into::into).collect(),
+        };
+        self.unary("EraseUser", request, true, |mut raw, request| async move {
+            raw.erase_user(request).await
+        })
+        .await
+    }
+
     /// Appends an exchange in one transaction and returns the stored
     /// messages (with ids and sequences), the stored provider call, the
     /// new revision and the next sequence.

@@ -12,6 +12,7 @@ mod client;
 mod concurrency;
 mod core;
 mod crash;
+mod erase;
 mod export_file;
 mod faults;
 mod faults_edge;

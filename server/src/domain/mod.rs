@@ -1,6 +1,7 @@
 //! The domain: types, rules and errors of sessionstore. No protobuf, no SQL.
 
 pub mod control;
+pub mod erase;
 mod error;
 pub mod exchange;
 pub mod filter;

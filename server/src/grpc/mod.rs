@@ -19,6 +19,7 @@ use crate::domain::control::{
     self, check_expected_version, check_shared_scope, check_state_entry, check_state_key,
     require_run_id, validate_delta,
 };
+use crate::domain::erase::Erasure;
 use crate::domain::filter::SessionFilter;
 use crate::domain::paging::{decode_token, encode_token, page_size, token_int};
 use crate::domain::session::require_session_id;
@@ -1083,6 +1084,24 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             Ok(pb::SummarizeUsageResponse {
                 rows: rows.into_iter().map(convert::usage_row_to_pb).collect(),
                 next_page_token,
+            })
+        })
+        .await
+    }
+
+    async fn erase_user(
+        &self,
+        request: Request<pb::EraseUserRequest>,
+    ) -> Result<Response<pb::EraseUserResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        unary("EraseUser", "", async {
+            let erasure = Erasure::new(req.user, req.scopes)?;
+            let erased = self.store.erase_user(&tenant, erasure).await?;
+            Ok(pb::EraseUserResponse {
+                sessions_deleted: erased.sessions,
+                messages_deleted: erased.messages,
+                provider_calls_deleted: erased.provider_calls,
             })
         })
         .await

@@ -8,6 +8,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::domain::erase::{Erased, Erasure};
 use crate::domain::usage::{UsageQuery, UsageRow};
 use crate::domain::{
     AppendedExchange, ControlOp, Ephemeral, Fork, NewExchange, NewSession, ProviderCall, Result,
@@ -457,6 +458,16 @@ pub trait Store: Clone + Send + Sync + 'static {
         query: UsageQuery,
     ) -> impl Future<Output = Result<Vec<UsageRow>>> + Send;
 
+    /// Erases every session of a user in `tenant` with everything attached
+    /// to it, and the shared scopes named, in bounded batches; leaves a
+    /// content-free record; returns once no file of the store holds what
+    /// was erased.
+    fn erase_user(
+        &self,
+        tenant: &str,
+        erasure: Erasure,
+    ) -> impl Future<Output = Result<Erased>> + Send;
+
     /// Full-text search over the current messages of a tenant's live sessions, best first.
     fn search(
         &self,
@@ -478,7 +489,6 @@ pub trait Store: Clone + Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<SweepCandidate>>> + Send;
 
-    /// Deletes a session if it is still idle since `before`; whether it was.
     /// Live sessions whose expire_time is at or before `now`, at most `limit`.
     fn expired_sessions(
         &self,
@@ -495,6 +505,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         now: Timestamp,
     ) -> impl Future<Output = Result<bool>> + Send;
 
+    /// Deletes a session if it is still idle since `before`; whether it was.
     fn delete_idle(
         &self,
         tenant: &str,

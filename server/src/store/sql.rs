@@ -16,8 +16,8 @@ use sqlx::{AnyPool, Row};
 use super::batch::Value;
 use super::ops::{
     AppendExchange, Appended, ControlSession, CreateSession, DeleteExpired, DeleteIdle,
-    DeleteSession, DeleteSharedState, ForkSession, PurgeTombstones, SetSharedState, UpdateSession,
-    Write,
+    DeleteSession, DeleteSharedState, EraseFinish, EraseMark, EraseRows, ForkSession,
+    PurgeTombstones, SetSharedState, UpdateSession, Write,
 };
 use super::rows::{
     MESSAGE_COLUMNS, SESSION_COLUMNS, decode, session_from_row, stored_message_from_row, text_col,
@@ -28,12 +28,24 @@ use super::{
     CommitSink, ListedCall, Page, ReadBound, SearchQuery, SessionHandle, SharedStateWrite, Store,
     SweepCandidate,
 };
+use crate::domain::erase::{Erased, Erasure};
 use crate::domain::usage::{self, UsageGroup, UsageQuery, UsageRow};
 use crate::domain::{
     ControlOp, Ephemeral, Error, Fork, Message, NewExchange, NewSession, ProviderCall, Result,
     SearchHit, Session, SessionEvent, SessionPatch, SessionQuery, SessionSummary, StateEntry,
     StoredMessage, Timestamp,
 };
+
+/// Sessions an erasure makes tombstones per transaction.
+const ERASE_SESSIONS_PER_BATCH: i64 = 100;
+
+/// Rows an erasure deletes per transaction.
+const ERASE_ROWS_PER_BATCH: i64 = 1000;
+
+/// How long an erasure keeps its tombstones (and their `session_deleted`
+/// events) after the last: other replicas' watchers read the event from
+/// the log when the commit hint reaches them, within milliseconds.
+const ERASE_TOMBSTONE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A sessionstore on a SQL database. Cheap to clone.
 #[derive(Clone)]
@@ -100,6 +112,14 @@ pub(super) trait Backend: Send + Sync + 'static {
         _session_key: i64,
         _ephemeral: &'a Ephemeral,
     ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Makes what deletes removed unreadable in the store's files: once
+    /// it returns, no file holds a deleted byte (SQLite: the search index
+    /// has applied every deletion, and the WAL files are checkpointed and
+    /// truncated). PostgreSQL holds nothing deleted in a live row already.
+    fn scrub<'a>(&'a self, _pool: &'a AnyPool) -> BoxFuture<'a, Result<()>> {
         Box::pin(async { Ok(()) })
     }
 
@@ -699,6 +719,55 @@ impl Store for SqlStore {
                 })
             })
             .collect()
+    }
+
+    async fn erase_user(&self, tenant: &str, erasure: Erasure) -> Result<Erased> {
+        let Erasure { user, scopes } = erasure;
+        let mut erased = Erased::default();
+        let mut last_marked = None;
+        loop {
+            let op = EraseMark {
+                user: user.clone(),
+                limit: ERASE_SESSIONS_PER_BATCH,
+            };
+            let marked = self.write(tenant, op).await?;
+            if marked == 0 {
+                break;
+            }
+            erased.sessions += marked;
+            last_marked = Some(tokio::time::Instant::now());
+        }
+        loop {
+            let op = EraseRows {
+                user: user.clone(),
+                limit: ERASE_ROWS_PER_BATCH,
+            };
+            let rows = self.write(tenant, op).await?;
+            erased.messages += rows.messages;
+            erased.provider_calls += rows.provider_calls;
+            if !rows.more {
+                break;
+            }
+        }
+        if let Some(marked) = last_marked {
+            tokio::time::sleep_until(marked + ERASE_TOMBSTONE_GRACE).await;
+        }
+        let op = EraseFinish {
+            user,
+            scopes,
+            erased,
+        };
+        erased.state_entries = self.write(tenant, op).await?;
+        self.inner.backend.scrub(&self.inner.pool).await?;
+        tracing::info!(
+            tenant,
+            sessions = erased.sessions,
+            messages = erased.messages,
+            provider_calls = erased.provider_calls,
+            state_entries = erased.state_entries,
+            "erased a user's sessions"
+        );
+        Ok(erased)
     }
 
     async fn search(&self, tenant: &str, query: SearchQuery) -> Result<Vec<SearchHit>> {

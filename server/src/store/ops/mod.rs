@@ -19,10 +19,12 @@ use crate::domain::{
 
 mod appends;
 mod conversation;
+mod erase;
 mod sessions;
 mod state;
 mod sweeps;
 
+pub use erase::{EraseFinish, EraseMark, EraseRows};
 pub use state::{DeleteSharedState, SetSharedState};
 
 /// The PostgreSQL channel carrying commit hints (`"<session key>:<revision>"`).

@@ -1,7 +1,7 @@
 //! Sessions: create (with an initial history), fork, update, delete.
 
 use super::{
-    CreateSession, DeleteExpired, DeleteIdle, DeleteSession, ForkSession, NewRow, Tx,
+    CreateSession, DeleteExpired, DeleteIdle, DeleteSession, ForkSession, NewRow, SessionRow, Tx,
     UpdateSession, Write,
 };
 use crate::domain::{
@@ -299,21 +299,31 @@ impl Tx<'_> {
             "DELETE FROM provider_calls WHERE session_key = $1",
             "DELETE FROM events WHERE session_key = $1",
             "DELETE FROM session_state WHERE session_key = $1",
-            "DELETE FROM session_metadata WHERE session_key = $1",
-            "DELETE FROM run_cancels WHERE session_key = $1",
         ] {
             sqlx::query(sql).bind(key).execute(&mut *self.conn).await?;
         }
         self.unindex(key, 0, 1 << 32).await?;
-        sqlx::query(
+        self.tombstone(&mut row).await?;
+        Ok(true)
+    }
+
+    /// Makes a live session a tombstone: gone from every read, out of the
+    /// metadata index, its cancels dropped, `session_deleted` recorded
+    /// (after whatever of its history the caller deleted first).
+    pub(super) async fn tombstone(&mut self, row: &mut SessionRow) -> Result<()> {
+        for sql in [
+            "DELETE FROM session_metadata WHERE session_key = $1",
+            "DELETE FROM run_cancels WHERE session_key = $1",
             "UPDATE sessions SET deleted = 1, message_count = 0, run_id = '', run_expire_time = 0 \
              WHERE key = $1",
-        )
-        .bind(key)
-        .execute(&mut *self.conn)
-        .await?;
-        self.bump(&mut row, Change::SessionDeleted).await?;
-        Ok(true)
+        ] {
+            sqlx::query(sql)
+                .bind(row.key)
+                .execute(&mut *self.conn)
+                .await?;
+        }
+        self.bump(row, Change::SessionDeleted).await?;
+        Ok(())
     }
 }
 

@@ -81,12 +81,14 @@ pub(super) async fn send_ephemeral(
             .bind(now - SPILL_TTL_MICROS)
             .execute(pool)
             .await?;
-        let id: i64 =
-            sqlx::query_scalar("INSERT INTO delta_spill (body, time) VALUES ($1, $2) RETURNING id")
-                .bind(json)
-                .bind(now)
-                .fetch_one(pool)
-                .await?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO delta_spill (body, time, session_key) VALUES ($1, $2, $3) RETURNING id",
+        )
+        .bind(json)
+        .bind(now)
+        .bind(session_key)
+        .fetch_one(pool)
+        .await?;
         format!("#{id}")
     };
     sqlx::query("SELECT pg_notify($1, $2)")

@@ -29,10 +29,14 @@ pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 ///   a temporary file per transaction (each measured, BENCHMARKS.md);
 /// - no automatic checkpoint: the checkpointer thread copies the WAL back,
 ///   off the writer's path, and a connection that starts the WAL over cuts
-///   the file back to [`WAL_SIZE_LIMIT`].
+///   the file back to [`WAL_SIZE_LIMIT`];
+/// - `secure_delete = ON`: what a delete or an update removes is
+///   overwritten with zeros, in its page and in freed pages, not merely
+///   unlinked (EraseUser promises no erased byte is left in the file). It
+///   also holds for a database attached later, the search file.
 const SHARED: &str = "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
      PRAGMA busy_timeout = 10000; PRAGMA cache_size = -32768; PRAGMA temp_store = MEMORY; \
-     PRAGMA wal_autocheckpoint = 0";
+     PRAGMA wal_autocheckpoint = 0; PRAGMA secure_delete = ON";
 
 pub(super) fn is_in_memory(url: &str) -> bool {
     url.contains(":memory:") || url.contains("mode=memory")
@@ -131,6 +135,11 @@ pub(super) enum Role {
     Search,
     /// A message or event read (`reads.rs`): read-only.
     Read,
+    /// EraseUser's last step (`Engine::truncate_wal`), with the search
+    /// file attached: checkpoints that copy every WAL frame back and cut
+    /// both WAL files to zero bytes, waiting for readers and writers up to
+    /// the busy timeout.
+    Scrub,
     /// The last connection of a closed store, with the search file
     /// attached: it closes without a checkpoint, leaving the WAL files in
     /// place (see `Engine::stop`).
@@ -161,13 +170,18 @@ pub(super) fn engine(path: &Path, role: Role) -> rusqlite::Result<Connection> {
             conn.execute_batch(&search::attach(&search::search_path(path)))?;
             conn.execute_batch(
                 "PRAGMA search.synchronous = FULL; PRAGMA busy_timeout = 10000; \
-                 PRAGMA cache_size = -16384; PRAGMA temp_store = MEMORY",
+                 PRAGMA cache_size = -16384; PRAGMA temp_store = MEMORY; \
+                 PRAGMA secure_delete = ON",
             )?;
             conn.pragma_update(
                 Some(rusqlite::DatabaseName::Attached("search")),
                 "journal_size_limit",
                 WAL_SIZE_LIMIT,
             )?;
+        }
+        Role::Scrub => {
+            conn.execute_batch(&search::attach(&search::search_path(path)))?;
+            conn.busy_timeout(BUSY_TIMEOUT)?;
         }
         Role::Read => {
             conn.busy_timeout(BUSY_TIMEOUT)?;

@@ -21,6 +21,7 @@ use super::checkpoints::Checkpointer;
 use super::connections::{self, Role};
 use super::reads::EngineReads;
 use super::search::SearchIndexer;
+use crate::domain::{Error, Result};
 use crate::store::OpenError;
 use crate::store::fault::DiskSpace;
 
@@ -82,6 +83,39 @@ impl Engine {
         self.checkpointer.stop().await;
         self.indexer.stop().await;
         self.reads.close();
+    }
+
+    /// Copies every WAL frame of the search file and of the database back
+    /// and cuts both WAL files to zero bytes (EraseUser: frames written
+    /// before a secure delete still hold what it overwrote). Waits for
+    /// readers and writers up to the busy timeout; a database still busy
+    /// after that is UNAVAILABLE, and the caller tries again.
+    pub(super) async fn truncate_wal(&self) -> Result<()> {
+        let path = self.path.clone();
+        let truncated = tokio::task::spawn_blocking(move || -> Result<bool> {
+            let conn = connections::engine(&path, Role::Scrub)?;
+            let mut done = true;
+            for schema in ["search", "main"] {
+                // (busy, frames in the WAL, frames copied back): busy is 0
+                // once the checkpoint completed and the file was cut.
+                let busy: i64 = conn.query_row(
+                    &format!("PRAGMA {schema}.wal_checkpoint(TRUNCATE)"),
+                    [],
+                    |row| row.get(0),
+                )?;
+                done &= busy == 0;
+            }
+            Ok(done)
+        })
+        .await
+        .map_err(Error::storage)??;
+        if truncated {
+            Ok(())
+        } else {
+            Err(Error::unavailable(std::io::Error::other(
+                "readers kept the WAL from being checkpointed",
+            )))
+        }
     }
 
     /// Once the pool is closed too: leaves the WAL and shared-memory files

@@ -161,6 +161,19 @@ impl Backend for Sqlite {
         })
     }
 
+    fn scrub<'a>(&'a self, pool: &'a AnyPool) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let Some(engine) = &self.engine else {
+                // In memory: no file to scrub.
+                return Ok(());
+            };
+            // The indexer has applied every deletion logged so far (with
+            // FTS5's secure-delete), then both WAL files go.
+            self.search_ready(pool).await?;
+            engine.truncate_wal().await
+        })
+    }
+
     fn queued_writes(&self) -> usize {
         self.queue.max_capacity() - self.queue.capacity()
     }

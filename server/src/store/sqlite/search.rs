@@ -55,11 +55,15 @@ use crate::store::rows::{decode, search_rowid};
 /// are merged once 8 of them have gathered, not 4, so each indexed term is
 /// rewritten fewer times. Measured on 192,000 rows indexed in passes of
 /// 240: 15% less CPU, searches as fast, the file the same size
-/// (BENCHMARKS.md). FTS5 keeps the setting in the table; it is set again
-/// on every start, so a file made before it gets it too.
+/// (BENCHMARKS.md). And `secure-delete`: a deleted row's entries are
+/// removed from the index's pages, not hidden by a delete marker that
+/// leaves its words in the file until a merge (EraseUser). FTS5 keeps
+/// both settings in the table; they are set again on every start, so a
+/// file made before them gets them too.
 pub(super) const CREATE_INDEX: &str = "CREATE VIRTUAL TABLE IF NOT EXISTS search.message_search \
      USING fts5 (text, tokenize = 'unicode61 remove_diacritics 2'); \
-     INSERT INTO search.message_search (message_search, rank) VALUES ('automerge', 8)";
+     INSERT INTO search.message_search (message_search, rank) VALUES ('automerge', 8); \
+     INSERT INTO search.message_search (message_search, rank) VALUES ('secure-delete', 1)";
 
 /// The last `search_log` id applied (one row, absent until built).
 const CREATE_APPLIED: &str = "CREATE TABLE IF NOT EXISTS search.search_applied \

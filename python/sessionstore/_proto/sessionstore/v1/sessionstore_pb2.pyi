@@ -523,3 +523,21 @@ class UsageRow(_message.Message):
     total_tokens: int
     cost_micros_usd: int
     def __init__(self, key: _Optional[str] = ..., calls: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., cache_creation_input_tokens: _Optional[int] = ..., reasoning_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ..., cost_micros_usd: _Optional[int] = ...) -> None: ...
+
+class EraseUserRequest(_message.Message):
+    __slots__ = ("user", "scopes")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    SCOPES_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    scopes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, user: _Optional[str] = ..., scopes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class EraseUserResponse(_message.Message):
+    __slots__ = ("sessions_deleted", "messages_deleted", "provider_calls_deleted")
+    SESSIONS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_DELETED_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_CALLS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    sessions_deleted: int
+    messages_deleted: int
+    provider_calls_deleted: int
+    def __init__(self, sessions_deleted: _Optional[int] = ..., messages_deleted: _Optional[int] = ..., provider_calls_deleted: _Optional[int] = ...) -> None: ...

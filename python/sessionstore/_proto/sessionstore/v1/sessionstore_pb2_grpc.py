@@ -166,6 +166,11 @@ class SessionStoreStub:
                 request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.SummarizeUsageRequest.SerializeToString,
                 response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.SummarizeUsageResponse.FromString,
                 _registered_method=True)
+        self.EraseUser = channel.unary_unary(
+                '/sessionstore.v1.SessionStore/EraseUser',
+                request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.EraseUserRequest.SerializeToString,
+                response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.EraseUserResponse.FromString,
+                _registered_method=True)
 
 
 class SessionStoreServicer:
@@ -354,6 +359,14 @@ class SessionStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EraseUser(self, request, context):
+        """Erases every session of one user in the caller's tenant, with all
+        that is attached to them, and the shared state scopes named.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -486,6 +499,11 @@ def add_SessionStoreServicer_to_server(servicer, server):
                     servicer.SummarizeUsage,
                     request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.SummarizeUsageRequest.FromString,
                     response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.SummarizeUsageResponse.SerializeToString,
+            ),
+            'EraseUser': grpc.unary_unary_rpc_method_handler(
+                    servicer.EraseUser,
+                    request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.EraseUserRequest.FromString,
+                    response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.EraseUserResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1191,6 +1209,33 @@ class SessionStore:
             '/sessionstore.v1.SessionStore/SummarizeUsage',
             sessionstore_dot_v1_dot_sessionstore__pb2.SummarizeUsageRequest.SerializeToString,
             sessionstore_dot_v1_dot_sessionstore__pb2.SummarizeUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EraseUser(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionstore.v1.SessionStore/EraseUser',
+            sessionstore_dot_v1_dot_sessionstore__pb2.EraseUserRequest.SerializeToString,
+            sessionstore_dot_v1_dot_sessionstore__pb2.EraseUserResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,209 @@
+//! EraseUser's writes. An erasure is many transactions, none of them
+//! long, so that erasing a user with thousands of sessions never holds a
+//! writer for more than a batch (SQLite has one writer for every tenant):
+//!
+//! 1. [`EraseMark`], until it finds none: a batch of the user's live
+//!    sessions become tombstones, as DeleteSession makes them (gone from
+//!    every read, `session_deleted` recorded and sent to watchers), but
+//!    with their rows still there;
+//! 2. [`EraseRows`], until it says there are no more: a bounded number of
+//!    those rows deleted, table by table (messages first, so deleting a
+//!    provider call never has messages left to update);
+//! 3. [`EraseFinish`]: the tombstones themselves (each keeps its last
+//!    event until then, for other replicas' watchers), their search
+//!    entries, the shared scopes named, and the content-free record.
+//!
+//! Each step finds its rows by the user again, so an erasure cut short
+//! (the server went away) is finished by the next one.
+
+use sha2::{Digest as _, Sha256};
+use sqlx::Row as _;
+
+use super::{Dialect, SearchWrites, SessionRow, Tx, Write};
+use crate::domain::Result;
+use crate::domain::erase::Erased;
+use crate::store::rows::{SESSION_COLUMNS, session_from_row};
+use crate::store::text::{escape, escape_ordered};
+
+/// The keys of a user's tombstones (`$1` tenant, `$2` user).
+const TOMBSTONES: &str =
+    "SELECT key FROM sessions WHERE tenant = $1 AND user_name = $2 AND deleted = 1";
+
+/// Step 1: at most `limit` live sessions of `user` made tombstones.
+/// Answers how many.
+#[derive(Clone)]
+pub struct EraseMark {
+    pub user: String,
+    pub limit: i64,
+}
+
+/// Step 2: at most `limit` rows of the user's tombstones deleted.
+#[derive(Clone)]
+pub struct EraseRows {
+    pub user: String,
+    pub limit: i64,
+}
+
+/// What one [`EraseRows`] deleted, and whether rows are left.
+pub struct RowsErased {
+    pub messages: i64,
+    pub provider_calls: i64,
+    pub more: bool,
+}
+
+/// Step 3: the user's tombstones, the shared `scopes`, and the record of
+/// the erasure (`erased`, its counts so far). Answers the scopes' entries
+/// deleted.
+#[derive(Clone)]
+pub struct EraseFinish {
+    pub user: String,
+    pub scopes: Vec<String>,
+    pub erased: Erased,
+}
+
+impl Write for EraseMark {
+    type Reply = i64;
+
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<i64> {
+        let lock = match tx.dialect {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => " FOR UPDATE",
+        };
+        let found = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions \
+             WHERE tenant = $1 AND user_name = $2 AND deleted = 0 LIMIT $3{lock}"
+        ))
+        .bind(escape(tenant))
+        .bind(escape(&self.user))
+        .bind(self.limit)
+        .fetch_all(&mut *tx.conn)
+        .await?;
+        let mut marked = 0;
+        for row in found {
+            let mut row = SessionRow {
+                key: row.try_get("key")?,
+                session: session_from_row(&row)?,
+            };
+            tx.tombstone(&mut row).await?;
+            marked += 1;
+        }
+        Ok(marked)
+    }
+}
+
+impl Write for EraseRows {
+    type Reply = RowsErased;
+
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<RowsErased> {
+        // (table, its key columns, which rows): a tombstone's last event
+        // stays until the tombstone goes.
+        let mut tables = vec![
+            ("messages", "session_key, sequence", ""),
+            (
+                "events",
+                "session_key, revision",
+                "AND t.revision < (SELECT s.revision FROM sessions s WHERE s.key = t.session_key)",
+            ),
+            ("provider_calls", "ordinal", ""),
+            ("idempotency_keys", "tenant, request_id", ""),
+            ("session_state", "session_key, key", ""),
+        ];
+        if tx.search == SearchWrites::Inline && tx.dialect == Dialect::Postgres {
+            tables.push(("message_search", "session_key, sequence", ""));
+        }
+        let mut erased = RowsErased {
+            messages: 0,
+            provider_calls: 0,
+            more: false,
+        };
+        let mut budget = self.limit;
+        for (table, columns, which) in tables {
+            let deleted = sqlx::query(&format!(
+                "DELETE FROM {table} WHERE ({columns}) IN (SELECT {columns} FROM {table} t \
+                 WHERE t.session_key IN ({TOMBSTONES}) {which} LIMIT $3)"
+            ))
+            .bind(escape(tenant))
+            .bind(escape(&self.user))
+            .bind(budget)
+            .execute(&mut *tx.conn)
+            .await?
+            .rows_affected();
+            let deleted = i64::try_from(deleted).unwrap_or(i64::MAX);
+            match table {
+                "messages" => erased.messages = deleted,
+                "provider_calls" => erased.provider_calls = deleted,
+                _ => {}
+            }
+            budget -= deleted;
+            if budget <= 0 {
+                erased.more = true;
+                break;
+            }
+        }
+        Ok(erased)
+    }
+}
+
+impl Write for EraseFinish {
+    type Reply = i64;
+
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<i64> {
+        let keys: Vec<i64> = sqlx::query_scalar(TOMBSTONES)
+            .bind(escape(tenant))
+            .bind(escape(&self.user))
+            .fetch_all(&mut *tx.conn)
+            .await?;
+        for &key in &keys {
+            // Their messages are gone: re-indexing the whole range removes
+            // every entry (SQLite's indexer) or deletes what is left.
+            tx.unindex(key, 0, 1 << 32).await?;
+            if tx.dialect == Dialect::Postgres {
+                sqlx::query("DELETE FROM delta_spill WHERE session_key = $1")
+                    .bind(key)
+                    .execute(&mut *tx.conn)
+                    .await?;
+            }
+        }
+        // The tombstones, and with them (by cascade) their last events.
+        sqlx::query("DELETE FROM sessions WHERE tenant = $1 AND user_name = $2 AND deleted = 1")
+            .bind(escape(tenant))
+            .bind(escape(&self.user))
+            .execute(&mut *tx.conn)
+            .await?;
+        let mut entries = 0;
+        for scope in &self.scopes {
+            let deleted = sqlx::query("DELETE FROM shared_state WHERE tenant = $1 AND scope = $2")
+                .bind(escape(tenant))
+                .bind(escape_ordered(scope))
+                .execute(&mut *tx.conn)
+                .await?
+                .rows_affected();
+            entries += i64::try_from(deleted).unwrap_or(i64::MAX);
+        }
+        let erased = self.erased;
+        sqlx::query(
+            "INSERT INTO erasures (tenant, user_sha256, time, sessions_deleted, \
+             messages_deleted, provider_calls_deleted, state_entries_deleted) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(escape(tenant))
+        .bind(sha256_hex(&self.user))
+        .bind(tx.now.0)
+        .bind(erased.sessions)
+        .bind(erased.messages)
+        .bind(erased.provider_calls)
+        .bind(entries)
+        .execute(&mut *tx.conn)
+        .await?;
+        Ok(entries)
+    }
+}
+
+/// The record's stand-in for the user: it names no byte of the user, yet
+/// says whether a given user was erased.
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
