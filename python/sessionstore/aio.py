@@ -259,6 +259,19 @@ class AsyncClient:
         request = s.DeleteSessionRequest(session_id=session_id)
         return await self._call("DeleteSession", request, retry=False)  # type: ignore[no-any-return]
 
+    async def erase_user(
+        self, user: str, *, scopes: Iterable[str] = ()
+    ) -> s.EraseUserResponse:
+        """Erases every session of ``user`` in the caller's tenant, with
+        their messages, provider calls, history and state, and the shared
+        state ``scopes`` named (such as ``user:APP:USER``); watchers get
+        ``session_deleted``. Once it answers, no file of the store holds
+        what was erased, and the store keeps only a content-free record.
+        Answers the counts. Retried (a repeat finishes an erasure cut
+        short)."""
+        request = s.EraseUserRequest(user=user, scopes=list(scopes))
+        return await self._call("EraseUser", request, retry=True)  # type: ignore[no-any-return]
+
     async def fork_session(
         self, session_id: str, *, at_sequence: int, new_session_id: str = ""
     ) -> m.Session:

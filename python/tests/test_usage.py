@@ -318,3 +318,34 @@ async def test_summarize_usage_async(server: Server) -> None:
         assert [row(r) for r in total.rows] == [TOTAL]
         rows = [row(r) async for r in client.iter_usage(group_by="model", page_size=2)]
         assert rows == BY_MODEL
+
+
+def test_erase_user(client: sessionstore.Client) -> None:
+    """EraseUser through the blocking client: counts, gone from reads, the
+    scope named erased, another user untouched, a bad request refused."""
+    append_calls(client)
+    client.set_state(scope="user:app:alice", key="pref", value="tea")
+    erased = client.erase_user("alice", scopes=["user:app:alice"])
+    assert isinstance(erased, v1.EraseUserResponse)
+    assert (erased.sessions_deleted, erased.provider_calls_deleted) == (1, 2)
+    assert erased.messages_deleted > 0
+    with pytest.raises(sessionstore.SessionNotFound):
+        client.get_session("py-usage-alice")
+    with pytest.raises(sessionstore.StateNotFound):
+        client.get_state(scope="user:app:alice", key="pref")
+    assert client.get_session("py-usage-bob").user == "bob"
+    assert [r.key for r in client.iter_usage(group_by="user")] == ["bob"]
+    with pytest.raises(sessionstore.InvalidArgument) as refused:
+        client.erase_user("")
+    assert refused.value.field == "user"
+
+
+@pytest.mark.asyncio
+async def test_erase_user_async(server: Server) -> None:
+    with server.client() as client:
+        append_calls(client)
+    async with server.async_client() as client:
+        erased = await client.erase_user("bob")
+        assert erased.sessions_deleted == 1
+        again = await client.erase_user("bob")
+        assert again.sessions_deleted == 0

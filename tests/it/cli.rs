@@ -545,6 +545,86 @@ mod sessions {
         server.stop().await.unwrap();
     }
 
+    /// `erase-user` asks for the name again; a wrong answer erases nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn erase_user_asks_first() {
+        use tokio::io::AsyncWriteExt as _;
+        let server = TestServer::start(Backend::File).await;
+        let mut client = server.client().await;
+        create_owned(&mut client, "franks", "frank").await;
+        client
+            .append_exchange(exchange_request("franks", "hello", "hi"))
+            .await
+            .unwrap();
+        create_owned(&mut client, "gails", "gail").await;
+
+        // No answer (stdin empty): nothing erased.
+        let (ok, _, err) = sessions(&server, &["erase-user", "frank"]).await;
+        assert!(!ok);
+        assert!(err.contains("Type the user's name to go on"), "{err}");
+        assert!(err.contains("nothing erased"), "{err}");
+        crate::support::get(&mut client, "franks").await;
+
+        let mut child = tokio::process::Command::new(sessionstore_binary())
+            .args([
+                "sessions",
+                "--server",
+                &server.endpoint(),
+                "erase-user",
+                "frank",
+            ])
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"frank\n").await.unwrap();
+        drop(stdin);
+        let output = child.wait_with_output().await.unwrap();
+        assert!(output.status.success(), "{output:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            "erased user frank: 1 sessions, 2 messages, 1 provider calls"
+        );
+        let status = client
+            .get_session(pb::GetSessionRequest {
+                session_id: "franks".into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::NotFound);
+
+        // --yes does not ask; --scope erases a shared scope too.
+        client
+            .set_state(pb::SetStateRequest {
+                scope: "user:app:gail".into(),
+                key: "k".into(),
+                value: "v".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let (ok, out, err) = sessions(
+            &server,
+            &["erase-user", "gail", "--scope", "user:app:gail", "--yes"],
+        )
+        .await;
+        assert!(ok, "{err}");
+        assert!(out.starts_with("erased user gail: 1 sessions"), "{out}");
+        let status = client
+            .get_state(pb::GetStateRequest {
+                scope: "user:app:gail".into(),
+                key: "k".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::NotFound);
+        server.stop().await.unwrap();
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn watch_tails_a_session_until_it_is_deleted() {
         let server = TestServer::start(Backend::Memory).await;

@@ -129,6 +129,19 @@ pub enum SessionsCommand {
     },
     /// Delete a session.
     Delete { id: String },
+    /// Erase every session of a user, with their messages, provider calls,
+    /// history and state, and the shared state scopes named (EraseUser).
+    /// Asks for the user's name again first, unless `--yes`.
+    EraseUser {
+        user: String,
+        /// A shared state scope to erase as well, e.g. `user:APP:USER`
+        /// (repeatable).
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Create a session and print its id.
     Create {
         /// The session's id (default: one the server makes, `ses_…`).
@@ -258,7 +271,12 @@ fn explain(error: anyhow::Error, server: &str, token_given: bool) -> anyhow::Err
 }
 
 async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
-    let mut builder = builder(&args.connection, Duration::from_secs(10))?;
+    // Erasing a user with many sessions takes as long as it takes.
+    let timeout = match args.command {
+        SessionsCommand::EraseUser { .. } => Duration::from_secs(3600),
+        _ => Duration::from_secs(10),
+    };
+    let mut builder = builder(&args.connection, timeout)?;
     if matches!(args.command, SessionsCommand::Watch { .. }) {
         // A live tail outlasts a server restart: it says "reconnecting…"
         // and carries on from the last revision it printed.
@@ -307,6 +325,18 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
         SessionsCommand::Delete { id } => {
             client.delete_session(id.clone()).await?;
             writeln!(out, "deleted {id}").map_err(anyhow::Error::from)
+        }
+        SessionsCommand::EraseUser { user, scopes, yes } => {
+            if !yes {
+                confirm_erasure(&user, &scopes)?;
+            }
+            let erased = client.erase_user(user.clone(), scopes).await?;
+            writeln!(
+                out,
+                "erased user {user}: {} sessions, {} messages, {} provider calls",
+                erased.sessions_deleted, erased.messages_deleted, erased.provider_calls_deleted
+            )
+            .map_err(anyhow::Error::from)
         }
         SessionsCommand::Create {
             id,
@@ -628,5 +658,29 @@ mod tests {
         assert_eq!(cell("short", 10), "short");
         assert_eq!(cell("a long title here", 6), "a lon…");
         assert_eq!(cell("two\nlines", 10), "two");
+    }
+}
+
+/// Asks on stderr for `user`'s name again, and reads it from stdin.
+fn confirm_erasure(user: &str, scopes: &[String]) -> anyhow::Result<()> {
+    let mut prompt = std::io::stderr().lock();
+    write!(
+        prompt,
+        "This erases every session of user {user:?}, with their messages, provider calls and state"
+    )?;
+    if !scopes.is_empty() {
+        write!(prompt, ", and the shared scopes {}", scopes.join(", "))?;
+    }
+    write!(
+        prompt,
+        ". It cannot be undone.\nType the user's name to go on: "
+    )?;
+    prompt.flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    if answer.trim_end_matches(['\n', '\r']) == user {
+        Ok(())
+    } else {
+        anyhow::bail!("nothing erased: the name typed was not {user:?}")
     }
 }
