@@ -149,6 +149,14 @@ pub struct ServeConfig {
     )]
     pub cors_allowed_origins: Vec<String>,
 
+    /// Full-text search (SearchMessages). `off`: no search index is kept,
+    /// so appends skip its work, and SearchMessages fails
+    /// FAILED_PRECONDITION (SEARCH_DISABLED). Back `on`, the index is built
+    /// again from the stored messages in the background. Every replica of
+    /// one database needs the same setting.
+    #[arg(long, env = "SESSIONSTORE_SEARCH", value_enum, default_value_t = SearchMode::On)]
+    pub search: SearchMode,
+
     #[command(flatten)]
     pub tls: TlsConfig,
 
@@ -312,6 +320,16 @@ pub struct TelemetryConfig {
     /// `http://127.0.0.1:4317`).
     #[arg(long, env = "SESSIONSTORE_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+}
+
+/// Whether the search index is kept (`--search`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SearchMode {
+    /// Kept, and SearchMessages answers.
+    #[default]
+    On,
+    /// Not kept; SearchMessages fails SEARCH_DISABLED.
+    Off,
 }
 
 /// How log lines are written.

@@ -111,6 +111,7 @@ pub async fn serve_with_metrics(
     let options = StoreOptions {
         max_connections: config.database.max_connections,
         recheck_interval: config.recheck_interval(),
+        search: config.search == crate::config::SearchMode::On,
     };
     let store = store::open(&url, hub.clone(), &options).await?;
     let listeners = Listeners {

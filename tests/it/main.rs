@@ -30,6 +30,7 @@ mod python_package;
 mod readme;
 mod replicas;
 mod runs;
+mod search_switch;
 mod store;
 mod tenancy;
 mod usage;

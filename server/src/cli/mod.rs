@@ -646,21 +646,6 @@ async fn show(client: &Client, id: &str, out: &mut impl Write) -> anyhow::Result
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn money_and_cells_read_well() {
-        assert_eq!(dollars(42), "$0.000042");
-        assert_eq!(dollars(12_345_678), "$12.345678");
-        assert_eq!(dollars(-5), "-$0.000005");
-        assert_eq!(cell("short", 10), "short");
-        assert_eq!(cell("a long title here", 6), "a lon…");
-        assert_eq!(cell("two\nlines", 10), "two");
-    }
-}
-
 /// Asks on stderr for `user`'s name again, and reads it from stdin.
 fn confirm_erasure(user: &str, scopes: &[String]) -> anyhow::Result<()> {
     let mut prompt = std::io::stderr().lock();
@@ -682,5 +667,20 @@ fn confirm_erasure(user: &str, scopes: &[String]) -> anyhow::Result<()> {
         Ok(())
     } else {
         anyhow::bail!("nothing erased: the name typed was not {user:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn money_and_cells_read_well() {
+        assert_eq!(dollars(42), "$0.000042");
+        assert_eq!(dollars(12_345_678), "$12.345678");
+        assert_eq!(dollars(-5), "-$0.000005");
+        assert_eq!(cell("short", 10), "short");
+        assert_eq!(cell("a long title here", 6), "a lon…");
+        assert_eq!(cell("two\nlines", 10), "two");
     }
 }

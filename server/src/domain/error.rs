@@ -85,6 +85,10 @@ pub enum Error {
     #[error("the search index is still being built; retry in a few seconds")]
     SearchIndexBehind,
 
+    /// The server runs with `--search off`: no search index is kept.
+    #[error("search is switched off on this server (--search off)")]
+    SearchDisabled,
+
     /// The server is shutting down and takes no more writes.
     #[error("the server is shutting down")]
     ShuttingDown,

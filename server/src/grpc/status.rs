@@ -139,6 +139,7 @@ impl From<Error> for Status {
             }
             Error::Unauthenticated(_) => (Code::Unauthenticated, info("UNAUTHENTICATED", &[])),
             Error::ShuttingDown => (Code::Unavailable, info("SHUTTING_DOWN", &[])),
+            Error::SearchDisabled => (Code::FailedPrecondition, info("SEARCH_DISABLED", &[])),
             Error::SearchIndexBehind => {
                 let mut details = info("SEARCH_INDEX_BEHIND", &[]);
                 details.set_retry_info(Some(std::time::Duration::from_secs(5)));

@@ -46,6 +46,8 @@ pub enum OpenError {
     Engine(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("cannot start the store's publisher thread: {0}")]
     Publisher(#[source] std::io::Error),
+    #[error("cannot prepare the search index: {0}")]
+    Search(#[source] crate::domain::Error),
 }
 
 /// Backend tuning that is not part of the URL.
@@ -56,6 +58,10 @@ pub struct StoreOptions {
     /// How often a PostgreSQL replica re-reads the heads of watched sessions,
     /// in case a commit hint was lost.
     pub recheck_interval: std::time::Duration,
+    /// Whether the search index is kept (`--search on`). Off, nothing is
+    /// indexed, what was is removed, and searches fail SEARCH_DISABLED;
+    /// on again, the index is rebuilt from the messages in the background.
+    pub search: bool,
 }
 
 impl Default for StoreOptions {
@@ -63,6 +69,7 @@ impl Default for StoreOptions {
         StoreOptions {
             max_connections: 16,
             recheck_interval: std::time::Duration::from_secs(5),
+            search: true,
         }
     }
 }
@@ -90,7 +97,7 @@ pub async fn open(
 ) -> Result<SqlStore, OpenError> {
     let (pool, backend): (_, Box<dyn sql::Backend>) = match backend_of(url)? {
         Backend::Sqlite => {
-            let (pool, sqlite) = sqlite::open(url, Arc::clone(&sink)).await?;
+            let (pool, sqlite) = sqlite::open(url, Arc::clone(&sink), options.search).await?;
             (pool, Box::new(sqlite))
         }
         Backend::Postgres => {
@@ -98,7 +105,7 @@ pub async fn open(
             (pool, Box::new(postgres))
         }
     };
-    Ok(SqlStore::new(pool, sink, backend))
+    Ok(SqlStore::new(pool, sink, backend, options.search))
 }
 
 /// What [`migrate`] did: the migrations it applied (`VERSION description`)

@@ -11,6 +11,11 @@ impl<T> TakeOnce<T> {
         TakeOnce(Mutex::new(Some(value)))
     }
 
+    /// Holds `value`, if there is one.
+    pub(super) fn maybe(value: Option<T>) -> Self {
+        TakeOnce(Mutex::new(value))
+    }
+
     /// The value, the first time; `None` after.
     pub(super) fn take(&self) -> Option<T> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).take()

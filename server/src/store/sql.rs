@@ -57,6 +57,8 @@ struct Inner {
     pool: AnyPool,
     sink: Arc<dyn CommitSink>,
     backend: Box<dyn Backend>,
+    /// Whether the search index is kept (`--search`).
+    search: bool,
 }
 
 /// What one backend does its own way. Everything else the store does is
@@ -133,12 +135,18 @@ pub(super) trait Backend: Send + Sync + 'static {
 
 impl SqlStore {
     /// The store over `pool`, its writes and own machinery `backend`'s.
-    pub(super) fn new(pool: AnyPool, sink: Arc<dyn CommitSink>, backend: Box<dyn Backend>) -> Self {
+    pub(super) fn new(
+        pool: AnyPool,
+        sink: Arc<dyn CommitSink>,
+        backend: Box<dyn Backend>,
+        search: bool,
+    ) -> Self {
         SqlStore {
             inner: Arc::new(Inner {
                 pool,
                 sink,
                 backend,
+                search,
             }),
         }
     }
@@ -771,6 +779,9 @@ impl Store for SqlStore {
     }
 
     async fn search(&self, tenant: &str, query: SearchQuery) -> Result<Vec<SearchHit>> {
+        if !self.inner.search {
+            return Err(Error::SearchDisabled);
+        }
         // Expired sessions are gone from their expire_time on.
         let mut filters = " AND (s.expire_time = 0 OR s.expire_time > $5)".to_owned();
         if query.user.is_some() {

@@ -67,6 +67,7 @@ impl TestServer {
             auth_tokens: None,
             insecure_no_auth: false,
             cors_allowed_origins: Vec::new(),
+            search: Default::default(),
             tls: Default::default(),
             limits: Default::default(),
             telemetry: Default::default(),

@@ -47,6 +47,8 @@ pub enum SearchWrites {
     /// SQLite indexer thread re-indexes into the search file (SQLite file
     /// databases; `sqlite/search.rs`).
     Logged,
+    /// Nowhere: search is switched off (`--search off`).
+    Off,
 }
 
 /// Records a changed message range for the SQLite indexer thread.
@@ -357,8 +359,12 @@ impl Tx<'_> {
 
     /// Adds a message's words to the search index.
     async fn index(&mut self, session_key: i64, sequence: i64, message: &Message) -> Result<()> {
-        if self.search == SearchWrites::Logged {
-            return self.log_search(session_key, sequence, sequence + 1).await;
+        match self.search {
+            SearchWrites::Logged => {
+                return self.log_search(session_key, sequence, sequence + 1).await;
+            }
+            SearchWrites::Off => return Ok(()),
+            SearchWrites::Inline => {}
         }
         let text = control::search_text(message);
         if text.trim().is_empty() {
@@ -383,8 +389,10 @@ impl Tx<'_> {
 
     /// Removes the words of messages `from..until` from the search index.
     async fn unindex(&mut self, session_key: i64, from: i64, until: i64) -> Result<()> {
-        if self.search == SearchWrites::Logged {
-            return self.log_search(session_key, from, until).await;
+        match self.search {
+            SearchWrites::Logged => return self.log_search(session_key, from, until).await,
+            SearchWrites::Off => return Ok(()),
+            SearchWrites::Inline => {}
         }
         let query = match self.dialect {
             Dialect::Sqlite => {

@@ -29,6 +29,7 @@ impl Appends {
         pool: &AnyPool,
         sink: &Arc<dyn CommitSink>,
         max_connections: u32,
+        search: SearchWrites,
     ) -> std::io::Result<Self> {
         let publisher = Publisher::start()?;
         let mut queues = Vec::new();
@@ -41,6 +42,7 @@ impl Appends {
                 jobs,
                 Arc::clone(sink),
                 publisher.clone(),
+                search,
             )));
         }
         Ok(Appends {
@@ -112,6 +114,7 @@ async fn run_append_writer(
     mut jobs: mpsc::Receiver<Option<PendingAppend>>,
     sink: Arc<dyn CommitSink>,
     publisher: Publisher,
+    search: SearchWrites,
 ) {
     // The writer keeps its connection between batches: taking one from the
     // pool costs a round trip (its liveness check) of the five a batch
@@ -119,7 +122,7 @@ async fn run_append_writer(
     let mut held = None;
     while let Some((batch, stop)) = next_batch(&mut jobs, MAX_BATCH).await {
         if !batch.is_empty() {
-            commit_appends(&pool, &mut held, &sink, &publisher, batch).await;
+            commit_appends(&pool, &mut held, &sink, &publisher, search, batch).await;
         }
         if stop {
             return;
@@ -138,6 +141,7 @@ async fn commit_appends(
     held: &mut Option<PoolConnection<Any>>,
     sink: &Arc<dyn CommitSink>,
     publisher: &Publisher,
+    search: SearchWrites,
     mut jobs: Vec<PendingAppend>,
 ) {
     // A kept connection may have died since the last batch (the database
@@ -158,9 +162,7 @@ async fn commit_appends(
                 None => held.insert(pool.acquire().await?),
             };
             let mut tx = connection.begin().await?;
-            let outcomes =
-                batch::append_all(&mut tx, Dialect::Postgres, SearchWrites::Inline, &requests)
-                    .await?;
+            let outcomes = batch::append_all(&mut tx, Dialect::Postgres, search, &requests).await?;
             if jobs.iter().any(PendingAppend::abandoned) {
                 tx.rollback().await?;
                 return Ok(None);
@@ -218,7 +220,7 @@ async fn commit_appends(
     // In arrival order: a session's later appends were deferred with it.
     for job in deferred {
         if !job.abandoned() {
-            write(pool, sink.as_ref(), Box::new(job)).await;
+            write(pool, sink.as_ref(), search, Box::new(job)).await;
         }
     }
 }

@@ -29,15 +29,18 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::Migrator;
 use sqlx::{AnyPool, Connection as _, Executor};
 
+use super::ops::SearchWrites;
 use super::sql::{Backend, close_pool};
 use super::writer::{Job, PendingAppend};
 use super::{CommitSink, OpenError, StoreOptions};
 use crate::domain::{Ephemeral, Result};
 use appends::Appends;
 use listen::Listener;
+use search::SearchIndex;
 
 mod appends;
 mod listen;
+mod search;
 mod writes;
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
@@ -107,6 +110,10 @@ pub(super) struct Postgres {
     listener: Listener,
     /// This process's name among the replicas (ephemeral hints).
     replica: String,
+    /// Where writes put search entries (`Inline`, or `Off`).
+    search: SearchWrites,
+    /// With search on: whether the index is built, and its builder.
+    index: Option<SearchIndex>,
 }
 
 /// Connects, migrates, and starts the commit-hint listener and the append
@@ -120,22 +127,40 @@ pub(super) async fn open(
     let pool = connect(url, options.max_connections).await?;
     MIGRATOR.run(&pool).await?;
     let replica = uuid::Uuid::now_v7().simple().to_string();
+    let (search, index) = if options.search {
+        let index = SearchIndex::start(&pool, &replica)
+            .await
+            .map_err(OpenError::Search)?;
+        (SearchWrites::Inline, Some(index))
+    } else {
+        SearchIndex::switch_off(&pool)
+            .await
+            .map_err(OpenError::Search)?;
+        (SearchWrites::Off, None)
+    };
     let listener = Listener::start(url, &pool, &sink, &replica, options.recheck_interval);
-    let appends =
-        Appends::start(&pool, &sink, options.max_connections).map_err(OpenError::Publisher)?;
+    let appends = Appends::start(&pool, &sink, options.max_connections, search)
+        .map_err(OpenError::Publisher)?;
     let postgres = Postgres {
         pool: pool.clone(),
         sink,
         appends,
         listener,
         replica,
+        search,
+        index,
     };
     Ok((pool, postgres))
 }
 
 impl Backend for Postgres {
     fn write(&self, job: Box<dyn Job>) -> BoxFuture<'_, ()> {
-        Box::pin(writes::write(&self.pool, self.sink.as_ref(), job))
+        Box::pin(writes::write(
+            &self.pool,
+            self.sink.as_ref(),
+            self.search,
+            job,
+        ))
     }
 
     fn append(&self, pending: PendingAppend) -> BoxFuture<'_, ()> {
@@ -153,6 +178,15 @@ impl Backend for Postgres {
              ORDER BY ts_rank(f.words, q) DESC, f.session_key, f.sequence LIMIT $3 OFFSET $4"
         );
         (statement, words.join(" "))
+    }
+
+    fn search_ready<'a>(&'a self, pool: &'a AnyPool) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            match &self.index {
+                Some(index) => index.ready(pool).await,
+                None => Ok(()),
+            }
+        })
     }
 
     fn send_ephemeral<'a>(
@@ -176,6 +210,9 @@ impl Backend for Postgres {
     fn close<'a>(&'a self, pool: &'a AnyPool) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             self.listener.stop().await;
+            if let Some(index) = &self.index {
+                index.stop().await;
+            }
             self.appends.stop().await;
             close_pool(pool).await;
         })

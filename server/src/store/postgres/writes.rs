@@ -13,17 +13,19 @@ const WRITE_ATTEMPTS: usize = 3;
 
 /// Runs one write in its own transaction, retrying lost races, and
 /// answers it.
-pub(super) async fn write(pool: &AnyPool, sink: &dyn CommitSink, mut job: Box<dyn Job>) {
+pub(super) async fn write(
+    pool: &AnyPool,
+    sink: &dyn CommitSink,
+    search: SearchWrites,
+    mut job: Box<dyn Job>,
+) {
     let mut attempt = 1;
     loop {
         let mut tx = match pool.begin().await {
             Ok(tx) => tx,
             Err(error) => return job.fail(Error::from(error)),
         };
-        let error = match job
-            .apply(&mut tx, Dialect::Postgres, SearchWrites::Inline)
-            .await
-        {
+        let error = match job.apply(&mut tx, Dialect::Postgres, search).await {
             Ok(settle) => match tx.commit().await {
                 Ok(()) => return settle.committed(sink),
                 Err(error) => {

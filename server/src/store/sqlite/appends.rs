@@ -107,11 +107,13 @@ impl EngineAppends {
     /// Starts the thread on `conn`, a writing connection (`Role::Appends`)
     /// to the (migrated) database at `path`. `indexed` is the last search
     /// log id the indexer has applied; the thread deletes the log rows
-    /// before it now and then.
+    /// before it now and then. `search` is where appends' search work goes
+    /// (`Logged`, or `Off` with search switched off).
     pub(super) fn start(
         conn: Connection,
         path: &Path,
         indexed: Arc<AtomicI64>,
+        search: SearchWrites,
     ) -> Result<Self, OpenError> {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let (requests, mut queue) = mpsc::channel::<Work>(1);
@@ -120,6 +122,7 @@ impl EngineAppends {
             .name("sqlite-appends".into())
             .spawn(move || {
                 let mut log = SearchLog {
+                    writes: search,
                     indexed,
                     deleted_before: 0,
                 };
@@ -311,7 +314,7 @@ fn append_run(
     let result = (|| {
         conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
         let now = Timestamp::now();
-        let mut run = Run::new(Dialect::Sqlite, SearchWrites::Logged, requests);
+        let mut run = Run::new(Dialect::Sqlite, log.writes, requests);
         for statement in run.session_reads() {
             let mut prepared = prepare(conn, &statement)?;
             let mut rows = prepared.raw_query();
@@ -346,6 +349,8 @@ fn append_run(
 
 /// Search log rows the indexer has applied, deleted in the append runs.
 struct SearchLog {
+    /// `Logged`, or `Off` (nothing logged, nothing to trim).
+    writes: SearchWrites,
     /// The last id the indexer applied (and synced).
     indexed: Arc<AtomicI64>,
     /// Rows before this id are deleted.

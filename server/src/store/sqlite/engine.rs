@@ -20,34 +20,48 @@ use super::appends::EngineAppends;
 use super::checkpoints::Checkpointer;
 use super::connections::{self, Role};
 use super::reads::EngineReads;
-use super::search::SearchIndexer;
+use super::search::{self, SearchIndexer};
 use crate::domain::{Error, Result};
 use crate::store::OpenError;
 use crate::store::fault::DiskSpace;
+use crate::store::ops::SearchWrites;
 
 /// The engine threads of one database file.
 pub(super) struct Engine {
     path: PathBuf,
     appends: EngineAppends,
     checkpointer: Checkpointer,
-    indexer: SearchIndexer,
+    /// None with search switched off.
+    indexer: Option<SearchIndexer>,
     reads: Arc<EngineReads>,
 }
 
 impl Engine {
     /// Starts every engine thread on the (migrated) database file at
     /// `path`. Background work holds back while `space` says writes found
-    /// the disk full.
-    pub(super) fn start(path: &Path, space: &Arc<DiskSpace>) -> Result<Self, OpenError> {
+    /// the disk full. Without `search` there is no indexer, appends log
+    /// nothing, and the search file is emptied ([`search::switch_off`]).
+    pub(super) fn start(
+        path: &Path,
+        space: &Arc<DiskSpace>,
+        search: bool,
+    ) -> Result<Self, OpenError> {
         let open = |role| {
             connections::engine(path, role).map_err(|error| OpenError::Engine(Box::new(error)))
         };
         // The last search log id indexed: the append thread deletes the log
         // rows before it.
         let indexed = Arc::new(AtomicI64::new(0));
-        let indexer =
-            SearchIndexer::start(open(Role::Search)?, Arc::clone(&indexed), Arc::clone(space))?;
-        let appends = EngineAppends::start(open(Role::Appends)?, path, indexed)?;
+        let (indexer, writes) = if search {
+            let indexer =
+                SearchIndexer::start(open(Role::Search)?, Arc::clone(&indexed), Arc::clone(space))?;
+            (Some(indexer), SearchWrites::Logged)
+        } else {
+            search::switch_off(&open(Role::Search)?)
+                .map_err(|error| OpenError::Engine(Box::new(error)))?;
+            (None, SearchWrites::Off)
+        };
+        let appends = EngineAppends::start(open(Role::Appends)?, path, indexed, writes)?;
         let checkpointer = Checkpointer::start(
             open(Role::Checkpoints)?,
             appends.checkpoints(),
@@ -66,8 +80,9 @@ impl Engine {
         &self.appends
     }
 
-    pub(super) fn indexer(&self) -> &SearchIndexer {
-        &self.indexer
+    /// The search indexer, unless search is switched off.
+    pub(super) fn indexer(&self) -> Option<&SearchIndexer> {
+        self.indexer.as_ref()
     }
 
     pub(super) fn reads(&self) -> &Arc<EngineReads> {
@@ -81,7 +96,9 @@ impl Engine {
     pub(super) async fn stop(&self) {
         self.appends.stop().await;
         self.checkpointer.stop().await;
-        self.indexer.stop().await;
+        if let Some(indexer) = &self.indexer {
+            indexer.stop().await;
+        }
         self.reads.close();
     }
 

@@ -30,6 +30,7 @@ use tokio::task::JoinHandle;
 
 use super::fault::DiskSpace;
 use super::once::TakeOnce;
+use super::ops::SearchWrites;
 use super::sql::{self, Backend, close_pool};
 use super::writer::{Job, PendingAppend, enqueue};
 use super::{CommitSink, OpenError, Page, ReadBound, SessionHandle};
@@ -64,6 +65,7 @@ pub(super) struct Sqlite {
 pub(super) async fn open(
     url: &str,
     sink: Arc<dyn CommitSink>,
+    search: bool,
 ) -> Result<(AnyPool, Sqlite), OpenError> {
     let pool = connections::pool(url).await?;
     MIGRATOR.run(&pool).await?;
@@ -72,10 +74,24 @@ pub(super) async fn open(
         None
     } else {
         let path = connections::file_path(url)?;
-        Some(Arc::new(Engine::start(&path, &space)?))
+        Some(Arc::new(Engine::start(&path, &space, search)?))
+    };
+    // A file database's search index is written by the indexer thread,
+    // from the ranges writes log; in memory, by the writes themselves.
+    let writes = match (search, &engine) {
+        (false, _) => SearchWrites::Off,
+        (true, Some(_)) => SearchWrites::Logged,
+        (true, None) => SearchWrites::Inline,
     };
     let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
-    let writer = tokio::spawn(writer::run(pool.clone(), jobs, sink, engine.clone(), space));
+    let writer = tokio::spawn(writer::run(
+        pool.clone(),
+        jobs,
+        sink,
+        engine.clone(),
+        space,
+        writes,
+    ));
     let sqlite = Sqlite {
         queue,
         writer: TakeOnce::new(writer),
@@ -149,15 +165,16 @@ impl Backend for Sqlite {
 
     fn search_ready<'a>(&'a self, pool: &'a AnyPool) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let Some(engine) = &self.engine else {
-                // In memory, writes index their own words.
+            let Some(indexer) = self.engine.as_ref().and_then(|engine| engine.indexer()) else {
+                // In memory, writes index their own words; switched off,
+                // there is nothing to wait for.
                 return Ok(());
             };
             // Every write acknowledged so far is indexed before the query.
             let logged: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM search_log")
                 .fetch_one(pool)
                 .await?;
-            engine.indexer().caught_up(logged).await
+            indexer.caught_up(logged).await
         })
     }
 

@@ -120,6 +120,19 @@ pub(super) fn prepare(path: &Path) -> Result<(), OpenError> {
     }
 }
 
+/// Search switched off (`--search off`), on `conn`, a connection with the
+/// search file attached: the index is marked unbuilt, then dropped (its
+/// pages zeroed, as every delete is), and the log emptied. Switched on
+/// again, the indexer finds no applied id and builds the index from the
+/// messages as they then are.
+pub(super) fn switch_off(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "DELETE FROM search.search_applied; \
+         DROP TABLE IF EXISTS search.message_search; \
+         DELETE FROM main.search_log",
+    )
+}
+
 /// Whether the search file already holds its tables.
 fn tables_exist(conn: &Connection) -> rusqlite::Result<bool> {
     conn.query_row(

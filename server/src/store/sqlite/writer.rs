@@ -64,15 +64,9 @@ pub(super) async fn run(
     sink: Arc<dyn CommitSink>,
     engine: Option<Arc<Engine>>,
     space: Arc<DiskSpace>,
+    search: SearchWrites,
 ) {
     let keep_connection = engine.is_some();
-    // A file database's search index is written by the indexer thread,
-    // from the ranges writes log; in memory, by the writes themselves.
-    let search = if engine.is_some() {
-        SearchWrites::Logged
-    } else {
-        SearchWrites::Inline
-    };
     let mut kept: Option<PoolConnection<Any>> = None;
     while let Some((batch, stopping)) = next_batch(&mut queue, MAX_BATCH).await {
         if stopping {
@@ -86,8 +80,8 @@ pub(super) async fn run(
             batch = append_through_engine(engine.appends(), &sink, &space, batch).await;
         }
         if batch.is_empty() {
-            if let Some(engine) = &engine {
-                engine.indexer().wake();
+            if let Some(indexer) = engine.as_ref().and_then(|engine| engine.indexer()) {
+                indexer.wake();
             }
             continue;
         }
@@ -113,8 +107,8 @@ pub(super) async fn run(
                 let _ = conn.detach().close().await;
             }
         }
-        if let Some(engine) = &engine {
-            engine.indexer().wake();
+        if let Some(indexer) = engine.as_ref().and_then(|engine| engine.indexer()) {
+            indexer.wake();
         }
     }
     tracing::debug!("sqlite writer stopped");

@@ -347,6 +347,9 @@ class SessionStoreServicer:
 
     def SearchMessages(self, request, context):
         """Full-text search over the current messages of the caller's sessions.
+        FAILED_PRECONDITION (reason SEARCH_DISABLED) on a server run with
+        --search off; UNAVAILABLE (SEARCH_INDEX_BEHIND) while the index is
+        still being built.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
