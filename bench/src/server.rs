@@ -153,6 +153,8 @@ fn replace_database(url: &str, name: &str) -> String {
 pub struct Server {
     child: Child,
     pub port: u16,
+    /// Started with `--search off`.
+    pub search_off: bool,
 }
 
 impl Server {
@@ -198,7 +200,12 @@ impl Server {
         .context("sessionstore did not start within 60 s")??;
         // Keep draining its log so it never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Ok(Server { child, port })
+        let search_off = extra.windows(2).any(|pair| pair == ["--search", "off"]);
+        Ok(Server {
+            child,
+            port,
+            search_off,
+        })
     }
 
     pub fn endpoint(&self) -> String {
