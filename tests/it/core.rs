@@ -151,6 +151,7 @@ fn rich_message() -> pb::Message {
         content_blocks: vec![
             block(Block::Text(pb::TextBlock {
                 text: "a\u{0}b".into(),
+                signature: String::new(),
             })),
             block(Block::Thinking(pb::ThinkingBlock {
                 thinking: "let me think\u{0}".into(),
@@ -168,6 +169,7 @@ fn rich_message() -> pb::Message {
                 id: "toolu_1".into(),
                 name: "search".into(),
                 input: "{\"q\": \"x\", broken".into(),
+                signature: String::new(),
             })),
             block(Block::ToolResult(pb::ToolResultBlock {
                 tool_use_id: "toolu_1".into(),
@@ -183,6 +185,7 @@ fn rich_message() -> pb::Message {
             id: "call_1".into(),
             name: "get_weather".into(),
             arguments: "{\"city\": \"Par".into(),
+            signature: String::new(),
         }],
         tool_call_id: "x".into(),
         tool_error: true,
@@ -927,11 +930,13 @@ async fn max_messages_never_orphans_a_tool_result(backend: Backend) {
                 id: "c1".into(),
                 name: "f".into(),
                 arguments: "{}".into(),
+                signature: String::new(),
             },
             pb::ToolCall {
                 id: "c2".into(),
                 name: "g".into(),
                 arguments: "{}".into(),
+                signature: String::new(),
             },
         ],
         ..assistant("")

@@ -67,6 +67,7 @@ async fn fill(client: &mut Client, id: &str, owner: &str, mark: &str) {
                         id: "call_1".into(),
                         name: "lookup".into(),
                         arguments: format!(r#"{{"q":"{mark}"}}"#),
+                        signature: String::new(),
                     }],
                     ..Default::default()
                 },

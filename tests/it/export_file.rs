@@ -126,6 +126,7 @@ async fn build_everything(client: &mut SessionStoreClient<Channel>, id: &str) {
     question.content_blocks = vec![
         block(Block::Text(pb::TextBlock {
             text: "see the picture".into(),
+            signature: String::new(),
         })),
         block(Block::Image(pb::ImageBlock {
             media_type: "image/png".into(),
@@ -146,17 +147,20 @@ async fn build_everything(client: &mut SessionStoreClient<Channel>, id: &str) {
         })),
         block(Block::Text(pb::TextBlock {
             text: "Looking it up.".into(),
+            signature: String::new(),
         })),
         block(Block::ToolUse(pb::ToolUseBlock {
             id: "toolu_1".into(),
             name: "search".into(),
             input: "{\"q\": \"weather\"}".into(),
+            signature: String::new(),
         })),
     ];
     answer.tool_calls = vec![pb::ToolCall {
         id: "call_a".into(),
         name: "lookup".into(),
         arguments: "{\"city\": \"Par".into(),
+        signature: String::new(),
     }];
     append(
         client,
@@ -240,6 +244,7 @@ async fn build_everything(client: &mut SessionStoreClient<Channel>, id: &str) {
         id: "call_s".into(),
         name: "login".into(),
         arguments: "{\"token\": \"s3cr3t\"}".into(),
+        signature: String::new(),
     }];
     secret.metadata = BTreeMap::from([("private".into(), "yes".into())]);
     let last = append(

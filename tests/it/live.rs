@@ -44,6 +44,7 @@ fn block_delta(id: &str, run: &str, index: i64, text: &str) -> pb::PublishDeltaR
     let block = pb::ContentBlock {
         block: Some(pb::content_block::Block::Text(pb::TextBlock {
             text: text.to_owned(),
+            signature: String::new(),
         })),
     };
     pb::PublishDeltaRequest {

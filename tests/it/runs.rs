@@ -101,6 +101,7 @@ fn text_block(text: &str) -> pb::ContentBlock {
     pb::ContentBlock {
         block: Some(pb::content_block::Block::Text(pb::TextBlock {
             text: text.to_owned(),
+            signature: String::new(),
         })),
     }
 }

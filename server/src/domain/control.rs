@@ -441,6 +441,7 @@ pub fn redacted(message: &Message) -> Message {
             id: call.id.clone(),
             name: call.name.clone(),
             arguments: "{}".to_owned(),
+            signature: String::new(),
         })
         .collect();
     marker
@@ -454,7 +455,7 @@ pub fn search_text(message: &Message) -> String {
     let mut parts: Vec<&str> = vec![&message.content];
     for block in &message.content_blocks {
         match block {
-            ContentBlock::Text { text } => parts.push(text),
+            ContentBlock::Text { text, .. } => parts.push(text),
             ContentBlock::ToolUse { name, input, .. } => parts.extend([name.as_str(), input]),
             ContentBlock::ToolResult { content, .. } => parts.push(content),
             _ => {}

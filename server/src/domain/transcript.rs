@@ -95,7 +95,9 @@ pub fn openai_messages(message: &Message, redacted: bool) -> Vec<Value> {
         .iter()
         .map(|c| (&c.id, &c.name, &c.arguments))
         .chain(message.content_blocks.iter().filter_map(|b| match b {
-            ContentBlock::ToolUse { id, name, input } => Some((id, name, input)),
+            ContentBlock::ToolUse {
+                id, name, input, ..
+            } => Some((id, name, input)),
             _ => None,
         }))
         .map(|(id, name, arguments)| {
@@ -183,7 +185,7 @@ fn role_title(role: Role) -> &'static str {
 
 fn markdown_block(block: &ContentBlock) -> String {
     match block {
-        ContentBlock::Text { text } => text.clone(),
+        ContentBlock::Text { text, .. } => text.clone(),
         ContentBlock::Thinking { thinking, .. } => {
             format!("<details><summary>Thinking</summary>\n\n{thinking}\n\n</details>")
         }
@@ -194,7 +196,9 @@ fn markdown_block(block: &ContentBlock) -> String {
         ContentBlock::Image {
             media_type, data, ..
         } => format!("_[image: {media_type}, {} bytes]_", data.len()),
-        ContentBlock::ToolUse { id, name, input } => markdown_tool_call(name, id, input),
+        ContentBlock::ToolUse {
+            id, name, input, ..
+        } => markdown_tool_call(name, id, input),
         ContentBlock::ToolResult {
             tool_use_id,
             content,
@@ -228,7 +232,7 @@ fn fenced(info: &str, body: &str) -> String {
 /// A text or image block as a content part; other blocks have none.
 fn part(block: &ContentBlock) -> Option<Value> {
     match block {
-        ContentBlock::Text { text } => Some(text_part(text)),
+        ContentBlock::Text { text, .. } => Some(text_part(text)),
         ContentBlock::Image {
             media_type,
             url,
@@ -321,6 +325,7 @@ mod tests {
             id,
             name,
             arguments,
+            signature: String::new(),
         }
     }
 
@@ -408,6 +413,7 @@ mod tests {
         };
         let text = ContentBlock::Text {
             text: "Answer.".into(),
+            signature: String::new(),
         };
         let m = message(Role::Assistant, "", vec![thinking("hmm"), redacted, text]);
         let md = markdown_message(&m, false);
@@ -485,6 +491,7 @@ mod tests {
             id: "u1".into(),
             name: "b".into(),
             input: "[1, 2".into(),
+            signature: String::new(),
         };
         let mut m = message(Role::Assistant, "", vec![tool_use]);
         m.tool_calls.push(call("c1", "a", "{\"x\": tru"));

@@ -118,6 +118,9 @@ impl Message {
 pub enum ContentBlock {
     Text {
         text: String,
+        /// A provider signature bound to the part (reasoning).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        signature: String,
     },
     Thinking {
         thinking: String,
@@ -136,6 +139,9 @@ pub enum ContentBlock {
         id: String,
         name: String,
         input: String,
+        /// A provider signature bound to the part (reasoning).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        signature: String,
     },
     ToolResult {
         tool_use_id: String,
@@ -155,6 +161,9 @@ pub struct ToolCall {
     pub id: String,
     pub name: String,
     pub arguments: String,
+    /// A provider signature bound to the call (reasoning).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub signature: String,
 }
 
 /// A session's own fields.

@@ -102,7 +102,10 @@ fn block_from_pb(block: pb::ContentBlock, field: &str) -> Result<ContentBlock> {
                 "is empty: set one of text, thinking, redacted_thinking, image, tool_use, tool_result, json",
             ));
         }
-        Some(Block::Text(b)) => ContentBlock::Text { text: b.text },
+        Some(Block::Text(b)) => ContentBlock::Text {
+            text: b.text,
+            signature: b.signature,
+        },
         Some(Block::Thinking(b)) => ContentBlock::Thinking {
             thinking: b.thinking,
             signature: b.signature,
@@ -117,6 +120,7 @@ fn block_from_pb(block: pb::ContentBlock, field: &str) -> Result<ContentBlock> {
             id: b.id,
             name: b.name,
             input: b.input,
+            signature: b.signature,
         },
         Some(Block::ToolResult(b)) => ContentBlock::ToolResult {
             tool_use_id: b.tool_use_id,
@@ -132,7 +136,7 @@ fn block_from_pb(block: pb::ContentBlock, field: &str) -> Result<ContentBlock> {
 
 fn block_to_pb(block: ContentBlock) -> pb::ContentBlock {
     let block = match block {
-        ContentBlock::Text { text } => Block::Text(pb::TextBlock { text }),
+        ContentBlock::Text { text, signature } => Block::Text(pb::TextBlock { text, signature }),
         ContentBlock::Thinking {
             thinking,
             signature,
@@ -152,9 +156,17 @@ fn block_to_pb(block: ContentBlock) -> pb::ContentBlock {
             url,
             data,
         }),
-        ContentBlock::ToolUse { id, name, input } => {
-            Block::ToolUse(pb::ToolUseBlock { id, name, input })
-        }
+        ContentBlock::ToolUse {
+            id,
+            name,
+            input,
+            signature,
+        } => Block::ToolUse(pb::ToolUseBlock {
+            id,
+            name,
+            input,
+            signature,
+        }),
         ContentBlock::ToolResult {
             tool_use_id,
             content,
@@ -189,6 +201,7 @@ pub fn message_from_pb(message: pb::Message, field: &str) -> Result<Message> {
                 id: c.id,
                 name: c.name,
                 arguments: c.arguments,
+                signature: c.signature,
             })
             .collect(),
         tool_call_id: message.tool_call_id,
@@ -224,6 +237,7 @@ pub fn message_to_pb(message: Message) -> pb::Message {
                 id: c.id,
                 name: c.name,
                 arguments: c.arguments,
+                signature: c.signature,
             })
             .collect(),
         tool_call_id: message.tool_call_id,

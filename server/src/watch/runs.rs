@@ -297,7 +297,10 @@ mod tests {
     }
 
     fn block(index: i64) -> Arc<Ephemeral> {
-        let block = ContentBlock::Text { text: "b".into() };
+        let block = ContentBlock::Text {
+            text: "b".into(),
+            signature: String::new(),
+        };
         delta(index, DeltaContent::Block(block))
     }
 

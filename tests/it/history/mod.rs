@@ -339,6 +339,7 @@ fn tool_call(id: &str, name: &str, arguments: &str) -> pb::ToolCall {
         id: id.into(),
         name: name.into(),
         arguments: arguments.into(),
+        signature: String::new(),
     }
 }
 
@@ -360,7 +361,10 @@ fn thinking(thought: &str) -> pb::ContentBlock {
 
 fn text_block(text: &str) -> pb::ContentBlock {
     pb::ContentBlock {
-        block: Some(Block::Text(pb::TextBlock { text: text.into() })),
+        block: Some(Block::Text(pb::TextBlock {
+            text: text.into(),
+            signature: String::new(),
+        })),
     }
 }
 

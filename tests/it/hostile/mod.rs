@@ -223,7 +223,8 @@ fn metadata() -> impl Strategy<Value = BTreeMap<String, String>> {
 /// A content block of any kind.
 fn block() -> impl Strategy<Value = pb::ContentBlock> {
     prop_oneof![
-        text().prop_map(|text| Block::Text(pb::TextBlock { text })),
+        (text(), text())
+            .prop_map(|(text, signature)| Block::Text(pb::TextBlock { text, signature })),
         (text(), text()).prop_map(|(thinking, signature)| Block::Thinking(pb::ThinkingBlock {
             thinking,
             signature,
@@ -236,8 +237,14 @@ fn block() -> impl Strategy<Value = pb::ContentBlock> {
                 data,
             })
         }),
-        (text(), text(), json_text())
-            .prop_map(|(id, name, input)| Block::ToolUse(pb::ToolUseBlock { id, name, input })),
+        (text(), text(), json_text(), text()).prop_map(|(id, name, input, signature)| {
+            Block::ToolUse(pb::ToolUseBlock {
+                id,
+                name,
+                input,
+                signature,
+            })
+        }),
         (text(), text(), any::<bool>()).prop_map(|(tool_use_id, content, is_error)| {
             Block::ToolResult(pb::ToolResultBlock {
                 tool_use_id,
@@ -252,10 +259,13 @@ fn block() -> impl Strategy<Value = pb::ContentBlock> {
 }
 
 fn tool_call() -> impl Strategy<Value = pb::ToolCall> {
-    (text(), text(), json_text()).prop_map(|(id, name, arguments)| pb::ToolCall {
-        id,
-        name,
-        arguments,
+    (text(), text(), json_text(), text()).prop_map(|(id, name, arguments, signature)| {
+        pb::ToolCall {
+            id,
+            name,
+            arguments,
+            signature,
+        }
     })
 }
 

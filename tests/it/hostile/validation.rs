@@ -1114,6 +1114,7 @@ async fn validation_case(mut client: Client, requests: Vec<Req>) -> Result<(), T
         id: "t1".into(),
         name: "f".into(),
         arguments: "{".into(),
+        signature: String::new(),
     });
     rpc(
         "CreateSession",

@@ -142,6 +142,7 @@ async fn a_redaction_erases_the_text_here_and_in_the_log(backend: Backend) {
             id: "call_1".into(),
             name: "charge".into(),
             arguments: r#"{"card": "4242"}"#.into(),
+            signature: String::new(),
         }],
         ..Message::text(Role::Assistant, "charging 4242")
     }];
@@ -182,6 +183,7 @@ async fn a_redaction_erases_the_text_here_and_in_the_log(backend: Backend) {
                     id: "call_1".into(),
                     name: "charge".into(),
                     arguments: "{}".into(),
+                    signature: String::new(),
                 }],
                 ..Message::text(Role::Assistant, "")
             },

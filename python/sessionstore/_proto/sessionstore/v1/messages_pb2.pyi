@@ -83,10 +83,12 @@ class ContentBlock(_message.Message):
     def __init__(self, text: _Optional[_Union[TextBlock, _Mapping]] = ..., thinking: _Optional[_Union[ThinkingBlock, _Mapping]] = ..., redacted_thinking: _Optional[_Union[RedactedThinkingBlock, _Mapping]] = ..., image: _Optional[_Union[ImageBlock, _Mapping]] = ..., tool_use: _Optional[_Union[ToolUseBlock, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResultBlock, _Mapping]] = ..., json: _Optional[_Union[JsonBlock, _Mapping]] = ...) -> None: ...
 
 class TextBlock(_message.Message):
-    __slots__ = ("text",)
+    __slots__ = ("text", "signature")
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     text: str
-    def __init__(self, text: _Optional[str] = ...) -> None: ...
+    signature: str
+    def __init__(self, text: _Optional[str] = ..., signature: _Optional[str] = ...) -> None: ...
 
 class ThinkingBlock(_message.Message):
     __slots__ = ("thinking", "signature")
@@ -113,14 +115,16 @@ class ImageBlock(_message.Message):
     def __init__(self, media_type: _Optional[str] = ..., url: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class ToolUseBlock(_message.Message):
-    __slots__ = ("id", "name", "input")
+    __slots__ = ("id", "name", "input", "signature")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     input: str
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., input: _Optional[str] = ...) -> None: ...
+    signature: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., input: _Optional[str] = ..., signature: _Optional[str] = ...) -> None: ...
 
 class ToolResultBlock(_message.Message):
     __slots__ = ("tool_use_id", "content", "is_error")
@@ -141,14 +145,16 @@ class JsonBlock(_message.Message):
     def __init__(self, type: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
 
 class ToolCall(_message.Message):
-    __slots__ = ("id", "name", "arguments")
+    __slots__ = ("id", "name", "arguments", "signature")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     arguments: str
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
+    signature: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ..., signature: _Optional[str] = ...) -> None: ...
 
 class Session(_message.Message):
     __slots__ = ("id", "title", "system_prompt", "user", "metadata", "summary_message_id", "revision", "create_time", "update_time", "parent_session_id", "parent_sequence", "active_run_id", "run_expire_time", "next_sequence", "expire_time")
