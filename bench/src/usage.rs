@@ -317,7 +317,7 @@ pub async fn migrate(binary: &std::path::Path, db: &Database) -> anyhow::Result<
 /// the order of their times (as a server records them). Answers what was
 /// written.
 pub async fn fill(db: &Database, shape: &Shape) -> anyhow::Result<Written> {
-    let mut rng = Rng(0x5EED_0F_05A6E);
+    let mut rng = Rng(0x05EE_D0F0_5A6E);
     let span = shape.days * DAY_MICROS;
     let first = FIRST_DAY * DAY_MICROS;
     let mut sessions = Vec::with_capacity(shape.sessions);
@@ -337,12 +337,12 @@ pub async fn fill(db: &Database, shape: &Shape) -> anyhow::Result<Written> {
                 below += MODELS[model].2;
             }
             let prompt = rng.between(200, 20_000);
-            let cached = if rng.next() % 2 == 0 {
+            let cached = if rng.next().is_multiple_of(2) {
                 rng.between(0, prompt / 2)
             } else {
                 0
             };
-            let creation = if rng.next() % 8 == 0 {
+            let creation = if rng.next().is_multiple_of(8) {
                 rng.between(0, (prompt - cached) / 2)
             } else {
                 0
