@@ -19,6 +19,7 @@ mod reads;
 mod report;
 mod server;
 mod stats;
+mod usage;
 mod watch;
 mod workload;
 
@@ -87,6 +88,7 @@ enum Bench {
     Peers,
     Agents,
     Live,
+    Usage,
 }
 
 /// Sizes and durations of one run.
@@ -120,6 +122,11 @@ struct Plan {
     live_samples: usize,
     /// CancelRun trials across two replicas (PostgreSQL).
     cancel_trials: usize,
+    /// The provider calls SummarizeUsage sums, and how many calls of it
+    /// are timed for one user's month and for the whole tenant's.
+    usage: usage::Shape,
+    usage_user_samples: usize,
+    usage_tenant_samples: usize,
     benches: Vec<Bench>,
 }
 
@@ -193,6 +200,23 @@ impl Plan {
             deep_before: if quick { 5_000 } else { 500_000 },
             live_samples: if quick { 20 } else { 500 },
             cancel_trials: if quick { 5 } else { 50 },
+            usage: if quick {
+                usage::Shape {
+                    users: 50,
+                    sessions: 1_000,
+                    calls_per_session: 10,
+                    days: 90,
+                }
+            } else {
+                usage::Shape {
+                    users: 1_000,
+                    sessions: 100_000,
+                    calls_per_session: 10,
+                    days: 90,
+                }
+            },
+            usage_user_samples: if quick { 20 } else { 200 },
+            usage_tenant_samples: if quick { 5 } else { 20 },
             benches,
         }
     }
@@ -292,6 +316,12 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         if plan.runs(Bench::Live) {
             let db = fresh_database(backend, postgres, "live").await?;
             let outcome = live_benchmarks(&plan, &binary, &db, &mut report).await;
+            db.remove().await?;
+            outcome?;
+        }
+        if plan.runs(Bench::Usage) {
+            let db = fresh_database(backend, postgres, "usage").await?;
+            let outcome = usage_benchmarks(&plan, &binary, &db, &mut report).await;
             db.remove().await?;
             outcome?;
         }
@@ -892,6 +922,90 @@ async fn live_benchmarks(
         figure = figure.target("p99 < 100 ms", latency.p99_ms < 100.0);
     }
     report.push(figure);
+    Ok(())
+}
+
+/// What a billing page asks: SummarizeUsage over a tenant of 1,000,000
+/// provider calls written straight into the database, for one user's month
+/// and for the whole tenant's.
+async fn usage_benchmarks(
+    plan: &Plan,
+    binary: &Path,
+    db: &Database,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let backend = db.backend();
+    let shape = plan.usage;
+    eprintln!(
+        "== usage on {backend}: filling {} provider calls over {} sessions of {} users, {} days",
+        shape.calls(),
+        shape.sessions,
+        shape.users,
+        shape.days
+    );
+    usage::migrate(binary, db).await?;
+    let filling = Instant::now();
+    let written = usage::fill(db, &shape).await?;
+    db.analyze().await?;
+    eprintln!(
+        "   filled in {:.1} s; {} of the calls fall in the month measured",
+        filling.elapsed().as_secs_f64(),
+        written.month_calls
+    );
+    let server = Server::start(binary, &db.url(), &[]).await?;
+    let case_of = |query: usage::Query| {
+        let of = if query == usage::Query::TenantByModel {
+            format!("{} calls", written.month_calls)
+        } else {
+            format!("about {} calls", written.month_calls / shape.users as i64)
+        };
+        format!(
+            "{} provider calls, {} users; {} (January 2026, {of})",
+            written.calls,
+            shape.users,
+            query.label()
+        )
+    };
+    for (query, samples, target_ms) in [
+        (usage::Query::UserByDay, plan.usage_user_samples, 50.0),
+        (usage::Query::UserByModel, plan.usage_user_samples, 50.0),
+        (
+            usage::Query::TenantByModel,
+            plan.usage_tenant_samples,
+            1000.0,
+        ),
+    ] {
+        let outcome = usage::summaries(&server, &written, &shape, query, samples).await;
+        let mut took = match outcome {
+            Ok(took) => took,
+            Err(error) => {
+                server.stop().await;
+                return Err(error);
+            }
+        };
+        let ms: Vec<f64> = took.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        let latency = Latency::of(&mut took);
+        let mut figure = Figure::new(
+            "usage",
+            backend,
+            "sessionstore SummarizeUsage (Client::summarize_usage)",
+            &case_of(query),
+            "ms",
+            Spread::of(&ms),
+        )
+        .latency(latency);
+        // The targets are for 1,000,000 calls, not the smoke run's.
+        if written.calls >= 1_000_000 {
+            let target = if target_ms >= 1000.0 {
+                "p99 < 1 s".to_owned()
+            } else {
+                format!("p99 < {target_ms:.0} ms")
+            };
+            figure = figure.target(&target, latency.p99_ms < target_ms);
+        }
+        report.push(figure);
+    }
+    server.stop().await;
     Ok(())
 }
 

@@ -8,8 +8,8 @@ use crate::stats::{Latency, Spread};
 #[derive(Clone, Debug, Serialize)]
 pub struct Figure {
     /// `append`, `append server CPU`, `export`, `replay`, `list`, `watch`,
-    /// `memory`, `newest page`, `cancel run`, `peer append`, `peer read`,
-    /// `agents`.
+    /// `memory`, `newest page`, `cancel run`, `usage`, `peer append`,
+    /// `peer read`, `agents`.
     pub benchmark: String,
     /// `sqlite` or `postgres`.
     pub backend: String,

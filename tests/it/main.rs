@@ -23,6 +23,7 @@ mod hostile;
 mod large;
 mod lifecycle;
 mod live;
+mod migrations;
 mod newcomer;
 mod ops;
 mod python;
