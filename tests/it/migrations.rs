@@ -616,6 +616,7 @@ fn alpha_messages() -> Vec<pb::StoredMessage> {
                     id: "call_1".into(),
                     name: "search_flights".into(),
                     arguments: r#"{"to":"OSL"}"#.into(),
+                    signature: String::new(),
                 }],
                 ..Default::default()
             },
@@ -652,6 +653,7 @@ fn alpha_messages() -> Vec<pb::StoredMessage> {
                     pb::ContentBlock {
                         block: Some(Block::Text(pb::TextBlock {
                             text: "SK123 leaves at 9:05.".into(),
+                            signature: String::new(),
                         })),
                     },
                 ],
@@ -1202,6 +1204,7 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
                     id: "call_1".into(),
                     name: "search_flights".into(),
                     arguments: r#"{"to":"OSL"}"#.into(),
+                    signature: String::new(),
                 }],
                 ..Default::default()
             }],
