@@ -249,6 +249,7 @@ pub(super) async fn export(
         .export_transcript(pb::ExportTranscriptRequest {
             session_id: id.to_owned(),
             format: transcript.into(),
+            target: None,
         })
         .await
         .map_err(sessionstore_client::Error::from)?

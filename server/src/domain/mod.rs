@@ -1,5 +1,6 @@
 //! The domain: types, rules and errors of sessionstore. No protobuf, no SQL.
 
+pub mod bodies;
 pub mod control;
 pub mod erase;
 mod error;
@@ -9,6 +10,7 @@ pub mod ids;
 pub mod paging;
 pub mod search;
 pub mod session;
+pub mod target;
 pub mod transcript;
 mod types;
 pub mod usage;

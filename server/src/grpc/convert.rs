@@ -4,6 +4,7 @@
 use sessionstore_client::v1 as pb;
 use sessionstore_client::v1::content_block::Block;
 
+use crate::domain::target::{ExportTarget, ReasoningPolicy};
 use crate::domain::{
     AppendedExchange, Change, ContentBlock, DeltaContent, Ephemeral, EphemeralKind, Error, Message,
     ProviderCall, Result, Role, SearchHit, Session, SessionEvent, SessionSummary, StateChange,
@@ -537,4 +538,26 @@ pub fn search_hit_to_pb(hit: SearchHit) -> pb::SearchHit {
         session_title: hit.session_title,
         role: role_to_pb(hit.role).into(),
     }
+}
+
+/// An export's target, checked (`target.provider` is required); `None`
+/// when the request has none.
+pub fn target_from_pb(target: Option<pb::ExportTarget>) -> Result<Option<ExportTarget>> {
+    let Some(target) = target else {
+        return Ok(None);
+    };
+    let reasoning = match pb::ReasoningPolicy::try_from(target.reasoning) {
+        Ok(pb::ReasoningPolicy::Unspecified | pb::ReasoningPolicy::SameModel) => {
+            ReasoningPolicy::SameModel
+        }
+        Ok(pb::ReasoningPolicy::SameProvider) => ReasoningPolicy::SameProvider,
+        Ok(pb::ReasoningPolicy::None) => ReasoningPolicy::None,
+        Err(_) => {
+            return Err(Error::invalid(
+                "target.reasoning",
+                "is not a ReasoningPolicy value",
+            ));
+        }
+    };
+    ExportTarget::new("target", target.provider, target.model, reasoning).map(Some)
 }

@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
 use crate::admission::WatchPermits;
+use crate::domain::bodies::Body;
 use crate::domain::control::{
     self, check_expected_version, check_shared_scope, check_state_entry, check_state_key,
     require_run_id, validate_delta,
@@ -23,6 +24,7 @@ use crate::domain::erase::Erasure;
 use crate::domain::filter::SessionFilter;
 use crate::domain::paging::{decode_token, encode_token, page_size, token_int};
 use crate::domain::session::require_session_id;
+use crate::domain::target::ExportTarget;
 use crate::domain::usage::{UsageGroup, UsageQuery};
 use crate::domain::{
     ControlOp, Ephemeral, EphemeralKind, Error, Fork, Message, NewExchange, NewSession, Result,
@@ -35,6 +37,7 @@ use crate::watch::{self, Hub, WatchItem, WatchOptions, WatchRequest};
 
 mod encoded_watch;
 mod limits;
+mod targeted;
 mod transcript;
 
 pub mod convert;
@@ -51,6 +54,9 @@ use crate::auth::tenant_of;
 pub const EXPORT_CHUNK_BYTES: usize = 1024 * 1024;
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The messages an export sends, as the store (or a target's rules) gives them.
+type Messages = Pin<Box<dyn Stream<Item = Result<StoredMessage>> + Send + 'static>>;
 
 /// The `SessionStore` service over a store.
 pub struct SessionStoreService<S> {
@@ -498,13 +504,21 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         streaming("ExportHistory", &req.session_id.clone(), async {
             require_session_id("session_id", &req.session_id)?;
+            let target = convert::target_from_pb(req.target)?;
             let session = self.store.resolve(&tenant, &req.session_id).await?;
+            // With a target, max_messages windows what the target's rules
+            // leave, so the range starts where the request allows.
+            let window = if target.is_some() {
+                0
+            } else {
+                req.max_messages
+            };
             let start = ExportStart::compute(
                 &self.store,
                 &session,
                 req.from_summary,
                 req.after_sequence,
-                req.max_messages,
+                window,
             )
             .await?;
             let prompt = (req.include_system_prompt
@@ -512,13 +526,24 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 && !session.system_prompt.is_empty())
             .then(|| Message::text(Role::System, session.system_prompt.clone()));
             let share = self.stream_budget.admit()?;
-            Ok(export_stream(
-                self.store.clone(),
-                session,
-                start,
-                prompt,
-                share,
-            ))
+            let messages: Messages = match target {
+                None => Box::pin(plain_messages(
+                    self.store.clone(),
+                    session.clone(),
+                    start.after,
+                    share,
+                )),
+                Some(target) => Box::pin(targeted::targeted(
+                    self.store.clone(),
+                    session.clone(),
+                    start.after,
+                    target,
+                    usize::try_from(req.max_messages).unwrap_or(usize::MAX),
+                    share,
+                    Arc::clone(&self.stream_budget),
+                )),
+            };
+            Ok(export_stream(messages, prompt))
         })
         .await
     }
@@ -842,10 +867,19 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             let format = match pb::TranscriptFormat::try_from(req.format) {
                 Ok(pb::TranscriptFormat::Markdown) => transcript::Format::Markdown,
                 Ok(pb::TranscriptFormat::OpenaiJson) => transcript::Format::OpenAiJson,
+                Ok(pb::TranscriptFormat::AnthropicMessages) => {
+                    transcript::Format::Body(Body::AnthropicMessages)
+                }
+                Ok(pb::TranscriptFormat::OpenaiResponses) => {
+                    transcript::Format::Body(Body::OpenAiResponses)
+                }
+                Ok(pb::TranscriptFormat::GeminiContents) => {
+                    transcript::Format::Body(Body::GeminiContents)
+                }
                 Ok(pb::TranscriptFormat::Unspecified) => {
                     return Err(Error::invalid(
                         "format",
-                        "is required: TRANSCRIPT_FORMAT_MARKDOWN or TRANSCRIPT_FORMAT_OPENAI_JSON",
+                        "is required: a TranscriptFormat such as TRANSCRIPT_FORMAT_MARKDOWN",
                     ));
                 }
                 Err(_) => {
@@ -855,16 +889,30 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                     ));
                 }
             };
+            // A provider body without a target follows its own provider's
+            // rules.
+            let target = match (convert::target_from_pb(req.target)?, format) {
+                (None, transcript::Format::Body(body)) => {
+                    Some(ExportTarget::provider_default(body.provider()))
+                }
+                (target, _) => target,
+            };
             let handle = self.store.resolve(&tenant, &req.session_id).await?;
             let session = self.store.get_session(&tenant, &req.session_id).await?;
             let share = self.stream_budget.admit()?;
-            Ok(transcript::stream(
-                self.store.clone(),
-                handle,
-                session,
-                format,
-                share,
-            ))
+            let messages: Messages = match target {
+                None => Box::pin(plain_messages(self.store.clone(), handle, -1, share)),
+                Some(target) => Box::pin(targeted::targeted(
+                    self.store.clone(),
+                    handle,
+                    -1,
+                    target,
+                    0,
+                    share,
+                    Arc::clone(&self.stream_budget),
+                )),
+            };
+            Ok(transcript::stream(messages, session, format))
         })
         .await
     }
@@ -1196,17 +1244,32 @@ pub(crate) fn sequence_of(stored: &StoredMessage) -> i64 {
     stored.sequence
 }
 
-/// Streams messages after `start`, up to the session's length when the
-/// export began, packed into chunks of at most [`EXPORT_CHUNK_BYTES`].
-fn export_stream<S: Store>(
+/// The stored messages after `after`, up to the session's length when the
+/// export began, read ahead within the stream's byte bounds
+/// (`read_ahead`). A stream dropped midway leaves at most its reads in
+/// flight to finish.
+fn plain_messages<S: Store>(
     store: S,
     session: crate::store::SessionHandle,
-    start: ExportStart,
-    prompt: Option<Message>,
+    after: i64,
     share: Share,
-) -> impl Stream<Item = Result<pb::ExportHistoryResponse>> + Send + 'static {
+) -> impl Stream<Item = Result<StoredMessage>> + Send + 'static {
     async_stream::try_stream! {
         let end = session.next_sequence;
+        let mut messages = ReadAhead::ranges(message_pages(store, session), sequence_of, share, after, end);
+        while let Some(stored) = messages.next().await? {
+            yield stored;
+        }
+    }
+}
+
+/// Streams `messages` (after `prompt`, if any), packed into chunks of at
+/// most [`EXPORT_CHUNK_BYTES`].
+fn export_stream(
+    mut messages: Messages,
+    prompt: Option<Message>,
+) -> impl Stream<Item = Result<pb::ExportHistoryResponse>> + Send + 'static {
+    async_stream::try_stream! {
         let mut chunk = pb::ExportHistoryResponse::default();
         let mut chunk_bytes = 0;
         if let Some(prompt) = prompt {
@@ -1214,12 +1277,8 @@ fn export_stream<S: Store>(
             chunk_bytes += message.encoded_len() + 8;
             chunk.messages.push(message);
         }
-        // Read ahead while earlier messages are converted and sent, within
-        // the stream's byte bounds (`read_ahead`). A stream dropped midway
-        // leaves at most its reads in flight to finish.
-        let mut messages = ReadAhead::ranges(message_pages(store, session), sequence_of, share, start.after, end);
-        while let Some(stored) = messages.next().await? {
-            let message = convert::message_to_pb(stored.message);
+        while let Some(stored) = messages.next().await {
+            let message = convert::message_to_pb(stored?.message);
             let size = message.encoded_len() + 8;
             if !chunk.messages.is_empty() && chunk_bytes + size > EXPORT_CHUNK_BYTES {
                 yield std::mem::take(&mut chunk);

@@ -5,13 +5,14 @@
 use futures_core::Stream;
 use sessionstore_client::v1 as pb;
 
-use super::{message_pages, sequence_of};
+use futures_util::StreamExt as _;
+
+use super::Messages;
+use crate::domain::bodies::{Body, BodyWriter};
 use crate::domain::transcript::{
     markdown_header, markdown_message, openai_messages, openai_system,
 };
 use crate::domain::{Error, Result, Session};
-use crate::read_ahead::{ReadAhead, Share};
-use crate::store::{SessionHandle, Store};
 
 /// Transcript bytes per streamed chunk (a single larger message travels alone).
 const CHUNK_BYTES: usize = 64 * 1024;
@@ -21,6 +22,8 @@ const CHUNK_BYTES: usize = 64 * 1024;
 pub enum Format {
     Markdown,
     OpenAiJson,
+    /// A provider API's request body.
+    Body(Body),
 }
 
 /// Collects rendered text and hands out full chunks.
@@ -46,24 +49,27 @@ fn json(value: &serde_json::Value) -> Result<String> {
     serde_json::to_string(value).map_err(Error::storage)
 }
 
-/// Streams the transcript of the session's messages as they are when the
-/// export starts (up to its current length).
-pub fn stream<S: Store>(
-    store: S,
-    handle: SessionHandle,
+/// Streams the transcript of `messages` (the session's, as the export
+/// reads them: up to its length when it began, and for a target what the
+/// target's rules leave).
+pub fn stream(
+    mut messages: Messages,
     session: Session,
     format: Format,
-    share: Share,
 ) -> impl Stream<Item = Result<pb::ExportTranscriptResponse>> + Send + 'static {
     async_stream::try_stream! {
-        let end = handle.next_sequence;
         let mut out = Chunker::default();
         // JSON objects written so far (for the commas between them).
         let mut written = 0_usize;
-        let opening = match format {
-            Format::Markdown => markdown_header(&session),
-            Format::OpenAiJson if session.system_prompt.is_empty() => "[".to_owned(),
-            Format::OpenAiJson => {
+        let mut body = match format {
+            Format::Body(body) => Some(BodyWriter::new(body, &session.system_prompt)),
+            _ => None,
+        };
+        let opening = match (format, &mut body) {
+            (_, Some(body)) => body.opening()?,
+            (Format::Markdown, _) => markdown_header(&session),
+            (_, None) if session.system_prompt.is_empty() => "[".to_owned(),
+            (_, None) => {
                 written += 1;
                 let prompt = json(&openai_system(&session.system_prompt))?;
                 format!("[\n{prompt}")
@@ -72,12 +78,12 @@ pub fn stream<S: Store>(
         if let Some(chunk) = out.push(&opening) {
             yield chunk;
         }
-        // Read ahead within the stream's byte bounds (`read_ahead`).
-        let mut messages = ReadAhead::ranges(message_pages(store, handle), sequence_of, share, -1, end);
-        while let Some(stored) = messages.next().await? {
-            let text = match format {
-                Format::Markdown => markdown_message(&stored.message, stored.redacted),
-                Format::OpenAiJson => {
+        while let Some(stored) = messages.next().await {
+            let stored = stored?;
+            let text = match (format, &mut body) {
+                (_, Some(body)) => body.message(&stored.message)?,
+                (Format::Markdown, _) => markdown_message(&stored.message, stored.redacted),
+                (_, None) => {
                     let mut text = String::new();
                     for object in openai_messages(&stored.message, stored.redacted) {
                         text.push_str(if written == 0 { "\n" } else { ",\n" });
@@ -91,8 +97,14 @@ pub fn stream<S: Store>(
                 yield chunk;
             }
         }
-        if format == Format::OpenAiJson {
-            out.push("\n]\n");
+        match (format, &mut body) {
+            (_, Some(body)) => {
+                out.push(&body.closing()?);
+            }
+            (Format::OpenAiJson, _) => {
+                out.push("\n]\n");
+            }
+            _ => {}
         }
         if !out.buffer.is_empty() {
             yield out.take();

@@ -281,6 +281,7 @@ async fn transcript_chunks(
         .export_transcript(pb::ExportTranscriptRequest {
             session_id: id.to_owned(),
             format,
+            target: None,
         })
         .await?
         .into_inner();

@@ -171,6 +171,7 @@ pub(super) async fn try_transcript(
         .export_transcript(pb::ExportTranscriptRequest {
             session_id: id.to_owned(),
             format,
+            target: None,
         })
         .await?
         .into_inner();

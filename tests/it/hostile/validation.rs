@@ -831,6 +831,7 @@ async fn send(client: &mut Client, live: &Live, req: &Req) -> Result<(), tonic::
                     from_summary: *from_summary,
                     after_sequence: *after,
                     max_messages: *max,
+                    target: None,
                 },
             )
             .await?;

@@ -395,6 +395,7 @@ async fn snapshot(client: &mut Client, token: &str, id: &str) -> Snapshot {
             pb::ExportTranscriptRequest {
                 session_id: id.to_owned(),
                 format: pb::TranscriptFormat::Markdown.into(),
+                target: None,
             },
             token,
         ))

@@ -27,7 +27,7 @@ async fn another_tenants_session_is_unknown_to_reads_and_exports(backend: Backen
             include_system_prompt: false,
             from_summary: true,
             after_sequence: Some(0),
-            max_messages: 1,
+            max_messages: 1, target: None
         }
     );
     probe!(client, "ListMessages", list_messages, |id| {
@@ -70,7 +70,7 @@ async fn another_tenants_session_is_unknown_to_reads_and_exports(backend: Backen
         export_transcript,
         |id| pb::ExportTranscriptRequest {
             session_id: id.to_owned(),
-            format: pb::TranscriptFormat::Markdown.into(),
+            format: pb::TranscriptFormat::Markdown.into(), target: None
         }
     );
     probe!(
@@ -79,7 +79,7 @@ async fn another_tenants_session_is_unknown_to_reads_and_exports(backend: Backen
         export_transcript,
         |id| pb::ExportTranscriptRequest {
             session_id: id.to_owned(),
-            format: pb::TranscriptFormat::OpenaiJson.into(),
+            format: pb::TranscriptFormat::OpenaiJson.into(), target: None
         }
     );
 

@@ -25,6 +25,16 @@ class TranscriptFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRANSCRIPT_FORMAT_UNSPECIFIED: _ClassVar[TranscriptFormat]
     TRANSCRIPT_FORMAT_MARKDOWN: _ClassVar[TranscriptFormat]
     TRANSCRIPT_FORMAT_OPENAI_JSON: _ClassVar[TranscriptFormat]
+    TRANSCRIPT_FORMAT_ANTHROPIC_MESSAGES: _ClassVar[TranscriptFormat]
+    TRANSCRIPT_FORMAT_OPENAI_RESPONSES: _ClassVar[TranscriptFormat]
+    TRANSCRIPT_FORMAT_GEMINI_CONTENTS: _ClassVar[TranscriptFormat]
+
+class ReasoningPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REASONING_POLICY_UNSPECIFIED: _ClassVar[ReasoningPolicy]
+    REASONING_POLICY_SAME_MODEL: _ClassVar[ReasoningPolicy]
+    REASONING_POLICY_SAME_PROVIDER: _ClassVar[ReasoningPolicy]
+    REASONING_POLICY_NONE: _ClassVar[ReasoningPolicy]
 ROLE_UNSPECIFIED: Role
 ROLE_SYSTEM: Role
 ROLE_USER: Role
@@ -34,6 +44,13 @@ ROLE_DEVELOPER: Role
 TRANSCRIPT_FORMAT_UNSPECIFIED: TranscriptFormat
 TRANSCRIPT_FORMAT_MARKDOWN: TranscriptFormat
 TRANSCRIPT_FORMAT_OPENAI_JSON: TranscriptFormat
+TRANSCRIPT_FORMAT_ANTHROPIC_MESSAGES: TranscriptFormat
+TRANSCRIPT_FORMAT_OPENAI_RESPONSES: TranscriptFormat
+TRANSCRIPT_FORMAT_GEMINI_CONTENTS: TranscriptFormat
+REASONING_POLICY_UNSPECIFIED: ReasoningPolicy
+REASONING_POLICY_SAME_MODEL: ReasoningPolicy
+REASONING_POLICY_SAME_PROVIDER: ReasoningPolicy
+REASONING_POLICY_NONE: ReasoningPolicy
 
 class Message(_message.Message):
     __slots__ = ("role", "content", "content_blocks", "tool_calls", "tool_call_id", "tool_error", "name", "metadata", "incomplete")
@@ -484,3 +501,13 @@ class SearchHit(_message.Message):
     session_title: str
     role: Role
     def __init__(self, session_id: _Optional[str] = ..., sequence: _Optional[int] = ..., message_id: _Optional[str] = ..., snippet: _Optional[str] = ..., session_title: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ...) -> None: ...
+
+class ExportTarget(_message.Message):
+    __slots__ = ("provider", "model", "reasoning")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    model: str
+    reasoning: ReasoningPolicy
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., reasoning: _Optional[_Union[ReasoningPolicy, str]] = ...) -> None: ...

@@ -141,18 +141,20 @@ class AppendExchangeResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[_messages_pb2.StoredMessage, _Mapping]]] = ..., provider_call: _Optional[_Union[_messages_pb2.ProviderCall, _Mapping]] = ..., revision: _Optional[int] = ..., next_sequence: _Optional[int] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ExportHistoryRequest(_message.Message):
-    __slots__ = ("session_id", "include_system_prompt", "from_summary", "after_sequence", "max_messages")
+    __slots__ = ("session_id", "include_system_prompt", "from_summary", "after_sequence", "max_messages", "target")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
     FROM_SUMMARY_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     include_system_prompt: bool
     from_summary: bool
     after_sequence: int
     max_messages: int
-    def __init__(self, session_id: _Optional[str] = ..., include_system_prompt: _Optional[bool] = ..., from_summary: _Optional[bool] = ..., after_sequence: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
+    target: _messages_pb2.ExportTarget
+    def __init__(self, session_id: _Optional[str] = ..., include_system_prompt: _Optional[bool] = ..., from_summary: _Optional[bool] = ..., after_sequence: _Optional[int] = ..., max_messages: _Optional[int] = ..., target: _Optional[_Union[_messages_pb2.ExportTarget, _Mapping]] = ...) -> None: ...
 
 class ExportHistoryResponse(_message.Message):
     __slots__ = ("messages",)
@@ -381,12 +383,14 @@ class ForkSessionRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., at_sequence: _Optional[int] = ..., new_session_id: _Optional[str] = ...) -> None: ...
 
 class ExportTranscriptRequest(_message.Message):
-    __slots__ = ("session_id", "format")
+    __slots__ = ("session_id", "format", "target")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     format: _messages_pb2.TranscriptFormat
-    def __init__(self, session_id: _Optional[str] = ..., format: _Optional[_Union[_messages_pb2.TranscriptFormat, str]] = ...) -> None: ...
+    target: _messages_pb2.ExportTarget
+    def __init__(self, session_id: _Optional[str] = ..., format: _Optional[_Union[_messages_pb2.TranscriptFormat, str]] = ..., target: _Optional[_Union[_messages_pb2.ExportTarget, _Mapping]] = ...) -> None: ...
 
 class ExportTranscriptResponse(_message.Message):
     __slots__ = ("data",)
