@@ -14,6 +14,7 @@ mod core;
 mod crash;
 mod erase;
 mod export_file;
+mod export_target;
 mod faults;
 mod faults_edge;
 mod faults_streams;
