@@ -630,6 +630,22 @@ impl Client {
         Ok(messages)
     }
 
+    /// The session's history as `provider`'s `model` accepts it, to send
+    /// on to that model after a switch: `reasoning` says whose reasoning
+    /// stays (see [`ExportHistory::for_model`]). Storage is not changed.
+    pub async fn export_for(
+        &self,
+        session_id: impl Into<String>,
+        provider: impl Into<String>,
+        model: impl Into<String>,
+        reasoning: v1::ReasoningPolicy,
+    ) -> Result<Vec<v1::Message>> {
+        let request = ExportHistory::new(session_id)
+            .for_model(provider, model)
+            .reasoning(reasoning);
+        self.export_history(request).await
+    }
+
     /// The session's messages as a stream, in bounded memory whatever the
     /// session's size. Opening the export is retried on transient
     /// failures; an error mid-stream ends it (start again with

@@ -420,6 +420,28 @@ impl ExportHistory {
         self
     }
 
+    /// History for `provider`'s `model` ("anthropic", "claude-sonnet-4-5"):
+    /// reasoning only that model made (thinking, OpenAI reasoning items,
+    /// signatures), no message left with only reasoning, every tool call
+    /// paired with its result (the last message's calls kept while pending).
+    /// [`reasoning`](Self::reasoning) widens or narrows what is kept.
+    pub fn for_model(mut self, provider: impl Into<String>, model: impl Into<String>) -> Self {
+        let target = self.request.target.get_or_insert_with(Default::default);
+        target.provider = provider.into();
+        target.model = model.into();
+        self
+    }
+
+    /// Which reasoning an export [`for_model`](Self::for_model) keeps:
+    /// the same model's (the default), the same provider's, or none.
+    pub fn reasoning(mut self, policy: v1::ReasoningPolicy) -> Self {
+        self.request
+            .target
+            .get_or_insert_with(Default::default)
+            .reasoning = policy.into();
+        self
+    }
+
     /// The wire request.
     pub fn into_request(self) -> v1::ExportHistoryRequest {
         self.request

@@ -30,6 +30,9 @@ LeaseLike = Union[float, datetime.timedelta]
 #: ``"user"``, ``"model"``, ``"day"`` (or the enum's full names); ``None``
 #: or ``""`` for the total.
 UsageGroupByLike = Union[int, str, None]
+#: Which reasoning an export for a model keeps: the enum value, or
+#: ``"same_model"``, ``"same_provider"``, ``"none"``.
+ReasoningPolicyLike = Union[int, str]
 #: A point in time: a ``datetime`` (naive ones are taken as UTC) or a
 #: ``Timestamp``.
 TimeLike = Union[datetime.datetime, timestamp_pb2.Timestamp]
@@ -126,6 +129,7 @@ def export_history(
     from_summary: bool,
     after_sequence: int | None,
     max_messages: int,
+    target: m.ExportTarget | None = None,
 ) -> s.ExportHistoryRequest:
     request = s.ExportHistoryRequest(
         session_id=session_id,
@@ -135,6 +139,36 @@ def export_history(
     )
     if after_sequence is not None:
         request.after_sequence = after_sequence
+    if target is not None:
+        request.target.CopyFrom(target)
+    return request
+
+
+def reasoning_policy(value: ReasoningPolicyLike) -> m.ReasoningPolicy:
+    """``"same_model"``, ``"same_provider"``, ``"none"`` (or the enum's full
+    names) or the enum value."""
+    if isinstance(value, int):
+        return value  # type: ignore[return-value]
+    name = value.upper()
+    if not name.startswith("REASONING_POLICY_"):
+        name = "REASONING_POLICY_" + name
+    return m.ReasoningPolicy.Value(name)  # type: ignore[no-any-return]
+
+
+def export_target(provider: str, model: str, reasoning: ReasoningPolicyLike) -> m.ExportTarget:
+    return m.ExportTarget(provider=provider, model=model, reasoning=reasoning_policy(reasoning))
+
+
+def export_transcript(
+    session_id: str,
+    format: TranscriptFormatLike,
+    provider: str,
+    model: str,
+    reasoning: ReasoningPolicyLike,
+) -> s.ExportTranscriptRequest:
+    request = s.ExportTranscriptRequest(session_id=session_id, format=transcript_format(format))
+    if provider:
+        request.target.CopyFrom(export_target(provider, model, reasoning))
     return request
 
 

@@ -22,6 +22,7 @@ from ._requests import (
     LeaseLike,
     MessageLike,
     ProviderCallLike,
+    ReasoningPolicyLike,
     StateChangeLike,
     TimeLike,
     TranscriptFormatLike,
@@ -369,6 +370,31 @@ class AsyncClient:
             )
         ]
 
+    async def export_for(
+        self,
+        session_id: str,
+        provider: str,
+        model: str,
+        *,
+        reasoning: ReasoningPolicyLike = "same_model",
+        max_messages: int = 0,
+    ) -> list[m.Message]:
+        """The history as ``provider``'s ``model`` accepts it, for the next
+        turn after a switch of model: reasoning only that model made
+        (``reasoning="same_provider"`` keeps any of the provider's models',
+        ``"none"`` none), no message left with only reasoning, and every tool
+        call paired with its result (the last message's calls kept while
+        pending). ``max_messages`` keeps the most recent of those. Storage is
+        not changed. Opening is retried."""
+        request = req.export_history(
+            session_id, False, False, None, max_messages, req.export_target(provider, model, reasoning)
+        )
+        return [
+            message
+            async for chunk in self._stream("ExportHistory", request)
+            for message in chunk.messages
+        ]
+
     async def list_messages(
         self,
         session_id: str,
@@ -469,14 +495,23 @@ class AsyncClient:
         return await self._call("RedactMessage", request, retry=False)  # type: ignore[no-any-return]
 
     async def export_transcript(
-        self, session_id: str, *, format: TranscriptFormatLike = "markdown"
+        self,
+        session_id: str,
+        *,
+        format: TranscriptFormatLike = "markdown",
+        provider: str = "",
+        model: str = "",
+        reasoning: ReasoningPolicyLike = "same_model",
     ) -> str:
-        """The session as a Markdown transcript (``"markdown"``) or an OpenAI
-        Chat Completions JSON message array (``"openai_json"``). Opening is
-        retried."""
-        request = s.ExportTranscriptRequest(
-            session_id=session_id, format=req.transcript_format(format)
-        )
+        """The session as a Markdown transcript (``"markdown"``), an OpenAI
+        Chat Completions JSON message array (``"openai_json"``), or a request
+        body for a provider's API (``"anthropic_messages"``,
+        ``"openai_responses"``, ``"gemini_contents"``: a JSON object).
+
+        With ``provider`` (and ``model``), rendered for that model as
+        :meth:`export_for` selects; the provider bodies otherwise follow their
+        own provider's rules. Opening is retried."""
+        request = req.export_transcript(session_id, format, provider, model, reasoning)
         data = b"".join([chunk.data async for chunk in self._stream("ExportTranscript", request)])
         return data.decode("utf-8")
 

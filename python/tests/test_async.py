@@ -151,3 +151,26 @@ async def test_tls(make_server: Callable[..., Server], tls: Any) -> None:
     async with sessionstore.AsyncClient(server.url, tls_ca_certificate=tls.ca_path) as client:
         session = await client.create_session(title="over TLS")
         assert (await client.get_session(session.id)).title == "over TLS"
+
+
+@pytest.mark.asyncio
+async def test_export_for_a_model_async(server: Server) -> None:
+    async with server.async_client() as client:
+        await client.create_session(session_id="py-switch-async")
+        await client.append_exchange(
+            "py-switch-async",
+            messages=[{"role": "ROLE_USER", "content": "hi"}],
+            provider_call={"provider": "anthropic", "model": "claude-sonnet-4-5"},
+            response_messages=[
+                {
+                    "role": "ROLE_ASSISTANT",
+                    "content": "hello",
+                    "content_blocks": [{"thinking": {"thinking": "t", "signature": "s"}}],
+                }
+            ],
+        )
+        for_gpt = await client.export_for("py-switch-async", "openai", "gpt-5")
+        assert [m.content for m in for_gpt] == ["hi", "hello"]
+        assert for_gpt[1].content_blocks == []
+        same = await client.export_for("py-switch-async", "anthropic", "claude-sonnet-4-5")
+        assert same[1].content_blocks[0].thinking.signature == "s"

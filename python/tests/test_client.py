@@ -475,3 +475,39 @@ def test_framework_adapter_calls(client: sessionstore.Client) -> None:
     with pytest.raises(sessionstore.SequenceMismatch) as stale:
         client.rollback_session(session.id, after_sequence=-1, expected_next_sequence=1)
     assert stale.value.actual_next_sequence == 0
+
+
+def test_export_for_a_model(client: sessionstore.Client) -> None:
+    """A conversation on Claude, exported for GPT: Claude's thinking goes,
+    the call and its result stay; for Claude itself the thinking stays;
+    the provider bodies render as JSON objects for their APIs."""
+    client.create_session(session_id="py-switch", system_prompt="Be brief.")
+    thinking = {"thinking": {"thinking": "plan", "signature": "sig"}}
+    client.append_exchange(
+        "py-switch",
+        messages=[{"role": "ROLE_USER", "content": "weather?"}],
+        provider_call={"provider": "anthropic", "model": "claude-sonnet-4-5"},
+        response_messages=[
+            {
+                "role": "ROLE_ASSISTANT",
+                "content_blocks": [thinking],
+                "tool_calls": [{"id": "c1", "name": "weather", "arguments": "{}"}],
+            }
+        ],
+    )
+    client.append_exchange(
+        "py-switch",
+        messages=[{"role": "ROLE_TOOL", "tool_call_id": "c1", "content": "sunny"}],
+        provider_call={"provider": "anthropic", "model": "claude-sonnet-4-5"},
+        response_messages=[{"role": "ROLE_ASSISTANT", "content": "Sunny."}],
+    )
+    for_gpt = client.export_for("py-switch", "openai", "gpt-5")
+    assert [len(m.content_blocks) for m in for_gpt] == [0, 0, 0, 0]
+    assert for_gpt[1].tool_calls[0].id == "c1"
+    for_claude = client.export_for("py-switch", "anthropic", "claude-sonnet-4-5")
+    assert for_claude[1].content_blocks[0].thinking.signature == "sig"
+    assert client.export_for("py-switch", "anthropic", "claude-opus-4", reasoning="none")[1].content_blocks == []
+    assert len(client.export_for("py-switch", "openai", "gpt-5", max_messages=1)) == 1
+    markdown = client.export_transcript("py-switch", provider="openai", model="gpt-5")
+    assert "plan" not in markdown and "Sunny." in markdown
+    assert "plan" in client.export_transcript("py-switch")

@@ -419,3 +419,36 @@ async fn a_target_needs_a_provider(backend: Backend) {
     assert!(none.is_empty());
     server.stop().await.unwrap();
 }
+
+/// The client crate's `export_for` and `ExportHistory::for_model`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_crate_exports_for_a_model() {
+    let server = TestServer::start(Backend::Memory).await;
+    let mut raw = server.client().await;
+    conversation(&mut raw, "crate").await;
+    let client = sessionstore_client::Client::builder(server.endpoint())
+        .connect()
+        .await
+        .unwrap();
+    let for_gpt = client
+        .export_for("crate", "openai", "gpt-5", pb::ReasoningPolicy::SameModel)
+        .await
+        .unwrap();
+    let expected = export_for(
+        &mut raw,
+        "crate",
+        target("openai", "gpt-5", pb::ReasoningPolicy::SameModel),
+    )
+    .await;
+    assert_eq!(for_gpt, expected);
+    let windowed = client
+        .export_history(
+            sessionstore_client::ExportHistory::new("crate")
+                .for_model("openai", "gpt-5")
+                .max_messages(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(windowed, expected[5..]);
+    server.stop().await.unwrap();
+}
