@@ -483,6 +483,10 @@ async fn core_benchmarks(
         for &size in &plan.export_sizes {
             export_case(plan, &server, db, size, report, export_ms).await?;
         }
+        let size = plan.export_sizes.iter().copied().max().unwrap_or(0);
+        reads::prepare_reasoning_export(&server, size).await?;
+        db.analyze().await?;
+        target_export_case(plan, &server, db, size, report).await?;
         reads::prepare_replay(&server, plan.replay_exchanges).await?;
         db.analyze().await?;
         replay_case(plan, &server, db, report).await?;
@@ -686,6 +690,62 @@ async fn export_case(
 
 /// WatchSession's replay of a long event log (one small exchange per
 /// event), against ExportHistory of the same messages.
+/// ExportHistory for a target against the plain export of the same
+/// session (a third of its messages with reasoning), alternating.
+async fn target_export_case(
+    plan: &Plan,
+    server: &Server,
+    db: &Database,
+    size: usize,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    // For Claude: its own thinking kept, GPT's dropped; every call paired.
+    use sessionstore_client::v1 as pb;
+    let target = Some(pb::ExportTarget {
+        provider: "anthropic".into(),
+        model: "claude-sonnet-4-5".into(),
+        reasoning: pb::ReasoningPolicy::SameModel.into(),
+    });
+    let (mut plain, mut targeted) = (Vec::new(), Vec::new());
+    reads::export_reasoning_once(server, size, None).await?;
+    reads::export_reasoning_once(server, size, target.clone()).await?;
+    let mut sent = 0;
+    for _ in 0..plan.export_samples {
+        plain.push(ms(reads::export_reasoning_once(server, size, None)
+            .await?
+            .0));
+        let (took, received) = reads::export_reasoning_once(server, size, target.clone()).await?;
+        targeted.push(ms(took));
+        sent = received;
+    }
+    let case = format!("{size} messages, a third with reasoning");
+    let plain = Spread::of(&plain);
+    let targeted = Spread::of(&targeted);
+    report.push(Figure::new(
+        "export",
+        db.backend(),
+        "sessionstore ExportHistory",
+        &case,
+        "ms",
+        plain,
+    ));
+    let ratio = targeted.median / plain.median;
+    report.push(
+        Figure::new(
+            "export",
+            db.backend(),
+            &format!("sessionstore ExportHistory for a target ({sent} sent)"),
+            &case,
+            "ms",
+            targeted,
+        )
+        .ratio(ratio, "the plain export")
+        .target("≤ 1.2×", ratio <= 1.2),
+    );
+    Ok(())
+}
+
 async fn replay_case(
     plan: &Plan,
     server: &Server,

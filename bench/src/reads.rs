@@ -301,3 +301,101 @@ pub async fn list_pages(
     }
     Ok(took)
 }
+
+/// The session an export-for-a-target benchmark reads.
+pub fn reasoning_session(messages: usize) -> String {
+    format!("bench-export-reasoning-{messages}")
+}
+
+/// Creates a session of about `messages` messages of ~1 KB in exchanges of
+/// three: a tool result and a user message, then an assistant answer with
+/// a signed thinking block and the next tool call (so a third hold
+/// reasoning), produced alternately by Claude and GPT calls.
+pub async fn prepare_reasoning_export(server: &Server, messages: usize) -> anyhow::Result<()> {
+    use pb::content_block::Block;
+    let id = reasoning_session(messages);
+    let mut client = server.connect().await?;
+    workload::create_session(&mut client, &id, "bench", 0, 0).await?;
+    let filler = "lorem ipsum dolor sit amet ".repeat(36);
+    let text = |role: pb::Role, content: String| pb::Message {
+        role: role.into(),
+        content,
+        ..Default::default()
+    };
+    for exchange in 0..messages.div_ceil(3) {
+        let mut inputs = Vec::new();
+        if exchange > 0 {
+            let mut result = text(pb::Role::Tool, format!("result {exchange} {filler}"));
+            result.tool_call_id = format!("call-{}", exchange - 1);
+            inputs.push(result);
+        }
+        inputs.push(text(
+            pb::Role::User,
+            format!("question {exchange} {filler}"),
+        ));
+        let (provider, model) = if exchange % 2 == 0 {
+            ("anthropic", "claude-sonnet-4-5")
+        } else {
+            ("openai", "gpt-5")
+        };
+        let answer = pb::Message {
+            role: pb::Role::Assistant.into(),
+            content: format!("answer {exchange}"),
+            content_blocks: vec![pb::ContentBlock {
+                block: Some(Block::Thinking(pb::ThinkingBlock {
+                    thinking: format!("thinking {exchange} {filler}"),
+                    signature: "EqQBCkgIARABGAIiQL".repeat(8),
+                })),
+            }],
+            tool_calls: vec![pb::ToolCall {
+                id: format!("call-{exchange}"),
+                name: "lookup".into(),
+                arguments: format!(r#"{{"q":{exchange}}}"#),
+                signature: String::new(),
+            }],
+            ..Default::default()
+        };
+        client
+            .append_exchange(pb::AppendExchangeRequest {
+                session_id: id.clone(),
+                messages: inputs,
+                provider_call: Some(pb::ProviderCall {
+                    provider: provider.into(),
+                    model: model.into(),
+                    prompt_tokens: 100,
+                    completion_tokens: 50,
+                    ..Default::default()
+                }),
+                response_messages: vec![answer],
+                ..Default::default()
+            })
+            .await
+            .context("AppendExchange (reasoning export session)")?;
+    }
+    Ok(())
+}
+
+/// Exports the reasoning session, for `target` or plainly: how long until
+/// the last message arrived, and how many arrived.
+pub async fn export_reasoning_once(
+    server: &Server,
+    messages: usize,
+    target: Option<pb::ExportTarget>,
+) -> anyhow::Result<(Duration, usize)> {
+    let mut client = server.connect().await?;
+    let started = Instant::now();
+    let mut stream = client
+        .export_history(pb::ExportHistoryRequest {
+            session_id: reasoning_session(messages),
+            target,
+            ..Default::default()
+        })
+        .await
+        .context("ExportHistory")?
+        .into_inner();
+    let mut received = 0;
+    while let Some(chunk) = stream.next().await {
+        received += chunk.context("ExportHistory stream")?.messages.len();
+    }
+    Ok((started.elapsed(), received))
+}

@@ -452,3 +452,53 @@ async fn the_client_crate_exports_for_a_model() {
     assert_eq!(windowed, expected[5..]);
     server.stop().await.unwrap();
 }
+
+/// A call answered only after more than the export holds back (2 MiB),
+/// and one never answered: the export judges the rest in two passes and
+/// gives the same answer as for a short session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_wait_for_a_result_is_judged_the_same() {
+    let server = TestServer::start(Backend::File).await;
+    let mut client = server.client().await;
+    create_owned(&mut client, "long", "ana").await;
+    let gpt = || Some(call("openai", "gpt-5"));
+    append(
+        &mut client,
+        "long",
+        vec![user("start")],
+        gpt(),
+        vec![pb::Message {
+            role: pb::Role::Assistant.into(),
+            tool_calls: vec![tool_call("late", ""), tool_call("lost", "")],
+            ..Default::default()
+        }],
+    )
+    .await;
+    let big = "x".repeat(100 * 1024);
+    for i in 0..30 {
+        append(
+            &mut client,
+            "long",
+            vec![user(&format!("{i} {big}"))],
+            gpt(),
+            vec![pb::Message {
+                role: pb::Role::Assistant.into(),
+                content: format!("reply {i}"),
+                ..Default::default()
+            }],
+        )
+        .await;
+    }
+    append(&mut client, "long", vec![tool_result("late")], None, vec![]).await;
+    let out = export_for(
+        &mut client,
+        "long",
+        target("openai", "gpt-5", pb::ReasoningPolicy::SameModel),
+    )
+    .await;
+    assert_eq!(out.len(), 2 + 60 + 1);
+    let calls: Vec<&str> = out[1].tool_calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(calls, ["late"], "the late call kept, the lost one dropped");
+    assert_eq!(out[62].tool_call_id, "late");
+    server.stop().await.unwrap();
+}

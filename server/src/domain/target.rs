@@ -226,6 +226,12 @@ impl Plan {
     /// Judges pairing once over `shapes` (the messages step 2 kept, in
     /// order).
     pub fn new(shapes: &[Shape]) -> Self {
+        Plan::after(shapes, &HashSet::new())
+    }
+
+    /// As [`Plan::new`], for the rest of an export whose earlier messages
+    /// made the calls in `made_before`.
+    pub fn after(shapes: &[Shape], made_before: &HashSet<String>) -> Self {
         // Where each call is made, and the last place each id is answered.
         let mut made_at: HashMap<&str, usize> = HashMap::new();
         let mut last_answer: HashMap<&str, usize> = HashMap::new();
@@ -244,7 +250,9 @@ impl Plan {
             .rposition(|shape| !shape.calls.is_empty())
             .filter(|&last| !shapes[last + 1..].iter().any(|shape| shape.assistant));
         // Whether `id`, made at `index`, was made earlier than `at`.
-        let call_before = |id: &str, at: usize| made_at.get(id).is_some_and(|&made| made < at);
+        let call_before = |id: &str, at: usize| {
+            made_at.get(id).is_some_and(|&made| made < at) || made_before.contains(id)
+        };
         let mut kept = Vec::with_capacity(shapes.len());
         for (index, shape) in shapes.iter().enumerate() {
             let mut decision = Decision::default();
@@ -343,6 +351,168 @@ impl Plan {
     }
 }
 
+/// Step 3 in one pass, for an export without a window: each message is
+/// sent as soon as its fate is known. A message with tool calls waits
+/// until a result has answered each of them (in a normal conversation, the
+/// next message or two); what follows it waits behind it, in order. What
+/// still waits at the end is decided then: its unanswered calls are
+/// dropped, except those of the last message with calls when no assistant
+/// message follows it. The caller bounds what waits ([`Pairing::held_bytes`])
+/// and, past its bound, judges the rest with a [`Plan`] instead
+/// ([`Pairing::into_rest`]).
+#[derive(Debug)]
+pub struct Pairing<T> {
+    /// Call ids made by messages already taken.
+    made: HashSet<String>,
+    held: std::collections::VecDeque<Held<T>>,
+    held_bytes: usize,
+    taken: u64,
+    /// The last message with tool calls, and whether an assistant message
+    /// came after it.
+    last_calls: Option<u64>,
+    assistant_since: bool,
+}
+
+#[derive(Debug)]
+struct Held<T> {
+    item: T,
+    at: u64,
+    /// Its calls.
+    calls: Vec<String>,
+    /// Its calls no result has answered yet.
+    open: Vec<String>,
+    decision: Decision,
+    size: usize,
+}
+
+impl<T> Default for Pairing<T> {
+    fn default() -> Self {
+        Pairing::new(HashSet::new())
+    }
+}
+
+impl<T> Pairing<T> {
+    /// Pairing that treats the calls in `made` as made before the first
+    /// message it takes.
+    pub fn new(made: HashSet<String>) -> Self {
+        Pairing {
+            made,
+            held: std::collections::VecDeque::new(),
+            held_bytes: 0,
+            taken: 0,
+            last_calls: None,
+            assistant_since: false,
+        }
+    }
+
+    /// Takes the next message that step 2 kept (`item`, its `shape`, and
+    /// its `size` for [`Pairing::held_bytes`]); returns the messages now
+    /// decided, in order, each with its decision.
+    pub fn push(&mut self, item: T, shape: Shape, size: usize) -> Vec<(T, Decision)> {
+        let at = self.taken;
+        self.taken += 1;
+        let mut decision = Decision::default();
+        // Results: kept if their call was made earlier; each answers the
+        // waiting messages that made it.
+        if let Some(id) = &shape.answers {
+            if !self.made.contains(id) {
+                return self.ready();
+            }
+            self.answer(id);
+        }
+        for id in &shape.result_blocks {
+            if self.made.contains(id) {
+                self.answer(id);
+            } else {
+                decision.drop_result_blocks.insert(id.clone());
+            }
+        }
+        if shape.assistant {
+            self.assistant_since = true;
+        }
+        if !shape.calls.is_empty() {
+            self.last_calls = Some(at);
+            self.assistant_since = false;
+            self.made.extend(shape.calls.iter().cloned());
+        }
+        let keeps_something = shape.other
+            || shape.answers.is_some()
+            || !shape.calls.is_empty()
+            || shape
+                .result_blocks
+                .iter()
+                .any(|id| !decision.drop_result_blocks.contains(id));
+        if !keeps_something {
+            return self.ready();
+        }
+        self.held_bytes += size;
+        self.held.push_back(Held {
+            item,
+            at,
+            calls: shape.calls.clone(),
+            open: shape.calls,
+            decision,
+            size,
+        });
+        self.ready()
+    }
+
+    fn answer(&mut self, id: &str) {
+        for held in &mut self.held {
+            held.open.retain(|open| open != id);
+        }
+    }
+
+    /// The held messages at the front whose calls are all answered.
+    fn ready(&mut self) -> Vec<(T, Decision)> {
+        let mut out = Vec::new();
+        while self.held.front().is_some_and(|held| held.open.is_empty()) {
+            if let Some(held) = self.held.pop_front() {
+                self.held_bytes -= held.size;
+                out.push((held.item, held.decision));
+            }
+        }
+        out
+    }
+
+    /// The bytes of the messages waiting.
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes
+    }
+
+    /// At the end: every waiting message, decided.
+    pub fn finish(self) -> Vec<(T, Decision)> {
+        let pending = self.last_calls.filter(|_| !self.assistant_since);
+        self.held
+            .into_iter()
+            .map(|held| {
+                let mut decision = held.decision;
+                if Some(held.at) != pending {
+                    decision.drop_calls.extend(held.open);
+                }
+                (held.item, decision)
+            })
+            .collect()
+    }
+
+    /// Gives up waiting: the waiting messages (to be judged again with
+    /// what follows them) and the calls made before the first of them.
+    pub fn into_rest(self) -> (Vec<T>, HashSet<String>) {
+        let mut made = self.made;
+        let items: Vec<T> = self
+            .held
+            .into_iter()
+            .map(|held| {
+                for call in &held.calls {
+                    made.remove(call);
+                }
+                held.item
+            })
+            .collect();
+        (items, made)
+    }
+}
+
 /// The whole of steps 1–4 over messages in memory (with their origins):
 /// what an export for `target` sends. The streaming export does the same
 /// in two passes; tests and small callers use this.
@@ -357,6 +527,20 @@ pub fn for_target(
             strip(target, message, origin.as_ref()).map(|m| (sequence, m))
         })
         .collect();
+    if max_messages == 0 {
+        // In one pass, as an export without a window streams.
+        let mut pairing = Pairing::default();
+        let mut decided = Vec::new();
+        for (sequence, message) in stripped {
+            let shape = Shape::of(sequence, &message);
+            decided.extend(pairing.push(message, shape, 1));
+        }
+        decided.extend(pairing.finish());
+        return decided
+            .into_iter()
+            .filter_map(|(message, decision)| decision.apply(message))
+            .collect();
+    }
     let shapes: Vec<Shape> = stripped
         .iter()
         .map(|(sequence, message)| Shape::of(*sequence, message))
@@ -448,6 +632,91 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// Steps 1–3 judged with a [`Plan`] (two passes).
+    fn planned(target: &ExportTarget, messages: Vec<(Message, Option<Origin>)>) -> Vec<Message> {
+        let stripped: Vec<(i64, Message)> = (0_i64..)
+            .zip(messages)
+            .filter_map(|(sequence, (m, origin))| {
+                strip(target, m, origin.as_ref()).map(|m| (sequence, m))
+            })
+            .collect();
+        let shapes: Vec<Shape> = stripped.iter().map(|(s, m)| Shape::of(*s, m)).collect();
+        let plan = Plan::new(&shapes);
+        stripped
+            .into_iter()
+            .filter_map(|(sequence, m)| match plan.decision(sequence)? {
+                None => Some(m),
+                Some(decision) => decision.apply(m),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_pass_and_two_agree() {
+        let t = target("openai", "gpt-5", ReasoningPolicy::None);
+        let mut blocks = Message::text(Role::User, "");
+        blocks.content_blocks = vec![ContentBlock::ToolResult {
+            tool_use_id: "a".into(),
+            content: "x".into(),
+            is_error: false,
+        }];
+        let cases: Vec<Vec<(Message, Option<Origin>)>> = vec![
+            vec![
+                (user("q"), None),
+                (calling(&["a", "b"]), None),
+                (result("a"), None),
+                (assistant("done"), None),
+                (result("zz"), None),
+            ],
+            vec![
+                (user("q"), None),
+                (calling(&["a", "b"]), None),
+                (result("a"), None),
+            ],
+            vec![
+                (calling(&["old"]), None),
+                (user("again"), None),
+                (calling(&["new"]), None),
+            ],
+            vec![(result("gone"), None), (user("next"), None)],
+            vec![
+                (calling(&["a"]), None),
+                (assistant("x"), None),
+                (result("a"), None),
+                (blocks.clone(), None),
+            ],
+            vec![
+                (calling(&["a"]), None),
+                (calling(&["b"]), None),
+                (result("b"), None),
+                (assistant("y"), None),
+            ],
+            vec![(blocks, None), (calling(&["a"]), None)],
+        ];
+        for case in cases {
+            assert_eq!(
+                for_target(&t, case.clone(), 0),
+                planned(&t, case.clone()),
+                "{case:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pairing_cut_short_hands_back_what_waits() {
+        let mut pairing = Pairing::default();
+        let first = calling(&["a"]);
+        assert!(pairing.push(0, Shape::of(0, &first), 10).is_empty());
+        assert!(pairing.push(1, Shape::of(1, &user("u")), 5).is_empty());
+        assert_eq!(pairing.held_bytes(), 15);
+        let (rest, made) = pairing.into_rest();
+        assert_eq!(rest, [0, 1]);
+        assert!(
+            made.is_empty(),
+            "the waiting message's calls are made again"
+        );
     }
 
     #[test]

@@ -5,23 +5,33 @@
 //! to send — with each message's origin from one read of the session's
 //! provider calls.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures_core::Stream;
 
 use super::{message_pages, sequence_of};
-use crate::domain::target::{ExportTarget, Origin, Plan, Shape, strip};
-use crate::domain::{Result, StoredMessage};
+use crate::domain::target::{Decision, ExportTarget, Origin, Pairing, Plan, Shape, strip};
+use crate::domain::{ContentBlock, Message, Result, Role, StoredMessage};
 use crate::read_ahead::{ReadAhead, Share, StreamBudget};
 use crate::store::{SessionHandle, Store};
 
 /// Provider calls read per page for the origins.
 const CALLS_PAGE: usize = 1000;
 
+/// The most an export for a target holds back while it waits for tool
+/// results (messages after a call with no result yet). Past it, the rest
+/// of the export is judged in two passes instead.
+const MAX_HELD_BYTES: usize = 2 << 20;
+
 /// The messages after `after` (up to the session's length now) that an
 /// export for `target` sends, each as step 1 and pairing left it, the
 /// last `max_messages` of them (0: all).
+///
+/// Without a window it is one pass: [`Pairing`] holds back only what waits
+/// for a tool result, at most [`MAX_HELD_BYTES`]; past that, and with a
+/// window (which needs the count of what goes), the range is read twice:
+/// once for the shapes (ids and flags), once to send.
 pub(crate) fn targeted<S: Store>(
     store: S,
     session: SessionHandle,
@@ -35,9 +45,53 @@ pub(crate) fn targeted<S: Store>(
         let end = session.next_sequence;
         let origins = origins(&store, &session).await?;
         let origin_of = |stored: &StoredMessage| origins.get(&stored.produced_by_call_id);
+        let mut share = Some(share);
+        // Where the two passes start, and the calls made before it.
+        let mut rest: Option<(i64, HashSet<String>)> = None;
+        if max_messages == 0 {
+            let mut pairing = Pairing::default();
+            let mut messages = ReadAhead::ranges(message_pages(store.clone(), session.clone()), sequence_of, share.take().unwrap_or_else(|| budget.share()), after, end);
+            let mut cut_short = false;
+            while let Some(mut stored) = messages.next().await? {
+                let origin = origin_of(&stored);
+                let Some(message) = strip(&target, take_message(&mut stored), origin) else {
+                    continue;
+                };
+                let shape = Shape::of(stored.sequence, &message);
+                let size = message_size(&message);
+                stored.message = message;
+                for (stored, decision) in pairing.push(stored, shape, size) {
+                    if let Some(stored) = decided(stored, &decision) {
+                        yield stored;
+                    }
+                }
+                if pairing.held_bytes() > MAX_HELD_BYTES {
+                    cut_short = true;
+                    break;
+                }
+            }
+            drop(messages);
+            if cut_short {
+                let (held, made) = pairing.into_rest();
+                if let Some(first) = held.first() {
+                    rest = Some((first.sequence - 1, made));
+                }
+            } else {
+                for (stored, decision) in pairing.finish() {
+                    if let Some(stored) = decided(stored, &decision) {
+                        yield stored;
+                    }
+                }
+            }
+        } else {
+            rest = Some((after, HashSet::new()));
+        }
+        let Some((after, made_before)) = rest else {
+            return;
+        };
         // Pass 1: the shapes of what steps 1 and 2 keep.
         let mut shapes = Vec::new();
-        let mut messages = ReadAhead::ranges(message_pages(store.clone(), session.clone()), sequence_of, share, after, end);
+        let mut messages = ReadAhead::ranges(message_pages(store.clone(), session.clone()), sequence_of, share.take().unwrap_or_else(|| budget.share()), after, end);
         while let Some(stored) = messages.next().await? {
             let sequence = stored.sequence;
             let origin = origin_of(&stored);
@@ -46,7 +100,7 @@ pub(crate) fn targeted<S: Store>(
             }
         }
         drop(messages);
-        let mut plan = Plan::new(&shapes);
+        let mut plan = Plan::after(&shapes, &made_before);
         plan.window(&shapes, max_messages);
         drop(shapes);
         // Pass 2: from the first message that goes, each with its decision.
@@ -71,6 +125,48 @@ pub(crate) fn targeted<S: Store>(
             }
         }
     }
+}
+
+/// A decided message, as its decision leaves it (or `None`: left out).
+fn decided(mut stored: StoredMessage, decision: &Decision) -> Option<StoredMessage> {
+    if *decision == Decision::default() {
+        return Some(stored);
+    }
+    stored.message = decision.apply(take_message(&mut stored))?;
+    Some(stored)
+}
+
+/// Moves the message out of `stored` (leaving an empty one).
+fn take_message(stored: &mut StoredMessage) -> Message {
+    std::mem::replace(&mut stored.message, Message::text(Role::User, ""))
+}
+
+/// About what a message holds in memory, for the bound on held messages.
+fn message_size(message: &Message) -> usize {
+    let blocks: usize = message
+        .content_blocks
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text { text, signature } => text.len() + signature.len(),
+            ContentBlock::Thinking {
+                thinking,
+                signature,
+            } => thinking.len() + signature.len(),
+            ContentBlock::RedactedThinking { data } => data.len(),
+            ContentBlock::Image { url, data, .. } => url.len() + data.len(),
+            ContentBlock::ToolUse {
+                input, signature, ..
+            } => input.len() + signature.len(),
+            ContentBlock::ToolResult { content, .. } => content.len(),
+            ContentBlock::Json { json, .. } => json.len(),
+        })
+        .sum();
+    let calls: usize = message
+        .tool_calls
+        .iter()
+        .map(|call| call.arguments.len() + call.signature.len())
+        .sum();
+    message.content.len() + blocks + calls + 64
 }
 
 /// The origin of every provider call of the session, by call id.
