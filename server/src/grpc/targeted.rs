@@ -5,19 +5,16 @@
 //! to send — with each message's origin from one read of the session's
 //! provider calls.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures_core::Stream;
 
 use super::{message_pages, sequence_of};
-use crate::domain::target::{Decision, ExportTarget, Origin, Pairing, Plan, Shape, strip};
+use crate::domain::target::{Decision, ExportTarget, Pairing, Plan, Shape, strip};
 use crate::domain::{ContentBlock, Message, Result, Role, StoredMessage};
 use crate::read_ahead::{ReadAhead, Share, StreamBudget};
 use crate::store::{SessionHandle, Store};
-
-/// Provider calls read per page for the origins.
-const CALLS_PAGE: usize = 1000;
 
 /// The most an export for a target holds back while it waits for tool
 /// results (messages after a call with no result yet). Past it, the rest
@@ -43,7 +40,7 @@ pub(crate) fn targeted<S: Store>(
 ) -> impl Stream<Item = Result<StoredMessage>> + Send + 'static {
     async_stream::try_stream! {
         let end = session.next_sequence;
-        let origins = origins(&store, &session).await?;
+        let origins = store.call_origins(&session).await?;
         let origin_of = |stored: &StoredMessage| origins.get(&stored.produced_by_call_id);
         let mut share = Some(share);
         // Where the two passes start, and the calls made before it.
@@ -167,33 +164,4 @@ fn message_size(message: &Message) -> usize {
         .map(|call| call.arguments.len() + call.signature.len())
         .sum();
     message.content.len() + blocks + calls + 64
-}
-
-/// The origin of every provider call of the session, by call id.
-async fn origins<S: Store>(store: &S, session: &SessionHandle) -> Result<HashMap<String, Origin>> {
-    let mut origins = HashMap::new();
-    let mut after = 0;
-    loop {
-        let page = store
-            .read_provider_calls(session, after, CALLS_PAGE)
-            .await?;
-        let Some(last) = page.last() else {
-            return Ok(origins);
-        };
-        after = last.ordinal;
-        let full = page.len() == CALLS_PAGE;
-        for listed in page {
-            let call = listed.call;
-            origins.insert(
-                call.id,
-                Origin {
-                    provider: call.provider,
-                    model: call.model,
-                },
-            );
-        }
-        if !full {
-            return Ok(origins);
-        }
-    }
 }

@@ -6,6 +6,7 @@
 //! replicas, and how it stops. The backend is chosen once, when the store
 //! is opened (`store::open`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures_core::future::BoxFuture;
@@ -29,6 +30,7 @@ use super::{
     SweepCandidate,
 };
 use crate::domain::erase::{Erased, Erasure};
+use crate::domain::target::Origin;
 use crate::domain::usage::{self, UsageGroup, UsageQuery, UsageRow};
 use crate::domain::{
     ControlOp, Ephemeral, Error, Fork, Message, NewExchange, NewSession, ProviderCall, Result,
@@ -481,6 +483,24 @@ impl Store for SqlStore {
                 .fetch_optional(&self.inner.pool)
                 .await?,
         )
+    }
+
+    async fn call_origins(&self, session: &SessionHandle) -> Result<HashMap<String, Origin>> {
+        let mut rows =
+            sqlx::query("SELECT id, provider, model FROM provider_calls WHERE session_key = $1")
+                .bind(session.key)
+                .fetch(&self.inner.pool);
+        let mut origins = HashMap::new();
+        while let Some(row) = rows.try_next().await? {
+            origins.insert(
+                row.try_get("id")?,
+                Origin {
+                    provider: text_col(&row, "provider")?,
+                    model: text_col(&row, "model")?,
+                },
+            );
+        }
+        Ok(origins)
     }
 
     async fn read_provider_calls(
