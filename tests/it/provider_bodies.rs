@@ -849,3 +849,262 @@ async fn every_provider_order_exports_bodies_each_sdk_accepts(backend: Backend) 
     }
     drop(server);
 }
+
+/// `sessionstore sessions ARGS` against `endpoint`: success, stdout, stderr.
+async fn sessions(
+    binary: &std::path::Path,
+    endpoint: &str,
+    args: &[&str],
+) -> (bool, String, String) {
+    let output = tokio::process::Command::new(binary)
+        .arg("sessions")
+        .args(["--server", endpoint])
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("SESSIONSTORE_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A target as (provider, model, policy).
+type Target<'a> = Option<(&'a str, &'a str, pb::ReasoningPolicy)>;
+
+/// ExportTranscript in any format, for a target or none.
+async fn export_raw(
+    client: &mut Client,
+    id: &str,
+    format: pb::TranscriptFormat,
+    target: Target<'_>,
+) -> String {
+    let target = target.map(|(provider, model, policy)| pb::ExportTarget {
+        provider: provider.into(),
+        model: model.into(),
+        reasoning: policy.into(),
+    });
+    let mut stream = client
+        .export_transcript(pb::ExportTranscriptRequest {
+            session_id: id.into(),
+            format: format.into(),
+            target,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut data = Vec::new();
+    while let Some(chunk) = stream.message().await.unwrap() {
+        data.extend(chunk.data);
+    }
+    String::from_utf8(data).unwrap()
+}
+
+/// `sessions export --for PROVIDER/MODEL [--reasoning …] --format …`
+/// writes what ExportTranscript gives for that target, to stdout or
+/// `-o FILE`, in every format but `json`; the bodies without `--for`
+/// follow their own provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_exports_for_a_model() {
+    use pb::ReasoningPolicy::{None as Nothing, SameModel, SameProvider};
+    use pb::TranscriptFormat as F;
+    let binary = tokio::task::spawn_blocking(sessionstore_binary)
+        .await
+        .unwrap();
+    let storage = Storage::new(Backend::Memory).await;
+    let logs = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(
+        &binary,
+        &storage.url,
+        "127.0.0.1:0",
+        logs.path().join("server.log"),
+        &[],
+    )
+    .await;
+    let endpoint = server.endpoint();
+    let mut client = connect(&endpoint).await;
+    store_session(&mut client, "trip", [Claude, Gpt, Gemini]).await;
+
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("body.json");
+    let file_arg = file.to_str().unwrap();
+    let cases: [(&[&str], F, Target<'_>); 8] = [
+        (
+            &["--for", "google/gemini-3-pro-preview", "--format", "gemini"],
+            F::GeminiContents,
+            Some(("google", "gemini-3-pro-preview", SameModel)),
+        ),
+        (&["--format", "anthropic"], F::AnthropicMessages, None),
+        (
+            &[
+                "--format",
+                "openai-responses",
+                "--for",
+                "openai/gpt-5-mini",
+                "--reasoning",
+                "same-provider",
+            ],
+            F::OpenaiResponses,
+            Some(("openai", "gpt-5-mini", SameProvider)),
+        ),
+        (
+            &[
+                "--for",
+                "anthropic/claude-sonnet-4-5",
+                "--reasoning",
+                "none",
+                "--format",
+                "anthropic",
+            ],
+            F::AnthropicMessages,
+            Some(("anthropic", "claude-sonnet-4-5", Nothing)),
+        ),
+        (
+            &[
+                "--for",
+                "anthropic/claude-sonnet-4-5",
+                "--format",
+                "markdown",
+            ],
+            F::Markdown,
+            Some(("anthropic", "claude-sonnet-4-5", SameModel)),
+        ),
+        (
+            &["--for", "google", "--format", "openai"],
+            F::OpenaiJson,
+            Some(("google", "", SameModel)),
+        ),
+        (
+            // The model may hold a slash of its own.
+            &["--for", "openrouter/meta/llama-4", "--format", "gemini"],
+            F::GeminiContents,
+            Some(("openrouter", "meta/llama-4", SameModel)),
+        ),
+        (&["--format", "markdown"], F::Markdown, None),
+    ];
+    for (args, format, target) in cases {
+        let expected = export_raw(&mut client, "trip", format, target).await;
+        let mut command = vec!["export", "trip"];
+        command.extend_from_slice(args);
+        let (ok, stdout, stderr) = sessions(&binary, &endpoint, &command).await;
+        assert!(ok, "{command:?}: {stderr}");
+        assert_eq!(stdout, expected, "{command:?}");
+        command.extend_from_slice(&["-o", file_arg]);
+        let (ok, stdout, stderr) = sessions(&binary, &endpoint, &command).await;
+        assert!(ok && stdout.is_empty(), "{command:?}: {stderr}");
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            expected,
+            "{command:?}"
+        );
+    }
+    // What the target changes shows: Claude's thinking for Claude only,
+    // GPT's reasoning items gone from Markdown for Claude.
+    let (_, claude, _) = sessions(
+        &binary,
+        &endpoint,
+        &[
+            "export",
+            "trip",
+            "--for",
+            "anthropic/claude-sonnet-4-5",
+            "--format",
+            "anthropic",
+        ],
+    )
+    .await;
+    assert!(claude.contains("claude-sig-1a"), "{claude}");
+    let (_, none, _) = sessions(
+        &binary,
+        &endpoint,
+        &[
+            "export",
+            "trip",
+            "--for",
+            "anthropic/claude-sonnet-4-5",
+            "--reasoning",
+            "none",
+            "--format",
+            "anthropic",
+        ],
+    )
+    .await;
+    assert!(!none.contains("claude-sig-"), "{none}");
+    let (_, markdown, _) = sessions(
+        &binary,
+        &endpoint,
+        &["export", "trip", "--format", "markdown"],
+    )
+    .await;
+    assert!(markdown.contains("rs_2a"), "{markdown}");
+    let (_, for_claude, _) = sessions(
+        &binary,
+        &endpoint,
+        &[
+            "export",
+            "trip",
+            "--format",
+            "markdown",
+            "--for",
+            "anthropic/claude-sonnet-4-5",
+        ],
+    )
+    .await;
+    assert!(
+        !for_claude.contains("rs_2a") && !for_claude.contains("call_z2"),
+        "{for_claude}"
+    );
+    let (_, gemini, _) = sessions(
+        &binary,
+        &endpoint,
+        &[
+            "export",
+            "trip",
+            "--format",
+            "gemini",
+            "--for",
+            "google/gemini-2.5-flash",
+        ],
+    )
+    .await;
+    assert!(
+        gemini.contains(SKIP) && !gemini.contains("gem+"),
+        "{gemini}"
+    );
+
+    // Mistakes: one line that says what is wrong, and no file.
+    let missing = out.path().join("missing.json");
+    for (args, says) in [
+        (
+            vec!["--for", "/gpt-5", "--format", "openai-responses"],
+            "names no provider",
+        ),
+        (
+            vec!["--for", "openai/gpt-5"],
+            "does not apply to --format json",
+        ),
+        (vec!["--format", "gemini", "--reasoning", "none"], "--for"),
+        (
+            vec![
+                "--format",
+                "gemini",
+                "--for",
+                "google",
+                "--reasoning",
+                "all",
+            ],
+            "all",
+        ),
+    ] {
+        let mut command = vec!["export", "trip", "-o", missing.to_str().unwrap()];
+        command.extend(args);
+        let (ok, _, stderr) = sessions(&binary, &endpoint, &command).await;
+        assert!(!ok, "{command:?}");
+        assert!(stderr.contains(says), "{command:?}: {stderr}");
+        assert!(!missing.exists(), "{command:?}");
+    }
+    drop(server);
+}
