@@ -655,11 +655,15 @@ fn data_url(media_type: &str, data: &[u8]) -> String {
     format!("data:{media_type};base64,{}", STANDARD.encode(data))
 }
 
-/// Stored JSON text that is one JSON object, as it was stored.
+/// Stored JSON text that is one JSON object, as it was stored (without
+/// surrounding whitespace). Strictly valid JSON only: what a strict parser
+/// would refuse (a lone surrogate escape, a number beyond any float) is not
+/// an object here, so a body never carries it.
 fn stored_object(stored: &str) -> Option<&RawValue> {
     serde_json::from_str::<&RawValue>(stored)
         .ok()
         .filter(|raw| raw.get().starts_with('{'))
+        .filter(|raw| serde_json::from_str::<serde_json::Value>(raw.get()).is_ok())
 }
 
 /// A stored input or argument string where a body needs a JSON object:
@@ -1070,7 +1074,7 @@ mod tests {
 
     #[test]
     fn tool_input_that_is_no_object_is_wrapped_as_raw_and_objects_stay_as_stored() {
-        let stored = "{\"b\": 1, \"a\": 1e400, \"a\": [ ]}";
+        let stored = "{\"b\": 1.50, \"a\": 1e300, \"a\": [ ]}";
         for input in ["[1, 2]", "{\"x\": tru", "", "42", "\"text\"", "null"] {
             let m = calls("", vec![call("c1", "f", input, "")]);
             let out = array(Body::AnthropicMessages, "", std::slice::from_ref(&m));
@@ -1084,7 +1088,7 @@ mod tests {
             assert_eq!(out[0]["arguments"], input, "arguments stay verbatim");
         }
         // An object is written byte for byte (key order, spacing,
-        // duplicate keys, numbers out of f64's range).
+        // duplicate keys, numbers as written).
         let m = with_blocks(
             Role::Assistant,
             "",
@@ -1399,6 +1403,45 @@ mod tests {
             assert!(text.contains("sys\\u0000tem"), "{body:?}: {text}");
             let value: Value = serde_json::from_str(&text).unwrap();
             assert!(value.to_string().contains("out\\u0000put"));
+        }
+    }
+
+    #[test]
+    fn stored_json_that_is_not_valid_json_never_breaks_the_body() {
+        // Raw control characters inside strings, a lone surrogate escape,
+        // trailing text: invalid JSON is wrapped (or, as a reasoning
+        // item, left out), so the body still parses.
+        let inputs = [
+            "{\"a\": \"x\u{0}y\"}",
+            "{\"a\": \"line\nbreak\"}",
+            "{\"a\": 1} {\"b\": 2}",
+            "{\"a\": \"\\ud800\"}",
+            "{\"a\": 1e400}",
+        ];
+        for input in inputs {
+            let mut m = calls("", vec![call("c1", "f", input, "")]);
+            m.content_blocks.push(reasoning(input));
+            for body in ALL {
+                let text = render_text(body, "", std::slice::from_ref(&m));
+                assert!(!text.contains('\u{0}'), "{body:?}: {text:?}");
+                let value: Value = serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("{body:?} {input:?}: {e}: {text}"));
+                match body {
+                    Body::AnthropicMessages => assert_eq!(
+                        value["messages"][0]["content"][0]["input"],
+                        json!({ "_raw": input })
+                    ),
+                    Body::GeminiContents => assert_eq!(
+                        value["contents"][0]["parts"][0]["functionCall"]["args"],
+                        json!({ "_raw": input })
+                    ),
+                    Body::OpenAiResponses => {
+                        let items = value["input"].as_array().unwrap();
+                        assert_eq!(items.len(), 1, "the reasoning item is left out");
+                        assert_eq!(items[0]["arguments"], input);
+                    }
+                }
+            }
         }
     }
 
