@@ -27,6 +27,7 @@ mod live;
 mod migrations;
 mod newcomer;
 mod ops;
+mod provider_bodies;
 mod python;
 mod python_package;
 mod readme;

@@ -32,7 +32,7 @@ fn run(command: &mut Command, what: &str) {
     );
 }
 
-fn pip_install(python: &Path) {
+fn pip_install(python: &Path, packages: &[&str]) {
     run(
         Command::new(python)
             .args([
@@ -42,8 +42,8 @@ fn pip_install(python: &Path) {
                 "--quiet",
                 "--disable-pip-version-check",
             ])
-            .args(PACKAGES),
-        &format!("pip install {}", PACKAGES.join(" ")),
+            .args(packages),
+        &format!("pip install {}", packages.join(" ")),
     );
 }
 
@@ -59,18 +59,25 @@ pub fn venv(skipped: &str) -> Option<PathBuf> {
 /// directory (a test that installs more into it keeps the others' as
 /// they are).
 pub fn venv_named(name: &str, skipped: &str) -> Option<PathBuf> {
+    venv_with(name, &PACKAGES, skipped)
+}
+
+/// A virtualenv of its own named `name` under the target directory with
+/// `packages` installed (pip requirement specifiers): made once, and given
+/// what the list gained since it was made. Without python3 as [`venv`].
+pub fn venv_with(name: &str, packages: &[&str], skipped: &str) -> Option<PathBuf> {
     // Tests run in parallel: one of them makes the venv, the others wait.
     static MAKING: Mutex<()> = Mutex::new(());
     let _making = MAKING.lock().unwrap_or_else(PoisonError::into_inner);
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let python = root.join("bin/python");
     let ready = root.join(".installed");
-    let wanted = PACKAGES.join("\n");
+    let wanted = packages.join("\n");
     match std::fs::read_to_string(&ready) {
         Ok(installed) if installed == wanted => return Some(python),
         Ok(_) if python.exists() => {
             // Made with an older list: install what is missing.
-            pip_install(&python);
+            pip_install(&python, packages);
             std::fs::write(&ready, &wanted).unwrap();
             return Some(python);
         }
@@ -94,7 +101,7 @@ pub fn venv_named(name: &str, skipped: &str) -> Option<PathBuf> {
         Command::new("python3").args(["-m", "venv"]).arg(&root),
         "python3 -m venv",
     );
-    pip_install(&python);
+    pip_install(&python, packages);
     std::fs::write(&ready, &wanted).unwrap();
     Some(python)
 }

@@ -1,5 +1,6 @@
 //! `sessions export` and `sessions import`: the JSON export file, and the
-//! Markdown and OpenAI transcripts.
+//! transcripts (Markdown, OpenAI Chat Completions, and the providers'
+//! request bodies), for a target model with `--for`.
 //!
 //! The JSON file, `sessionstore.export.v2`, holds everything a session holds
 //! that the API can restore, ids and times included for reference:
@@ -237,19 +238,23 @@ pub(super) async fn export(
     client: &Client,
     id: &str,
     format: ExportFormat,
+    target: Option<pb::ExportTarget>,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let transcript = match format {
         ExportFormat::Json => return export_json(client, id, out).await,
         ExportFormat::Markdown => pb::TranscriptFormat::Markdown,
         ExportFormat::Openai => pb::TranscriptFormat::OpenaiJson,
+        ExportFormat::Anthropic => pb::TranscriptFormat::AnthropicMessages,
+        ExportFormat::OpenaiResponses => pb::TranscriptFormat::OpenaiResponses,
+        ExportFormat::Gemini => pb::TranscriptFormat::GeminiContents,
     };
     let mut chunks = client
         .raw()
         .export_transcript(pb::ExportTranscriptRequest {
             session_id: id.to_owned(),
             format: transcript.into(),
-            target: None,
+            target,
         })
         .await
         .map_err(sessionstore_client::Error::from)?

@@ -79,10 +79,25 @@ pub enum SessionsCommand {
     Show { id: String },
     /// Write a session out: `json` holds everything `import` restores
     /// (messages, provider calls and their links, state, summary marker).
+    ///
+    /// `--for PROVIDER/MODEL` exports the history that model accepts:
+    /// reasoning of other models removed, tool calls without their
+    /// results (and results without their calls) left out. The provider
+    /// request bodies (`anthropic`, `openai-responses`, `gemini`) without
+    /// `--for` follow their own provider's rules, keeping the reasoning of
+    /// any of its models.
     Export {
         id: String,
         #[arg(long, value_enum, default_value_t = ExportFormat::Json)]
         format: ExportFormat,
+        /// Export for this model (e.g. `anthropic/claude-sonnet-4-5`; the
+        /// model may be left out). Not for `json`, which holds everything.
+        #[arg(long = "for", value_name = "PROVIDER/MODEL")]
+        for_model: Option<String>,
+        /// Which reasoning `--for` keeps: that of the same model (the
+        /// default), of any model of the same provider, or none.
+        #[arg(long, value_enum, requires = "for_model")]
+        reasoning: Option<Reasoning>,
         /// Write here instead of to stdout.
         #[arg(long, short)]
         output: Option<PathBuf>,
@@ -218,6 +233,56 @@ pub enum ExportFormat {
     Markdown,
     /// OpenAI Chat Completions messages (no thinking).
     Openai,
+    /// A request body for the Anthropic Messages API (`system`, `messages`).
+    Anthropic,
+    /// A request body for the OpenAI Responses API (`instructions`, `input`).
+    OpenaiResponses,
+    /// A request body for the Gemini API (`systemInstruction`, `contents`).
+    Gemini,
+}
+
+/// Which reasoning `sessions export --for` keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Reasoning {
+    /// Reasoning of the same provider and model.
+    SameModel,
+    /// Reasoning of any model of the same provider.
+    SameProvider,
+    /// None.
+    None,
+}
+
+/// The target of `--for PROVIDER/MODEL` (split at the first `/`; the
+/// model may contain more, or be left out) with `--reasoning`.
+fn export_target(
+    format: ExportFormat,
+    for_model: Option<String>,
+    reasoning: Option<Reasoning>,
+) -> anyhow::Result<Option<sessionstore_client::v1::ExportTarget>> {
+    use sessionstore_client::v1::ReasoningPolicy;
+    let Some(for_model) = for_model else {
+        return Ok(None);
+    };
+    if format == ExportFormat::Json {
+        anyhow::bail!(
+            "--for does not apply to --format json (it holds everything); \
+             use markdown, openai, anthropic, openai-responses or gemini"
+        );
+    }
+    let (provider, model) = for_model.split_once('/').unwrap_or((&for_model, ""));
+    if provider.is_empty() {
+        anyhow::bail!("--for {for_model:?} names no provider: give PROVIDER/MODEL");
+    }
+    let reasoning = match reasoning.unwrap_or(Reasoning::SameModel) {
+        Reasoning::SameModel => ReasoningPolicy::SameModel,
+        Reasoning::SameProvider => ReasoningPolicy::SameProvider,
+        Reasoning::None => ReasoningPolicy::None,
+    };
+    Ok(Some(sessionstore_client::v1::ExportTarget {
+        provider: provider.to_owned(),
+        model: model.to_owned(),
+        reasoning: reasoning.into(),
+    }))
 }
 
 /// Runs one `sessions` command.
@@ -296,18 +361,27 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
     let result = match args.command {
         SessionsCommand::List { user, limit } => list(&client, user, limit, &mut out).await,
         SessionsCommand::Show { id } => show(&client, &id, &mut out).await,
-        SessionsCommand::Export { id, format, output } => match output {
-            Some(path) => {
-                // A session that is not there leaves no empty file behind.
-                client.get_session(id.clone()).await?;
-                let file = std::fs::File::create(&path)
-                    .with_context(|| format!("cannot create {}", path.display()))?;
-                let mut file = std::io::BufWriter::new(file);
-                export(&client, &id, format, &mut file).await?;
-                file.flush().map_err(anyhow::Error::from)
+        SessionsCommand::Export {
+            id,
+            format,
+            for_model,
+            reasoning,
+            output,
+        } => {
+            let target = export_target(format, for_model, reasoning)?;
+            match output {
+                Some(path) => {
+                    // A session that is not there leaves no empty file behind.
+                    client.get_session(id.clone()).await?;
+                    let file = std::fs::File::create(&path)
+                        .with_context(|| format!("cannot create {}", path.display()))?;
+                    let mut file = std::io::BufWriter::new(file);
+                    export(&client, &id, format, target, &mut file).await?;
+                    file.flush().map_err(anyhow::Error::from)
+                }
+                None => export(&client, &id, format, target, &mut out).await,
             }
-            None => export(&client, &id, format, &mut out).await,
-        },
+        }
         SessionsCommand::Import { file, id } => {
             import(&client, &file, id, &explain, &mut out).await
         }
