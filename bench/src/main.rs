@@ -1120,15 +1120,17 @@ async fn erase_case(
         run.answer.provider_calls_deleted,
     );
     let expected = (written.chats.len() as i64, written.messages, written.calls);
+    // An attempt that failed took its counts with it; the record holds them.
     anyhow::ensure!(
-        erased == expected,
+        erased == expected || !run.failed.is_empty(),
         "EraseUser answered (sessions, messages, calls) {erased:?}, the fill wrote {expected:?}"
     );
     let gone = erase::check_gone(db, written).await?;
-    erase::check_writers(server, &writers, shape, run.appended.iter().sum()).await?;
+    erase::check_writers(server, &writers, shape, &run).await?;
     let took = run.erasure.1 - run.erasure.0;
     eprintln!(
-        "   EraseUser answered {erased:?} (as filled) in {:.2} s; {gone}",
+        "   EraseUser answered {erased:?} after {} call(s), {:.2} s from the first; {gone}",
+        run.failed.len() + 1,
         took.as_secs_f64()
     );
     // Where the erasure was, read from the database as it ran.
@@ -1172,11 +1174,31 @@ async fn erase_case(
     );
     let case = format!(
         "{} sessions of one user ({} messages, {} provider calls); {} writers appending to \
-         other users' sessions",
+         other users' sessions{}{}",
         written.chats.len(),
         written.messages,
         written.calls,
-        shape.writers
+        shape.writers,
+        if run.failed.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; EraseUser called {} times (earlier calls failed: {})",
+                run.failed.len() + 1,
+                run.failed
+                    .iter()
+                    .map(|(at, why)| format!("at {:.1} s, {why}", at.as_secs_f64()))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        },
+        match &run.first_append_error {
+            Some(error) => format!(
+                "; {} of the writers' appends failed (the first: {error})",
+                run.failed_appends
+            ),
+            None => String::new(),
+        }
     );
     report.push(Figure::new(
         "erase",
