@@ -139,10 +139,14 @@ pub struct Run {
     pub samples: Vec<Sample>,
     pub baseline: (Instant, Instant),
     pub erasure: (Instant, Instant),
-    /// The answer of the attempt that succeeded.
-    pub answer: pb::EraseUserResponse,
+    /// The answer of the attempt that succeeded while the writers ran, or
+    /// the last attempt's error.
+    pub answer: Result<pb::EraseUserResponse, String>,
     /// Each failed attempt: when it ended (from the first call) and why.
     pub failed: Vec<(Duration, String)>,
+    /// When no attempt succeeded while the writers ran: one more call
+    /// once they have stopped, how long it took and its answer.
+    pub after_writers: Option<(Duration, Result<pb::EraseUserResponse, String>)>,
     pub progress: Vec<Progress>,
     /// Appends the writers had acknowledged in all, and those that failed
     /// (with the first error).
@@ -296,7 +300,20 @@ pub async fn measure(
     }
     let failed_appends = samples.iter().filter(|s| s.failed).count();
     let acknowledged = samples.len() - failed_appends;
-    let answer = outcome.context("EraseUser")?;
+    let answer = outcome.map_err(|error| error.to_string());
+    let after_writers = match &answer {
+        Ok(_) => None,
+        Err(error) => {
+            eprintln!(
+                "   EraseUser failed {ATTEMPTS} times while the writers ran (the last after \
+                 {:.1} s: {error}); once more with the writers stopped",
+                started.elapsed().as_secs_f64()
+            );
+            let again = Instant::now();
+            let answer = erase().await.map_err(|error| error.to_string());
+            Some((again.elapsed(), answer))
+        }
+    };
     samples.retain(|s| s.began >= baseline_from);
     samples.sort_by_key(|s| s.began);
     Ok(Run {
@@ -305,6 +322,7 @@ pub async fn measure(
         erasure: (started, finished),
         answer,
         failed,
+        after_writers,
         progress,
         acknowledged,
         failed_appends,
@@ -360,9 +378,9 @@ pub async fn check_gone(db: &Database, written: &Written) -> anyhow::Result<Stri
     // one that finds nothing more and records zeros: the counts add up.
     let record = reader
         .scalar(
-            "SELECT coalesce(sum(sessions_deleted), 0) * 1000000000000 \
+            "SELECT CAST(coalesce(sum(sessions_deleted), 0) * 1000000000000 \
              + coalesce(sum(messages_deleted), 0) * 1000000 \
-             + coalesce(sum(provider_calls_deleted), 0) FROM erasures",
+             + coalesce(sum(provider_calls_deleted), 0) AS BIGINT) FROM erasures",
         )
         .await?;
     let records = reader.scalar("SELECT count(*) FROM erasures").await?;
