@@ -1198,6 +1198,24 @@ async fn erase_case(
         "   slowest appends during the erasure (started, from its start): {}",
         slowest.join(", ")
     );
+    // The slowest append started in each second of the erasure.
+    let seconds = (run.erasure.1 - run.erasure.0).as_secs() as usize + 1;
+    let mut worst = vec![(0.0_f64, 0_usize); seconds];
+    for sample in &during {
+        let second = sample
+            .began
+            .saturating_duration_since(run.erasure.0)
+            .as_secs() as usize;
+        if let Some(slot) = worst.get_mut(second) {
+            slot.0 = slot.0.max(sample.took.as_secs_f64() * 1e3);
+            slot.1 += 1;
+        }
+    }
+    let worst: Vec<String> = worst.iter().map(|(ms, n)| format!("{ms:.0}/{n}")).collect();
+    eprintln!(
+        "   each second of the erasure, the slowest append started in it (ms) / appends started: {}",
+        worst.join(" ")
+    );
     let case = format!(
         "{} sessions of one user ({} messages, {} provider calls); {} writers appending to \
          other users' sessions{}{}",
