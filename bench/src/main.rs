@@ -13,10 +13,13 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod append;
+mod erase;
+mod history;
 mod live;
 mod peers;
 mod reads;
 mod report;
+mod scale;
 mod server;
 mod stats;
 mod usage;
@@ -27,6 +30,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 use sqlx::Connection as _;
 
@@ -89,6 +93,8 @@ enum Bench {
     Agents,
     Live,
     Usage,
+    Erase,
+    Scale,
 }
 
 /// Sizes and durations of one run.
@@ -127,6 +133,11 @@ struct Plan {
     usage: usage::Shape,
     usage_user_samples: usize,
     usage_tenant_samples: usize,
+    /// The user EraseUser erases, and the writers appending meanwhile.
+    erase: erase::Shape,
+    /// The long and short sessions appended to, and the tenant listed.
+    scale: scale::Shape,
+    scale_samples: usize,
     benches: Vec<Bench>,
 }
 
@@ -217,6 +228,37 @@ impl Plan {
             },
             usage_user_samples: if quick { 20 } else { 200 },
             usage_tenant_samples: if quick { 5 } else { 20 },
+            erase: if quick {
+                erase::Shape {
+                    sessions: 200,
+                    writers: 4,
+                    prefill: 5,
+                    warmup: Duration::from_millis(200),
+                    baseline: Duration::from_millis(500),
+                }
+            } else {
+                erase::Shape {
+                    sessions: 10_000,
+                    writers: 8,
+                    prefill: 20,
+                    warmup: Duration::from_secs(1),
+                    baseline: Duration::from_secs(10),
+                }
+            },
+            scale: if quick {
+                scale::Shape {
+                    long_messages: 10_000,
+                    short_messages: 10,
+                    sessions: 5_000,
+                }
+            } else {
+                scale::Shape {
+                    long_messages: 1_000_000,
+                    short_messages: 10,
+                    sessions: 1_000_000,
+                }
+            },
+            scale_samples: if quick { 20 } else { 500 },
             benches,
         }
     }
@@ -322,6 +364,18 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         if plan.runs(Bench::Usage) {
             let db = fresh_database(backend, postgres, "usage").await?;
             let outcome = usage_benchmarks(&plan, &binary, &db, &mut report).await;
+            db.remove().await?;
+            outcome?;
+        }
+        if plan.runs(Bench::Erase) {
+            let db = fresh_database(backend, postgres, "erase").await?;
+            let outcome = erase_benchmarks(&plan, &binary, &db, &mut report).await;
+            db.remove().await?;
+            outcome?;
+        }
+        if plan.runs(Bench::Scale) {
+            let db = fresh_database(backend, postgres, "scale").await?;
+            let outcome = scale_benchmarks(&plan, &binary, &db, &mut report).await;
             db.remove().await?;
             outcome?;
         }
@@ -1066,6 +1120,393 @@ async fn usage_benchmarks(
         report.push(figure);
     }
     server.stop().await;
+    Ok(())
+}
+
+/// EraseUser of one user's sessions, written straight into the database,
+/// while other users' writers keep appending: the erasure's time, and the
+/// appends' latency during it against a baseline window just before.
+async fn erase_benchmarks(
+    plan: &Plan,
+    binary: &Path,
+    db: &Database,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let backend = db.backend();
+    let shape = plan.erase;
+    eprintln!(
+        "== erase on {backend}: filling {} sessions of one user ({} exchanges each)",
+        shape.sessions,
+        erase::EXCHANGES_EACH
+    );
+    usage::migrate(binary, db).await?;
+    let filling = Instant::now();
+    let written = erase::fill(db, &shape).await?;
+    eprintln!(
+        "   filled in {:.1} s: {} messages, {} provider calls",
+        filling.elapsed().as_secs_f64(),
+        written.messages,
+        written.calls
+    );
+    let server = Server::start(binary, &db.url(), &[]).await?;
+    let outcome = erase_case(&shape, &server, db, &written, report).await;
+    server.stop().await;
+    outcome
+}
+
+async fn erase_case(
+    shape: &erase::Shape,
+    server: &Server,
+    db: &Database,
+    written: &erase::Written,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let backend = db.backend();
+    let writers = erase::prepare_writers(server, shape).await?;
+    db.analyze().await?;
+    let indexing = Instant::now();
+    live::index_caught_up(server).await?;
+    let newest = written.chats.last().context("no session was filled")?;
+    history::verify(server, newest).await?;
+    eprintln!(
+        "   search index caught up {:.1} s after the start of the checks; the server reads the \
+         filled sessions as written",
+        indexing.elapsed().as_secs_f64()
+    );
+    let run = erase::measure(server, db, written, &writers, shape).await?;
+    let expected = (written.chats.len() as i64, written.messages, written.calls);
+    let counts = |answer: &sessionstore_client::v1::EraseUserResponse| {
+        (
+            answer.sessions_deleted,
+            answer.messages_deleted,
+            answer.provider_calls_deleted,
+        )
+    };
+    // An attempt that failed took its counts with it; the erasures'
+    // records hold them (checked below).
+    if let (Ok(answer), true) = (&run.answer, run.failed.is_empty()) {
+        anyhow::ensure!(
+            counts(answer) == expected,
+            "EraseUser answered (sessions, messages, calls) {:?}, the fill wrote {expected:?}",
+            counts(answer)
+        );
+    }
+    let took = run.erasure.1 - run.erasure.0;
+    match &run.answer {
+        Ok(answer) => eprintln!(
+            "   EraseUser answered {:?} after {} call(s), {:.2} s from the first",
+            counts(answer),
+            run.failed.len() + 1,
+            took.as_secs_f64()
+        ),
+        Err(error) => eprintln!(
+            "   no EraseUser call succeeded while the writers ran ({} calls, {:.2} s; the last: \
+             {error})",
+            run.failed.len() + 1,
+            took.as_secs_f64()
+        ),
+    }
+    if let Some((again, answer)) = &run.after_writers {
+        match answer {
+            Ok(answer) => eprintln!(
+                "   with the writers stopped, EraseUser answered {:?} in {:.2} s",
+                counts(answer),
+                again.as_secs_f64()
+            ),
+            Err(error) => eprintln!(
+                "   with the writers stopped, EraseUser failed after {:.2} s: {error}",
+                again.as_secs_f64()
+            ),
+        }
+    }
+    // Where the erasure was, read from the database as it ran.
+    let first = |test: &dyn Fn(&erase::Progress) -> bool| {
+        run.progress
+            .iter()
+            .find(|p| test(p))
+            .map_or("after the last read".to_owned(), |p| {
+                format!("{:.2} s", p.at.as_secs_f64())
+            })
+    };
+    eprintln!(
+        "   progress (read every {} ms): no live session left at {}, no message left at {}, \
+         no tombstone left at {}",
+        erase::POLL.as_millis(),
+        first(&|p| p.live == 0),
+        first(&|p| p.live == 0 && p.messages == 0),
+        first(&|p| p.live == 0 && p.tombstones == 0),
+    );
+    let mut during = run.during();
+    during.sort_by_key(|s| std::cmp::Reverse(s.took));
+    let slowest: Vec<String> = during
+        .iter()
+        .take(5)
+        .map(|s| {
+            let at = s
+                .began
+                .saturating_duration_since(run.erasure.0)
+                .as_secs_f64()
+                - run
+                    .erasure
+                    .0
+                    .saturating_duration_since(s.began)
+                    .as_secs_f64();
+            format!("{:.0} ms at {at:+.2} s", s.took.as_secs_f64() * 1e3)
+        })
+        .collect();
+    eprintln!(
+        "   slowest appends during the erasure (started, from its start): {}",
+        slowest.join(", ")
+    );
+    // The slowest append started in each second of the erasure.
+    let seconds = (run.erasure.1 - run.erasure.0).as_secs() as usize + 1;
+    let mut worst = vec![(0.0_f64, 0_usize); seconds];
+    for sample in &during {
+        let second = sample
+            .began
+            .saturating_duration_since(run.erasure.0)
+            .as_secs() as usize;
+        if let Some(slot) = worst.get_mut(second) {
+            slot.0 = slot.0.max(sample.took.as_secs_f64() * 1e3);
+            slot.1 += 1;
+        }
+    }
+    let worst: Vec<String> = worst.iter().map(|(ms, n)| format!("{ms:.0}/{n}")).collect();
+    eprintln!(
+        "   each second of the erasure, the slowest append started in it (ms) / appends started: {}",
+        worst.join(" ")
+    );
+    let case = format!(
+        "{} sessions of one user ({} messages, {} provider calls); {} writers appending to \
+         other users' sessions{}{}",
+        written.chats.len(),
+        written.messages,
+        written.calls,
+        shape.writers,
+        if run.failed.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; EraseUser called {} times (earlier calls failed: {})",
+                run.failed.len() + 1,
+                run.failed
+                    .iter()
+                    .map(|(at, why)| format!("at {:.1} s, {why}", at.as_secs_f64()))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        },
+        match &run.first_append_error {
+            Some(error) => format!(
+                "; {} of the writers' appends failed (the first: {error})",
+                run.failed_appends
+            ),
+            None => String::new(),
+        }
+    );
+    report.push(Figure::new(
+        "erase",
+        backend,
+        match &run.answer {
+            Ok(_) => "sessionstore EraseUser (Client::erase_user), until answered",
+            Err(_) => "sessionstore EraseUser (Client::erase_user): no call succeeded",
+        },
+        &case,
+        "s",
+        Spread::of(&[took.as_secs_f64()]),
+    ));
+    let ms = |samples: &[Duration]| -> Vec<f64> {
+        samples.iter().map(|d| d.as_secs_f64() * 1e3).collect()
+    };
+    let mut baseline = run.baseline();
+    report.push(
+        Figure::new(
+            "erase",
+            backend,
+            &format!(
+                "AppendExchange, no erasure running ({:.1} s just before)",
+                shape.baseline.as_secs_f64()
+            ),
+            &case,
+            "ms",
+            Spread::of(&ms(&baseline)),
+        )
+        .latency(Latency::of(&mut baseline)),
+    );
+    let mut during: Vec<Duration> = during.iter().map(|s| s.took).collect();
+    let latency = Latency::of(&mut during);
+    let mut figure = Figure::new(
+        "erase",
+        backend,
+        "AppendExchange while EraseUser runs",
+        &case,
+        "ms",
+        Spread::of(&ms(&during)),
+    )
+    .latency(latency);
+    // The target is for a user of 10,000 sessions, not the smoke run's.
+    if written.chats.len() >= 10_000 {
+        figure = figure.target("max < 500 ms", latency.max_ms < 500.0);
+    }
+    report.push(figure);
+    if let Some((again, answer)) = &run.after_writers {
+        report.push(Figure::new(
+            "erase",
+            backend,
+            &format!(
+                "sessionstore EraseUser once more, the writers stopped ({})",
+                match answer {
+                    Ok(_) => "answered".to_owned(),
+                    Err(error) => format!("failed: {error}"),
+                }
+            ),
+            &case,
+            "s",
+            Spread::of(&[again.as_secs_f64()]),
+        ));
+    }
+    let gone = erase::check_gone(db, written).await?;
+    eprintln!("   {gone}");
+    erase::check_writers(server, &writers, shape, &run).await
+}
+
+/// Cost that does not grow with size: appends to a session of 1,000,000
+/// messages against appends to one of 10, and ListSessions in a tenant of
+/// 1,000,000 sessions, all written straight into the database.
+async fn scale_benchmarks(
+    plan: &Plan,
+    binary: &Path,
+    db: &Database,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let backend = db.backend();
+    let shape = plan.scale;
+    eprintln!(
+        "== scale on {backend}: filling {} sessions, one of {} messages and one of {}",
+        shape.sessions, shape.long_messages, shape.short_messages
+    );
+    usage::migrate(binary, db).await?;
+    let filling = Instant::now();
+    let written = scale::fill(db, &shape).await?;
+    let filled = filling.elapsed();
+    db.analyze().await?;
+    eprintln!(
+        "   filled in {:.1} s, analyzed {:.1} s later",
+        filled.as_secs_f64(),
+        (filling.elapsed() - filled).as_secs_f64()
+    );
+    let server = Server::start(binary, &db.url(), &[]).await?;
+    let outcome = scale_case(plan, &server, &written, backend, report).await;
+    server.stop().await;
+    outcome
+}
+
+async fn scale_case(
+    plan: &Plan,
+    server: &Server,
+    written: &scale::Written,
+    backend: &'static str,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    // SQLite builds its search file from every message at the first start.
+    let indexing = Instant::now();
+    live::index_caught_up(server).await?;
+    eprintln!(
+        "   search index caught up {:.1} s after the server started",
+        indexing.elapsed().as_secs_f64()
+    );
+    history::verify(server, &written.long).await?;
+    history::verify(server, &written.short).await?;
+    history::verify(server, &written.newest).await?;
+    eprintln!("   the server reads the filled sessions as written");
+
+    let samples = plan.scale_samples;
+    let (mut long, mut short) = scale::appends(server, written, samples).await?;
+    let ms = |samples: &[Duration]| -> Vec<f64> {
+        samples.iter().map(|d| d.as_secs_f64() * 1e3).collect()
+    };
+    let (long_ms, short_ms) = (ms(&long), ms(&short));
+    let (long_latency, short_latency) = (Latency::of(&mut long), Latency::of(&mut short));
+    let case_of = |messages: i64| {
+        format!(
+            "session of {messages} messages, {samples} appends, one client alternating with the \
+             session of {}",
+            if messages == written.long.messages() {
+                written.short.messages()
+            } else {
+                written.long.messages()
+            }
+        )
+    };
+    let p50_ratio = long_latency.p50_ms / short_latency.p50_ms;
+    let p99_ratio = long_latency.p99_ms / short_latency.p99_ms;
+    let at_scale = written.long.messages() >= 1_000_000;
+    let subject = "sessionstore AppendExchange (Client::append_exchange)";
+    report.push(
+        Figure::new(
+            "scale append",
+            backend,
+            subject,
+            &case_of(written.short.messages()),
+            "ms",
+            Spread::of(&short_ms),
+        )
+        .latency(short_latency),
+    );
+    let mut figure = Figure::new(
+        "scale append",
+        backend,
+        subject,
+        &case_of(written.long.messages()),
+        "ms",
+        Spread::of(&long_ms),
+    )
+    .latency(long_latency)
+    .ratio(p50_ratio, "p50 ÷ the short session's p50");
+    if at_scale {
+        figure = figure.target("p50 ≤ 1.2×", p50_ratio <= 1.2);
+    }
+    report.push(figure);
+    let mut figure = Figure::new(
+        "scale append",
+        backend,
+        "p99 of the long session's appends ÷ p99 of the short one's",
+        &case_of(written.long.messages()),
+        "×",
+        Spread::of(&[p99_ratio]),
+    )
+    .ratio(p99_ratio, "p99 ÷ the short session's p99");
+    if at_scale {
+        figure = figure.target("p99 ≤ 1.2×", p99_ratio <= 1.2);
+    }
+    report.push(figure);
+
+    let sessions = written.sessions + 2;
+    for (page, token) in [
+        ("first page".to_owned(), String::new()),
+        (
+            format!("page {} (deep)", plan.deep_pages + 1),
+            reads::token_after(server, plan.deep_pages).await?,
+        ),
+    ] {
+        let mut took = reads::list_pages(server, &token, "", plan.list_samples).await?;
+        let ms = ms(&took);
+        let latency = Latency::of(&mut took);
+        let mut figure = Figure::new(
+            "scale list",
+            backend,
+            "sessionstore ListSessions",
+            &format!("{sessions} sessions, {page} of {}", reads::PAGE_SIZE),
+            "ms",
+            Spread::of(&ms),
+        )
+        .latency(latency);
+        // The target is for 1,000,000 sessions, not the smoke run's.
+        if written.sessions >= 1_000_000 {
+            figure = figure.target("p99 < 5 ms", latency.p99_ms < 5.0);
+        }
+        report.push(figure);
+    }
     Ok(())
 }
 

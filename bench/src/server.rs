@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use sessionstore_client::SessionStoreClient;
 use sqlx::Connection as _;
-use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::{Child, Command};
 use tonic::transport::{Channel, Endpoint};
 
@@ -175,7 +175,11 @@ impl Server {
             ])
             .args(extra)
             .env_remove("SESSIONSTORE_AUTH_TOKENS")
-            .env("SESSIONSTORE_LOG", "warn,sessionstore_server::server=info")
+            .env(
+                "SESSIONSTORE_LOG",
+                std::env::var("SESSIONSTORE_BENCH_SERVER_LOG_FILTER")
+                    .unwrap_or_else(|_| "warn,sessionstore_server::server=info".to_owned()),
+            )
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -198,8 +202,28 @@ impl Server {
         })
         .await
         .context("sessionstore did not start within 60 s")??;
-        // Keep draining its log so it never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        // Keep draining its log so it never blocks on a full pipe; with
+        // SESSIONSTORE_BENCH_SERVER_LOG=FILE, into that file (its filter
+        // SESSIONSTORE_BENCH_SERVER_LOG_FILTER, default warnings and the
+        // server's start).
+        let mut keep = match std::env::var_os("SESSIONSTORE_BENCH_SERVER_LOG") {
+            Some(path) => Some(
+                tokio::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .await
+                    .with_context(|| format!("open {}", path.to_string_lossy()))?,
+            ),
+            None => None,
+        };
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(file) = keep.as_mut() {
+                    let _ = file.write_all(format!("{line}\n").as_bytes()).await;
+                }
+            }
+        });
         let search_off = extra.windows(2).any(|pair| pair == ["--search", "off"]);
         Ok(Server {
             child,

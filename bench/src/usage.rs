@@ -250,13 +250,13 @@ impl Rng {
 }
 
 /// One connection of the bench's own to the database.
-enum Conn {
+pub enum Conn {
     Sqlite(sqlx::SqliteConnection),
     Postgres(sqlx::PgConnection),
 }
 
 impl Conn {
-    async fn open(db: &Database) -> anyhow::Result<Conn> {
+    pub async fn open(db: &Database) -> anyhow::Result<Conn> {
         let url = db.url();
         Ok(if db.is_postgres() {
             Conn::Postgres(sqlx::PgConnection::connect(&url).await?)
@@ -270,7 +270,7 @@ impl Conn {
         })
     }
 
-    async fn execute(&mut self, sql: &str) -> anyhow::Result<()> {
+    pub async fn execute(&mut self, sql: &str) -> anyhow::Result<()> {
         match self {
             Conn::Sqlite(conn) => {
                 sqlx::raw_sql(sql).execute(conn).await?;
