@@ -13,7 +13,7 @@ use tonic::transport::Channel;
 use crate::runs::{begin, end};
 use crate::support::{
     Backend, Events, Storage, TestServer, assistant, call, connect, create, error_details,
-    event_kind, get, next_change, postgres_available, user,
+    event_kind, get, next_change, postgres_available, rename, user,
 };
 
 crate::backend_tests!(
@@ -654,6 +654,15 @@ async fn live_runs_cross_replicas() {
     // The watcher on B sees what the producer on A publishes.
     let mut on_b = watch_with(&mut b, id, head, &[]).await;
     assert_eq!(event_kind(&next_change(&mut on_b).await), "caught_up");
+    // Deltas are never stored: one published before a replica listens
+    // never reaches it. A commit on A seen on B and C says both listen.
+    let mut listening = watch_with(&mut c, id, head, &[]).await;
+    assert_eq!(event_kind(&next_change(&mut listening).await), "caught_up");
+    rename(&mut a, id, "listening").await;
+    for watcher in [&mut on_b, &mut listening] {
+        assert_eq!(event_kind(&next_change(watcher).await), "session_updated");
+    }
+    drop(listening);
     let mut published = String::new();
     let mut reader = Reader::default();
     for i in 0..20 {
