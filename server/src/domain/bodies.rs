@@ -738,6 +738,9 @@ fn join(items: &[J<'_>]) -> Result<String> {
     Ok(out)
 }
 
+// Test code only, never on a request path: each `unwrap` below asserts
+// that a rendered body is what the test expects (an object, an array, a
+// JSON text), and its panic is the test failing.
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -570,6 +570,7 @@ mod tests {
 
     fn target(provider: &str, model: &str, reasoning: ReasoningPolicy) -> ExportTarget {
         ExportTarget::new("target", provider.into(), model.into(), reasoning)
+            // Test code: a panic here is the test failing.
             .expect("a target with a provider")
     }
 
@@ -782,6 +783,7 @@ mod tests {
             m,
             claude().as_ref(),
         )
+        // Test code: a panic here is the test failing.
         .expect("an answer with text stays");
         assert_eq!(foreign.content_blocks.len(), 2, "{foreign:?}");
         assert!(
