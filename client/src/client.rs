@@ -542,6 +542,12 @@ impl Client {
     /// attached to them, and the shared state `scopes` named
     /// (`EraseUser`). Once it answers, no file of the store holds what was
     /// erased. Retried: a repeat finishes an erasure cut short.
+    ///
+    /// A user with thousands of sessions takes longer than the default
+    /// request timeout (on SQLite, removing their words from the search
+    /// index takes about 5 ms a message): call it on a client built with
+    /// a longer [`ClientBuilder::request_timeout`], as `sessions
+    /// erase-user` does, or call it again until it answers.
     pub async fn erase_user(
         &self,
         user: impl Into<String>,

@@ -81,8 +81,9 @@ pub enum Error {
     Unauthenticated(&'static str),
 
     /// The search index has not caught up with the writes before the
-    /// search in time (SQLite, while it is being rebuilt); retry later.
-    #[error("the search index is still being built; retry in a few seconds")]
+    /// search (or the erasure) in time: it is being built, or it stalled;
+    /// retry later.
+    #[error("the search index has not caught up with the writes yet; retry in a few seconds")]
     SearchIndexBehind,
 
     /// The server runs with `--search off`: no search index is kept.

@@ -17,8 +17,8 @@ use sqlx::{AnyPool, Row};
 use super::batch::Value;
 use super::ops::{
     AppendExchange, Appended, ControlSession, CreateSession, DeleteExpired, DeleteIdle,
-    DeleteSession, DeleteSharedState, EraseFinish, EraseMark, EraseRows, ForkSession,
-    PurgeTombstones, SetSharedState, UpdateSession, Write,
+    DeleteSession, DeleteSharedState, EraseFinish, EraseMark, EraseRows, EraseTombstones,
+    ForkSession, PurgeTombstones, SetSharedState, UpdateSession, Write,
 };
 use super::rows::{
     MESSAGE_COLUMNS, SESSION_COLUMNS, decode, session_from_row, stored_message_from_row, text_col,
@@ -38,7 +38,7 @@ use crate::domain::{
     StoredMessage, Timestamp,
 };
 
-/// Sessions an erasure makes tombstones per transaction.
+/// Sessions an erasure makes tombstones, or removes, per transaction.
 const ERASE_SESSIONS_PER_BATCH: i64 = 100;
 
 /// Rows an erasure deletes per transaction.
@@ -779,6 +779,15 @@ impl Store for SqlStore {
         }
         if let Some(marked) = last_marked {
             tokio::time::sleep_until(marked + ERASE_TOMBSTONE_GRACE).await;
+        }
+        loop {
+            let op = EraseTombstones {
+                user: user.clone(),
+                limit: ERASE_SESSIONS_PER_BATCH,
+            };
+            if self.write(tenant, op).await? == 0 {
+                break;
+            }
         }
         let op = EraseFinish {
             user,

@@ -9,9 +9,11 @@
 //! 2. [`EraseRows`], until it says there are no more: a bounded number of
 //!    those rows deleted, table by table (messages first, so deleting a
 //!    provider call never has messages left to update);
-//! 3. [`EraseFinish`]: the tombstones themselves (each keeps its last
-//!    event until then, for other replicas' watchers), their search
-//!    entries, the shared scopes named, and the content-free record.
+//! 3. [`EraseTombstones`], until it finds none: a batch of the tombstones
+//!    themselves (each keeps its last event until then, for other
+//!    replicas' watchers), with their search entries;
+//! 4. [`EraseFinish`]: the shared scopes named, and the content-free
+//!    record.
 //!
 //! Each step finds its rows by the user again, so an erasure cut short
 //! (the server went away) is finished by the next one.
@@ -51,9 +53,16 @@ pub struct RowsErased {
     pub more: bool,
 }
 
-/// Step 3: the user's tombstones, the shared `scopes`, and the record of
-/// the erasure (`erased`, its counts so far). Answers the scopes' entries
-/// deleted.
+/// Step 3: at most `limit` of the user's tombstones, with their search
+/// entries (and, on PostgreSQL, spilled deltas). Answers how many.
+#[derive(Clone)]
+pub struct EraseTombstones {
+    pub user: String,
+    pub limit: i64,
+}
+
+/// Step 4: the shared `scopes`, and the record of the erasure (`erased`,
+/// its counts so far). Answers the scopes' entries deleted.
 #[derive(Clone)]
 pub struct EraseFinish {
     pub user: String,
@@ -144,32 +153,58 @@ impl Write for EraseRows {
     }
 }
 
+impl Write for EraseTombstones {
+    type Reply = i64;
+
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<i64> {
+        let keys: Vec<i64> = sqlx::query_scalar(&format!("{TOMBSTONES} LIMIT $3"))
+            .bind(escape(tenant))
+            .bind(escape(&self.user))
+            .bind(self.limit)
+            .fetch_all(&mut *tx.conn)
+            .await?;
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        // Keys the database gave: integers, safe to write into the SQL.
+        let keys_sql = keys
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        match tx.dialect {
+            Dialect::Sqlite => {
+                // Their messages are gone: re-indexing each whole range
+                // removes every entry (the indexer thread, which logs
+                // cannot bypass), or deletes them (in memory).
+                for &key in &keys {
+                    tx.unindex(key, 0, 1 << 32).await?;
+                }
+            }
+            Dialect::Postgres => {
+                // What the search builder may have written since step 2,
+                // and spilled deltas.
+                for table in ["message_search", "delta_spill"] {
+                    sqlx::query(&format!(
+                        "DELETE FROM {table} WHERE session_key IN ({keys_sql})"
+                    ))
+                    .execute(&mut *tx.conn)
+                    .await?;
+                }
+            }
+        }
+        // The tombstones, and with them (by cascade) their last events.
+        sqlx::query(&format!("DELETE FROM sessions WHERE key IN ({keys_sql})"))
+            .execute(&mut *tx.conn)
+            .await?;
+        Ok(i64::try_from(keys.len()).unwrap_or(i64::MAX))
+    }
+}
+
 impl Write for EraseFinish {
     type Reply = i64;
 
     async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<i64> {
-        let keys: Vec<i64> = sqlx::query_scalar(TOMBSTONES)
-            .bind(escape(tenant))
-            .bind(escape(&self.user))
-            .fetch_all(&mut *tx.conn)
-            .await?;
-        for &key in &keys {
-            // Their messages are gone: re-indexing the whole range removes
-            // every entry (SQLite's indexer) or deletes what is left.
-            tx.unindex(key, 0, 1 << 32).await?;
-            if tx.dialect == Dialect::Postgres {
-                sqlx::query("DELETE FROM delta_spill WHERE session_key = $1")
-                    .bind(key)
-                    .execute(&mut *tx.conn)
-                    .await?;
-            }
-        }
-        // The tombstones, and with them (by cascade) their last events.
-        sqlx::query("DELETE FROM sessions WHERE tenant = $1 AND user_name = $2 AND deleted = 1")
-            .bind(escape(tenant))
-            .bind(escape(&self.user))
-            .execute(&mut *tx.conn)
-            .await?;
         let mut entries = 0;
         for scope in &self.scopes {
             let deleted = sqlx::query("DELETE FROM shared_state WHERE tenant = $1 AND scope = $2")

@@ -24,7 +24,7 @@ mod sessions;
 mod state;
 mod sweeps;
 
-pub use erase::{EraseFinish, EraseMark, EraseRows};
+pub use erase::{EraseFinish, EraseMark, EraseRows, EraseTombstones};
 pub use state::{DeleteSharedState, SetSharedState};
 
 /// The PostgreSQL channel carrying commit hints (`"<session key>:<revision>"`).

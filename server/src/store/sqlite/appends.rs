@@ -60,6 +60,9 @@ enum Work {
     },
     /// Checkpoint the WAL between runs (see [`WalCheckpoints`]).
     Checkpoint(oneshot::Sender<rusqlite::Result<Checkpointed>>),
+    /// Copy all of the WAL back and cut it to zero bytes, between runs
+    /// (see [`EngineAppends::truncate_wal`]); whether it was.
+    Truncate(oneshot::Sender<rusqlite::Result<bool>>),
     /// Close the connection and end the thread.
     Stop,
 }
@@ -90,6 +93,19 @@ impl Checkpointed {
     pub(super) fn complete(&self) -> bool {
         !self.busy && self.wal_frames == self.copied_frames
     }
+}
+
+/// Runs a `TRUNCATE` checkpoint of `schema` on `conn`: whether it copied
+/// every frame back and cut the WAL file to zero bytes.
+pub(super) fn truncated(conn: &rusqlite::Connection, schema: &str) -> rusqlite::Result<bool> {
+    // (busy, frames in the WAL, frames copied back): busy is 0 once the
+    // checkpoint completed and the file was cut.
+    let busy: i64 = conn.query_row(
+        &format!("PRAGMA {schema}.wal_checkpoint(TRUNCATE)"),
+        [],
+        |row| row.get(0),
+    )?;
+    Ok(busy == 0)
 }
 
 /// What runs once the runs committed before it are on disk: `true` if
@@ -141,6 +157,9 @@ impl EngineAppends {
                         Work::Checkpoint(reply) => {
                             let _ = reply.send(Checkpointed::passive(&conn));
                         }
+                        Work::Truncate(reply) => {
+                            let _ = reply.send(truncated(&conn, "main"));
+                        }
                         Work::Stop => break,
                     }
                 }
@@ -169,7 +188,7 @@ impl EngineAppends {
         {
             let requests = match work {
                 Work::Append { requests, .. } => requests,
-                Work::Checkpoint(_) | Work::Stop => Vec::new(),
+                Work::Checkpoint(_) | Work::Truncate(_) | Work::Stop => Vec::new(),
             };
             return (requests, Err(thread_gone()));
         }
@@ -177,6 +196,24 @@ impl EngineAppends {
             Ok(answered) => answered,
             // The thread never drops a request unanswered while it runs.
             Err(_) => (Vec::new(), Err(thread_gone())),
+        }
+    }
+
+    /// Copies every frame of the WAL back into the database file and cuts
+    /// the WAL to zero bytes (EraseUser: frames written before a secure
+    /// delete still hold what it overwrote); whether it could. On this
+    /// thread, between two runs: a `TRUNCATE` checkpoint takes the write
+    /// lock, so from any other connection it would first wait for a gap
+    /// between the runs, and then hold every append while it waits for
+    /// readers. Here it waits only for readers (up to the busy timeout).
+    pub(super) async fn truncate_wal(&self) -> Result<bool> {
+        let (reply, answer) = oneshot::channel();
+        if self.requests.send(Work::Truncate(reply)).await.is_err() {
+            return Err(thread_gone());
+        }
+        match answer.await {
+            Ok(truncated) => Ok(truncated?),
+            Err(_) => Err(thread_gone()),
         }
     }
 

@@ -136,9 +136,9 @@ pub(super) enum Role {
     /// A message or event read (`reads.rs`): read-only.
     Read,
     /// EraseUser's last step (`Engine::truncate_wal`), with the search
-    /// file attached: checkpoints that copy every WAL frame back and cut
-    /// both WAL files to zero bytes, waiting for readers and writers up to
-    /// the busy timeout.
+    /// file attached: checkpoints that copy WAL frames back, the search
+    /// file's all of them, cutting its WAL to zero bytes (waiting for
+    /// readers and the indexer up to the busy timeout).
     Scrub,
     /// The last connection of a closed store, with the search file
     /// attached: it closes without a checkpoint, leaving the WAL files in

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 
-use super::appends::EngineAppends;
+use super::appends::{self, EngineAppends};
 use super::checkpoints::Checkpointer;
 use super::connections::{self, Role};
 use super::reads::EngineReads;
@@ -25,6 +25,10 @@ use crate::domain::{Error, Result};
 use crate::store::OpenError;
 use crate::store::fault::DiskSpace;
 use crate::store::ops::SearchWrites;
+
+/// How long EraseUser's WAL truncation waits before trying again when
+/// another checkpoint was under way.
+const TRUNCATE_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// The engine threads of one database file.
 pub(super) struct Engine {
@@ -104,34 +108,46 @@ impl Engine {
 
     /// Copies every WAL frame of the search file and of the database back
     /// and cuts both WAL files to zero bytes (EraseUser: frames written
-    /// before a secure delete still hold what it overwrote). Waits for
-    /// readers and writers up to the busy timeout; a database still busy
-    /// after that is UNAVAILABLE, and the caller tries again.
+    /// before a secure delete still hold what it overwrote). The search
+    /// file's on a connection of its own (only the indexer writes there,
+    /// and its passes wait meanwhile), after a `PASSIVE` checkpoint of the
+    /// database that copies most of its WAL back without taking a lock;
+    /// then the database's on the append thread, which has little left to
+    /// copy. Each waits for readers up to the busy timeout; a database
+    /// still busy after that is UNAVAILABLE, and the caller tries again.
     pub(super) async fn truncate_wal(&self) -> Result<()> {
-        let path = self.path.clone();
-        let truncated = tokio::task::spawn_blocking(move || -> Result<bool> {
-            let conn = connections::engine(&path, Role::Scrub)?;
-            let mut done = true;
-            for schema in ["search", "main"] {
-                // (busy, frames in the WAL, frames copied back): busy is 0
-                // once the checkpoint completed and the file was cut.
-                let busy: i64 = conn.query_row(
-                    &format!("PRAGMA {schema}.wal_checkpoint(TRUNCATE)"),
-                    [],
-                    |row| row.get(0),
-                )?;
-                done &= busy == 0;
+        // A checkpoint under way (the checkpointer's, or SQLite's own in
+        // the search file) turns another away at once, without the busy
+        // timeout: each is tried again shortly, for as long as that.
+        let until = tokio::time::Instant::now() + connections::BUSY_TIMEOUT;
+        let mut search_done = false;
+        let mut conn = None;
+        loop {
+            if !search_done {
+                let path = self.path.clone();
+                let mut scrub = conn.take();
+                let (done, kept) = tokio::task::spawn_blocking(move || -> Result<_> {
+                    let conn = match scrub.take() {
+                        Some(conn) => conn,
+                        None => connections::engine(&path, Role::Scrub)?,
+                    };
+                    conn.query_row("PRAGMA main.wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+                    Ok((appends::truncated(&conn, "search")?, conn))
+                })
+                .await
+                .map_err(Error::storage)??;
+                search_done = done;
+                conn = Some(kept);
             }
-            Ok(done)
-        })
-        .await
-        .map_err(Error::storage)??;
-        if truncated {
-            Ok(())
-        } else {
-            Err(Error::unavailable(std::io::Error::other(
-                "readers kept the WAL from being checkpointed",
-            )))
+            if search_done && self.appends.truncate_wal().await? {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= until {
+                return Err(Error::unavailable(std::io::Error::other(
+                    "readers kept the WAL from being checkpointed",
+                )));
+            }
+            tokio::time::sleep(TRUNCATE_RETRY).await;
         }
     }
 

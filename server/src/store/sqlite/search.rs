@@ -72,6 +72,12 @@ const CREATE_APPLIED: &str = "CREATE TABLE IF NOT EXISTS search.search_applied \
 /// Log rows applied per pass at most.
 const PASS_ROWS: i64 = 4096;
 
+/// How long a pass goes on taking log rows: deleting index rows with
+/// FTS5's `secure-delete` costs about a millisecond a message, so a pass
+/// over thousands of erased sessions would otherwise hold the search file
+/// for a minute.
+const PASS_TIME: Duration = Duration::from_millis(200);
+
 /// How long the thread sleeps when nothing wakes it.
 const IDLE_POLL: Duration = Duration::from_secs(1);
 
@@ -208,23 +214,28 @@ impl SearchIndexer {
         }
     }
 
-    /// Waits until the log is applied through `log_id`.
+    /// Waits until the log is applied through `log_id`, for as long as
+    /// the thread keeps applying it: SEARCH_INDEX_BEHIND only once a whole
+    /// [`CATCH_UP_TIMEOUT`] passed without a pass (a rebuild is one pass;
+    /// a large erasure is many short ones).
     pub(super) async fn caught_up(&self, log_id: i64) -> Result<()> {
         let mut applied = self.applied.clone();
-        let wait = applied.wait_for(|progress| match progress {
-            Progress::Building => false,
-            Progress::Applied(id) => *id >= log_id,
-        });
-        self.searching.fetch_add(1, Ordering::AcqRel);
+        let _searching = Searching::count(&self.searching);
         self.wake();
-        let waited = tokio::time::timeout(CATCH_UP_TIMEOUT, wait).await;
-        self.searching.fetch_sub(1, Ordering::AcqRel);
-        match waited {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(_)) => Err(Error::storage(std::io::Error::other(
-                "the search indexer stopped",
-            ))),
-            Err(_) => Err(Error::SearchIndexBehind),
+        loop {
+            let progress = *applied.borrow_and_update();
+            if matches!(progress, Progress::Applied(id) if id >= log_id) {
+                break Ok(());
+            }
+            match tokio::time::timeout(CATCH_UP_TIMEOUT, applied.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    break Err(Error::storage(std::io::Error::other(
+                        "the search indexer stopped",
+                    )));
+                }
+                Err(_) => break Err(Error::SearchIndexBehind),
+            }
         }
     }
 
@@ -268,6 +279,23 @@ fn check_applied(conn: &Connection) -> rusqlite::Result<Option<i64>> {
         return Ok(None);
     }
     Ok(Some(applied))
+}
+
+/// One search waiting for the thread, counted for as long as it waits
+/// (also when its caller goes away).
+struct Searching<'a>(&'a AtomicUsize);
+
+impl<'a> Searching<'a> {
+    fn count(searching: &'a AtomicUsize) -> Self {
+        searching.fetch_add(1, Ordering::AcqRel);
+        Searching(searching)
+    }
+}
+
+impl Drop for Searching<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// What the thread waits on between passes.
@@ -329,44 +357,98 @@ fn run(
             continue;
         }
         let more = match pass(conn, rows) {
-            Ok(Some(id)) => {
-                applied.store(id, Ordering::Release);
-                progress.send_replace(Progress::Applied(id));
+            Ok(Some(Pass { through, cut })) => {
+                applied.store(through, Ordering::Release);
+                progress.send_replace(Progress::Applied(through));
                 rows = (rows * 2).min(PASS_ROWS);
-                true
+                // A pass cut short goes on at once.
+                Some(cut)
             }
-            Ok(None) => false,
+            Ok(None) => None,
             Err(error) => {
                 // Short of space, smaller passes still fit.
                 if matches!(error, crate::domain::Error::StorageFull(_)) {
                     rows = (rows / 4).max(1);
                 }
                 tracing::error!(%error, rows, "indexing messages for search failed; retrying");
-                false
+                None
             }
         };
-        if more {
+        match more {
+            Some(true) => {}
             // Whatever is logged meanwhile goes in the next pass.
-            waits.gather();
-        } else if !waits.idle() {
-            return;
+            Some(false) => waits.gather(),
+            None => {
+                if !waits.idle() {
+                    return;
+                }
+            }
         }
     }
 }
 
-/// One pass in one transaction: the id applied through, or `None` if the
-/// log had nothing new.
-fn pass(conn: &Connection, rows: i64) -> Result<Option<i64>> {
-    // Deferred: the main database is only read (one snapshot for the log
-    // and the messages); the write lock taken is the search file's.
-    conn.execute_batch("BEGIN")?;
-    let result = apply_log(conn, rows);
+/// What a pass applied.
+struct Pass {
+    /// The last log id applied.
+    through: i64,
+    /// Whether it stopped before the rows it read ([`PASS_TIME`]).
+    cut: bool,
+}
+
+/// One pass: what it applied, or `None` if the log had nothing new.
+///
+/// In two transactions. The first reads the main database: the log rows
+/// past the applied id, and the current messages of their ranges, in one
+/// snapshot. It is short on purpose: while a reader holds a snapshot, no
+/// checkpoint can copy the WAL frames written after it back, and the WAL
+/// only starts over once one has copied all of them; a snapshot held for
+/// as long as a pass writes (seconds, deleting an erasure's rows) let the
+/// WAL grow by gigabytes under appends. The second writes the search file
+/// alone. What the first read is current as of its log rows, or newer (a
+/// later change is also in a later log row, applied again then).
+fn pass(conn: &Connection, rows: i64) -> Result<Option<Pass>> {
+    let work = in_transaction(conn, "BEGIN", |conn| read_log(conn, rows))?;
+    match work {
+        None => Ok(None),
+        // Deferred, but the search file's write lock is taken first: a
+        // transaction that has read a file before it writes gets
+        // SQLITE_BUSY at once if the lock is held, without waiting out
+        // the busy timeout (its snapshot might be stale by then).
+        Some(Work::Rebuild) => in_transaction(
+            conn,
+            "BEGIN; UPDATE search.search_applied SET log_id = log_id",
+            |conn| {
+                rebuild(conn).map(|through| {
+                    Some(Pass {
+                        through,
+                        cut: false,
+                    })
+                })
+            },
+        ),
+        Some(Work::Ranges(ranges)) => in_transaction(
+            conn,
+            "BEGIN; UPDATE search.search_applied SET log_id = log_id",
+            |conn| apply_ranges(conn, ranges).map(Some),
+        ),
+    }
+}
+
+/// Runs `body` in a transaction `begin` starts: committed if it answers
+/// `Some`, rolled back otherwise.
+fn in_transaction<T>(
+    conn: &Connection,
+    begin: &str,
+    body: impl FnOnce(&Connection) -> Result<Option<T>>,
+) -> Result<Option<T>> {
+    conn.execute_batch(begin)?;
+    let result = body(conn);
     let finished = match &result {
         Ok(Some(_)) => conn.execute_batch("COMMIT"),
         _ => conn.execute_batch("ROLLBACK"),
     };
     match (result, finished) {
-        (Ok(applied), Ok(())) => Ok(applied),
+        (Ok(done), Ok(())) => Ok(done),
         (Err(error), _) => Err(error),
         (Ok(_), Err(error)) => {
             if !conn.is_autocommit() {
@@ -377,17 +459,34 @@ fn pass(conn: &Connection, rows: i64) -> Result<Option<i64>> {
     }
 }
 
-fn apply_log(conn: &Connection, pass_rows: i64) -> Result<Option<i64>> {
+/// What a pass has to do.
+enum Work {
+    /// Build the index from every message.
+    Rebuild,
+    /// Apply these log rows, in id order.
+    Ranges(Vec<Range>),
+}
+
+/// One log row and the messages of its range as they are now: `(row id
+/// in the index, text)`, empty texts left out.
+struct Range {
+    id: i64,
+    session_key: i64,
+    from: i64,
+    until: i64,
+    texts: Vec<(i64, String)>,
+}
+
+fn read_log(conn: &Connection, pass_rows: i64) -> Result<Option<Work>> {
     let applied: Option<i64> = conn
         .query_row("SELECT log_id FROM search.search_applied", [], |row| {
             row.get(0)
         })
         .optional()?;
     let Some(applied) = applied else {
-        return rebuild(conn).map(Some);
+        return Ok(Some(Work::Rebuild));
     };
-    let mut ranges: Vec<(i64, i64, i64)> = Vec::new();
-    let mut last = applied;
+    let mut ranges = Vec::new();
     {
         let mut log = conn.prepare_cached(
             "SELECT id, session_key, from_sequence, until_sequence FROM main.search_log \
@@ -395,36 +494,72 @@ fn apply_log(conn: &Connection, pass_rows: i64) -> Result<Option<i64>> {
         )?;
         let mut rows = log.query([applied, pass_rows])?;
         while let Some(row) = rows.next()? {
-            last = row.get(0)?;
-            ranges.push((row.get(1)?, row.get(2)?, row.get(3)?));
+            ranges.push(Range {
+                id: row.get(0)?,
+                session_key: row.get(1)?,
+                from: row.get(2)?,
+                until: row.get(3)?,
+                texts: Vec::new(),
+            });
         }
     }
     if ranges.is_empty() {
         return Ok(None);
     }
-    let mut delete =
-        conn.prepare_cached("DELETE FROM search.message_search WHERE rowid >= ?1 AND rowid < ?2")?;
     let mut read = conn.prepare_cached(
         "SELECT sequence, body FROM main.messages \
          WHERE session_key = ?1 AND sequence >= ?2 AND sequence < ?3 AND redacted = 0",
     )?;
-    // Every range's old rows out first, then the current messages of all
-    // of them in row id order (FTS5 starts a new segment whenever a row id
-    // goes back), each once.
-    let mut texts = BTreeMap::new();
-    for &(key, from, until) in &ranges {
-        delete.execute([search_rowid(key, from), search_rowid(key, until)])?;
-        let mut rows = read.query([key, from, until])?;
+    for range in &mut ranges {
+        let mut rows = read.query([range.session_key, range.from, range.until])?;
         while let Some(row) = rows.next()? {
             let sequence: i64 = row.get(0)?;
             let body = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
-            texts.insert(search_rowid(key, sequence), text_of(body)?);
+            let text = text_of(body)?;
+            if !text.is_empty() {
+                range
+                    .texts
+                    .push((search_rowid(range.session_key, sequence), text));
+            }
         }
     }
+    Ok(Some(Work::Ranges(ranges)))
+}
+
+/// Applies `ranges` (not empty) in order, in the search file's write
+/// transaction, until their deletes have taken [`PASS_TIME`]: the
+/// transaction holds the search file, and searches wait for it.
+fn apply_ranges(conn: &Connection, ranges: Vec<Range>) -> Result<Pass> {
+    let mut delete =
+        conn.prepare_cached("DELETE FROM search.message_search WHERE rowid >= ?1 AND rowid < ?2")?;
+    // Every range's old rows out first, then the current messages of all
+    // of them in row id order (FTS5 starts a new segment whenever a row id
+    // goes back), each once.
+    let started = Instant::now();
+    let mut texts = BTreeMap::new();
+    let mut last = None;
+    let mut cut = false;
+    for range in ranges {
+        if last.is_some() && started.elapsed() >= PASS_TIME {
+            cut = true;
+            break;
+        }
+        last = Some(range.id);
+        delete.execute([
+            search_rowid(range.session_key, range.from),
+            search_rowid(range.session_key, range.until),
+        ])?;
+        texts.extend(range.texts);
+    }
     insert_texts(conn, texts)?;
+    let Some(through) = last else {
+        return Err(Error::storage(std::io::Error::other(
+            "a search pass was given no log rows",
+        )));
+    };
     conn.prepare_cached("UPDATE search.search_applied SET log_id = ?1")?
-        .execute([last])?;
-    Ok(Some(last))
+        .execute([through])?;
+    Ok(Pass { through, cut })
 }
 
 /// The index built anew from every message, through the log's end.
@@ -481,9 +616,7 @@ fn insert_texts(conn: &Connection, texts: BTreeMap<i64, String>) -> Result<()> {
     let mut insert =
         conn.prepare_cached("INSERT INTO search.message_search (rowid, text) VALUES (?1, ?2)")?;
     for (rowid, text) in texts {
-        if !text.is_empty() {
-            insert.execute(rusqlite::params![rowid, text])?;
-        }
+        insert.execute(rusqlite::params![rowid, text])?;
     }
     Ok(())
 }

@@ -87,7 +87,7 @@ pub(super) async fn run(
         }
         let mut conn = match kept.take() {
             Some(conn) => conn,
-            None => match pool.acquire().await {
+            None => match acquire(&pool, keep_connection).await {
                 Ok(conn) => conn,
                 Err(error) => {
                     fail_all(batch, error);
@@ -111,7 +111,32 @@ pub(super) async fn run(
             indexer.wake();
         }
     }
+    if let Some(conn) = kept {
+        // Without the search file it is no connection for anyone else.
+        let _ = conn.detach().close().await;
+    }
     tracing::debug!("sqlite writer stopped");
+}
+
+/// A pool connection for the writer. On a file database (`file`) it is
+/// the writer's for good, and the search file is detached from it: its
+/// `BEGIN IMMEDIATE` would otherwise take the search file's write lock
+/// too (SQLite locks every attached database), shutting the indexer out
+/// of the file for every batch, although the writer only logs to the main
+/// database's `search_log` there (`search.rs`).
+async fn acquire(pool: &AnyPool, file: bool) -> Result<PoolConnection<Any>, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    if file {
+        if let Err(error) = sqlx::query("DETACH DATABASE search")
+            .execute(&mut *conn)
+            .await
+        {
+            // Not back to the pool half-configured.
+            let _ = conn.detach().close().await;
+            return Err(error);
+        }
+    }
+    Ok(conn)
 }
 
 /// Writes the leading run of appends of `batch` through the engine, in a
