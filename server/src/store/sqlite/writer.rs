@@ -126,15 +126,14 @@ pub(super) async fn run(
 /// database's `search_log` there (`search.rs`).
 async fn acquire(pool: &AnyPool, file: bool) -> Result<PoolConnection<Any>, sqlx::Error> {
     let mut conn = pool.acquire().await?;
-    if file {
-        if let Err(error) = sqlx::query("DETACH DATABASE search")
+    if file
+        && let Err(error) = sqlx::query("DETACH DATABASE search")
             .execute(&mut *conn)
             .await
-        {
-            // Not back to the pool half-configured.
-            let _ = conn.detach().close().await;
-            return Err(error);
-        }
+    {
+        // Not back to the pool half-configured.
+        let _ = conn.detach().close().await;
+        return Err(error);
     }
     Ok(conn)
 }
