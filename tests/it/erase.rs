@@ -11,8 +11,8 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use crate::support::{
-    Backend, Storage, TestServer, assistant, call, create_owned, error_details, next_change,
-    postgres_available, user,
+    Backend, ServerProcess, Storage, TestServer, assistant, call, create_owned, error_details,
+    next_change, postgres_available, sessionstore_binary, user,
 };
 
 crate::backend_tests!(
@@ -377,6 +377,65 @@ async fn no_erased_byte_is_left_in_the_sqlite_files() {
     // And once the server is gone (the WAL copied back, files closed).
     assert_eq!(files_holding(&dir, CANARY), Vec::<String>::new());
     drop(storage);
+}
+
+/// The words of a deleted session are removed from the SQLite search file
+/// after the writes searches wait for (a backlog kept in the search file),
+/// never found meanwhile, still removed after a `kill -9`, and an erasure
+/// answers only once they are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_words_leave_the_sqlite_search_file_after_a_kill() {
+    let binary = tokio::task::spawn_blocking(sessionstore_binary)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/db.sqlite", dir.path().display());
+    let start = |n: usize| {
+        ServerProcess::start(
+            &binary,
+            &url,
+            "127.0.0.1:0",
+            logs.path().join(format!("server-{n}.log")),
+            &[],
+        )
+    };
+    let in_search_file = || {
+        files_holding(dir.path(), CANARY)
+            .into_iter()
+            .filter(|file| file.contains("-search"))
+            .collect::<Vec<_>>()
+    };
+    let mut server = start(1).await;
+    let mut client = Client::connect(server.endpoint()).await.unwrap();
+    fill(&mut client, "s_deleted", "dora", CANARY).await;
+    fill(&mut client, "s_kept", "bob", KEPT).await;
+    assert_eq!(search(&mut client, CANARY).await, 4);
+    assert!(!in_search_file().is_empty());
+
+    client
+        .delete_session(pb::DeleteSessionRequest {
+            session_id: "s_deleted".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(search(&mut client, CANARY).await, 0);
+    server.kill().await;
+
+    let server = start(2).await;
+    let mut client = Client::connect(server.endpoint()).await.unwrap();
+    assert_eq!(search(&mut client, CANARY).await, 0);
+    // Nothing of this user: the erasure only waits for the index's
+    // deletions logged before it, and truncates the WAL files.
+    let erased = erase(&mut client, "nobody").await;
+    assert_eq!(erased.sessions_deleted, 0);
+    assert_eq!(in_search_file(), Vec::<String>::new());
+    assert_eq!(search(&mut client, KEPT).await, 4);
+    // A new session of the same id does not bring the old words back.
+    fill(&mut client, "s_deleted", "dora", KEPT).await;
+    assert_eq!(search(&mut client, KEPT).await, 8);
+    assert_eq!(search(&mut client, CANARY).await, 0);
+    drop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

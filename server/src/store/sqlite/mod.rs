@@ -171,10 +171,7 @@ impl Backend for Sqlite {
                 return Ok(());
             };
             // Every write acknowledged so far is indexed before the query.
-            let logged: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM search_log")
-                .fetch_one(pool)
-                .await?;
-            indexer.caught_up(logged).await
+            indexer.caught_up(last_logged(pool).await?).await
         })
     }
 
@@ -184,9 +181,11 @@ impl Backend for Sqlite {
                 // In memory: no file to scrub.
                 return Ok(());
             };
-            // The indexer has applied every deletion logged so far (with
+            // The indexer has done every deletion logged so far (with
             // FTS5's secure-delete), then both WAL files go.
-            self.search_ready(pool).await?;
+            if let Some(indexer) = engine.indexer() {
+                indexer.cleared(last_logged(pool).await?).await?;
+            }
             engine.truncate_wal().await
         })
     }
@@ -209,4 +208,14 @@ impl Backend for Sqlite {
             }
         })
     }
+}
+
+/// The last id in the search log: every write acknowledged so far logged
+/// its changes at or before it.
+async fn last_logged(pool: &AnyPool) -> Result<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM search_log")
+            .fetch_one(pool)
+            .await?,
+    )
 }

@@ -23,6 +23,16 @@
 //! last id, wakes this thread and waits until that id is applied before it
 //! queries, so a search after an acknowledged write finds it.
 //!
+//! **Deletions wait their turn.** A range with no message left (a session
+//! deleted or erased, messages rolled back) only goes into the search
+//! file's `unindex_backlog`; its index rows are deleted in later passes,
+//! after the log, a few hundred milliseconds at a time. FTS5's
+//! `secure-delete` (see [`CREATE_INDEX`]) costs milliseconds a message,
+//! and an erasure of thousands of sessions would otherwise hold up every
+//! search for minutes; meanwhile no search can find those rows (it joins
+//! the messages). EraseUser waits until the backlog is done through its
+//! own log rows before it answers.
+//!
 //! **Recovery.** The search file is derived data. This thread rebuilds it
 //! from all messages when it is new (the first start after the migration
 //! that moved the index here, or the file deleted by hand), when it records
@@ -65,9 +75,15 @@ pub(super) const CREATE_INDEX: &str = "CREATE VIRTUAL TABLE IF NOT EXISTS search
      INSERT INTO search.message_search (message_search, rank) VALUES ('automerge', 8); \
      INSERT INTO search.message_search (message_search, rank) VALUES ('secure-delete', 1)";
 
-/// The last `search_log` id applied (one row, absent until built).
+/// The last `search_log` id applied (one row, absent until built), and
+/// the deletions applied but not yet done (see [`Range::deferred`]).
 const CREATE_APPLIED: &str = "CREATE TABLE IF NOT EXISTS search.search_applied \
-     (id INTEGER PRIMARY KEY CHECK (id = 1), log_id INTEGER NOT NULL)";
+     (id INTEGER PRIMARY KEY CHECK (id = 1), log_id INTEGER NOT NULL); \
+     CREATE TABLE IF NOT EXISTS search.unindex_backlog (log_id INTEGER PRIMARY KEY, \
+     session_key INTEGER NOT NULL, from_sequence INTEGER NOT NULL, \
+     until_sequence INTEGER NOT NULL); \
+     CREATE INDEX IF NOT EXISTS search.unindex_backlog_session \
+     ON unindex_backlog (session_key)";
 
 /// Log rows applied per pass at most.
 const PASS_ROWS: i64 = 4096;
@@ -134,6 +150,7 @@ pub(super) fn prepare(path: &Path) -> Result<(), OpenError> {
 pub(super) fn switch_off(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(
         "DELETE FROM search.search_applied; \
+         DELETE FROM search.unindex_backlog; \
          DROP TABLE IF EXISTS search.message_search; \
          DELETE FROM main.search_log",
     )
@@ -142,8 +159,8 @@ pub(super) fn switch_off(conn: &Connection) -> rusqlite::Result<()> {
 /// Whether the search file already holds its tables.
 fn tables_exist(conn: &Connection) -> rusqlite::Result<bool> {
     conn.query_row(
-        "SELECT count(*) = 2 FROM search.sqlite_master \
-         WHERE name IN ('message_search', 'search_applied')",
+        "SELECT count(*) = 3 FROM search.sqlite_master \
+         WHERE name IN ('message_search', 'search_applied', 'unindex_backlog')",
         [],
         |row| row.get(0),
     )
@@ -166,8 +183,9 @@ pub(super) struct SearchIndexer {
 enum Progress {
     /// Building the index from every message.
     Building,
-    /// Applied the log through this id.
-    Applied(i64),
+    /// Applied the log through `through`; every deletion of the log rows
+    /// through `cleared` is done (`cleared <= through`).
+    Applied { through: i64, cleared: i64 },
 }
 
 impl SearchIndexer {
@@ -180,12 +198,17 @@ impl SearchIndexer {
         space: Arc<DiskSpace>,
     ) -> Result<Self, OpenError> {
         let failed = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
-        let start = check_applied(&conn).map_err(failed)?;
-        if let Some(id) = start {
-            applied.store(id, Ordering::Release);
-        }
-        let (progress, watching) =
-            watch::channel(start.map_or(Progress::Building, Progress::Applied));
+        let start = match check_applied(&conn).map_err(failed)? {
+            Some(through) => {
+                applied.store(through, Ordering::Release);
+                Progress::Applied {
+                    through,
+                    cleared: cleared(&conn, through).map_err(failed)?,
+                }
+            }
+            None => Progress::Building,
+        };
+        let (progress, watching) = watch::channel(start);
         let (wake, woken) = mpsc::sync_channel(1);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let searching = Arc::new(AtomicUsize::new(0));
@@ -214,17 +237,35 @@ impl SearchIndexer {
         }
     }
 
-    /// Waits until the log is applied through `log_id`, for as long as
-    /// the thread keeps applying it: SEARCH_INDEX_BEHIND only once a whole
-    /// [`CATCH_UP_TIMEOUT`] passed without a pass (a rebuild is one pass;
-    /// a large erasure is many short ones).
+    /// Waits until the log is applied through `log_id`: a search then
+    /// finds every write logged before it (and no deleted message, though
+    /// the deletion is not done: the search joins the messages).
     pub(super) async fn caught_up(&self, log_id: i64) -> Result<()> {
-        let mut applied = self.applied.clone();
         let _searching = Searching::count(&self.searching);
+        self.wait_for(
+            |progress| matches!(progress, Progress::Applied { through, .. } if through >= log_id),
+        )
+        .await
+    }
+
+    /// Waits until every deletion of the log rows through `log_id` is
+    /// done: nothing they deleted is left in the index (EraseUser).
+    pub(super) async fn cleared(&self, log_id: i64) -> Result<()> {
+        self.wait_for(
+            |progress| matches!(progress, Progress::Applied { cleared, .. } if cleared >= log_id),
+        )
+        .await
+    }
+
+    /// Waits until `reached`, for as long as the thread keeps making
+    /// passes: SEARCH_INDEX_BEHIND only once a whole [`CATCH_UP_TIMEOUT`]
+    /// passed without one (a rebuild is one pass; a large erasure is many
+    /// short ones).
+    async fn wait_for(&self, reached: impl Fn(Progress) -> bool) -> Result<()> {
+        let mut applied = self.applied.clone();
         self.wake();
         loop {
-            let progress = *applied.borrow_and_update();
-            if matches!(progress, Progress::Applied(id) if id >= log_id) {
+            if reached(*applied.borrow_and_update()) {
                 break Ok(());
             }
             match tokio::time::timeout(CATCH_UP_TIMEOUT, applied.changed()).await {
@@ -357,9 +398,13 @@ fn run(
             continue;
         }
         let more = match pass(conn, rows) {
-            Ok(Some(Pass { through, cut })) => {
+            Ok(Some(Pass {
+                through,
+                cleared,
+                cut,
+            })) => {
                 applied.store(through, Ordering::Release);
-                progress.send_replace(Progress::Applied(through));
+                progress.send_replace(Progress::Applied { through, cleared });
                 rows = (rows * 2).min(PASS_ROWS);
                 // A pass cut short goes on at once.
                 Some(cut)
@@ -391,7 +436,10 @@ fn run(
 struct Pass {
     /// The last log id applied.
     through: i64,
-    /// Whether it stopped before the rows it read ([`PASS_TIME`]).
+    /// The last log id whose deletions are all done.
+    cleared: i64,
+    /// Whether work is left that the pass could have done
+    /// ([`PASS_TIME`]).
     cut: bool,
 }
 
@@ -421,15 +469,16 @@ fn pass(conn: &Connection, rows: i64) -> Result<Option<Pass>> {
                 rebuild(conn).map(|through| {
                     Some(Pass {
                         through,
+                        cleared: through,
                         cut: false,
                     })
                 })
             },
         ),
-        Some(Work::Ranges(ranges)) => in_transaction(
+        Some(Work::Ranges { applied, ranges }) => in_transaction(
             conn,
             "BEGIN; UPDATE search.search_applied SET log_id = log_id",
-            |conn| apply_ranges(conn, ranges).map(Some),
+            |conn| apply_ranges(conn, applied, ranges).map(Some),
         ),
     }
 }
@@ -463,8 +512,9 @@ fn in_transaction<T>(
 enum Work {
     /// Build the index from every message.
     Rebuild,
-    /// Apply these log rows, in id order.
-    Ranges(Vec<Range>),
+    /// Apply these log rows past `applied`, in id order (perhaps none,
+    /// if only the backlog has work).
+    Ranges { applied: i64, ranges: Vec<Range> },
 }
 
 /// One log row and the messages of its range as they are now: `(row id
@@ -475,6 +525,14 @@ struct Range {
     from: i64,
     until: i64,
     texts: Vec<(i64, String)>,
+    /// The range has no message left: a session deleted or erased, or
+    /// messages rolled back. Its index rows are then only recorded in
+    /// `unindex_backlog` and deleted later, when no log row waits: with
+    /// FTS5's secure-delete a deletion costs milliseconds a message, and
+    /// searches wait for the log. A search cannot find them meanwhile (it
+    /// joins the messages). A later range of the same session deletes
+    /// them first, since its messages may reuse their sequences.
+    deferred: bool,
 }
 
 fn read_log(conn: &Connection, pass_rows: i64) -> Result<Option<Work>> {
@@ -500,21 +558,26 @@ fn read_log(conn: &Connection, pass_rows: i64) -> Result<Option<Work>> {
                 from: row.get(2)?,
                 until: row.get(3)?,
                 texts: Vec::new(),
+                deferred: true,
             });
         }
     }
-    if ranges.is_empty() {
+    if ranges.is_empty() && !backlog_waits(conn)? {
         return Ok(None);
     }
     let mut read = conn.prepare_cached(
-        "SELECT sequence, body FROM main.messages \
-         WHERE session_key = ?1 AND sequence >= ?2 AND sequence < ?3 AND redacted = 0",
+        "SELECT sequence, redacted, body FROM main.messages \
+         WHERE session_key = ?1 AND sequence >= ?2 AND sequence < ?3",
     )?;
     for range in &mut ranges {
         let mut rows = read.query([range.session_key, range.from, range.until])?;
         while let Some(row) = rows.next()? {
+            range.deferred = false;
+            if row.get::<_, bool>(1)? {
+                continue;
+            }
             let sequence: i64 = row.get(0)?;
-            let body = row.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
+            let body = row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
             let text = text_of(body)?;
             if !text.is_empty() {
                 range
@@ -523,43 +586,116 @@ fn read_log(conn: &Connection, pass_rows: i64) -> Result<Option<Work>> {
             }
         }
     }
-    Ok(Some(Work::Ranges(ranges)))
+    Ok(Some(Work::Ranges { applied, ranges }))
 }
 
-/// Applies `ranges` (not empty) in order, in the search file's write
-/// transaction, until their deletes have taken [`PASS_TIME`]: the
-/// transaction holds the search file, and searches wait for it.
-fn apply_ranges(conn: &Connection, ranges: Vec<Range>) -> Result<Pass> {
-    let mut delete =
-        conn.prepare_cached("DELETE FROM search.message_search WHERE rowid >= ?1 AND rowid < ?2")?;
+/// Whether `unindex_backlog` holds a deletion to do.
+fn backlog_waits(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM search.unindex_backlog)",
+        [],
+        |row| row.get(0),
+    )
+}
+
+/// The last log id through which every deletion is done, the log being
+/// applied through `through`.
+fn cleared(conn: &Connection, through: i64) -> rusqlite::Result<i64> {
+    let first: Option<i64> = conn.query_row(
+        "SELECT min(log_id) FROM search.unindex_backlog",
+        [],
+        |row| row.get(0),
+    )?;
+    Ok(first.map_or(through, |first| first - 1))
+}
+
+/// Applies `ranges` (the log rows past `applied`) in order, in the
+/// search file's write transaction, then deletions from the backlog,
+/// until the pass has taken [`PASS_TIME`]: the transaction holds the
+/// search file, and searches wait for it.
+fn apply_ranges(conn: &Connection, applied: i64, ranges: Vec<Range>) -> Result<Pass> {
+    let started = Instant::now();
+    let budget_left = || started.elapsed() < PASS_TIME;
+    let mut defer = conn.prepare_cached(
+        "INSERT INTO search.unindex_backlog (log_id, session_key, from_sequence, until_sequence) \
+         VALUES (?1, ?2, ?3, ?4)",
+    )?;
     // Every range's old rows out first, then the current messages of all
     // of them in row id order (FTS5 starts a new segment whenever a row id
     // goes back), each once.
-    let started = Instant::now();
     let mut texts = BTreeMap::new();
-    let mut last = None;
+    let mut through = applied;
     let mut cut = false;
     for range in ranges {
-        if last.is_some() && started.elapsed() >= PASS_TIME {
+        if through != applied && !budget_left() {
             cut = true;
             break;
         }
-        last = Some(range.id);
-        delete.execute([
-            search_rowid(range.session_key, range.from),
-            search_rowid(range.session_key, range.until),
-        ])?;
+        through = range.id;
+        if range.deferred {
+            defer.execute([range.id, range.session_key, range.from, range.until])?;
+            continue;
+        }
+        unindex_backlog(conn, "session_key = ?1", range.session_key)?;
+        unindex(conn, range.session_key, range.from, range.until)?;
         texts.extend(range.texts);
     }
     insert_texts(conn, texts)?;
-    let Some(through) = last else {
-        return Err(Error::storage(std::io::Error::other(
-            "a search pass was given no log rows",
-        )));
-    };
     conn.prepare_cached("UPDATE search.search_applied SET log_id = ?1")?
         .execute([through])?;
-    Ok(Pass { through, cut })
+    // Then the backlog, oldest first, one deletion at least.
+    let mut oldest =
+        conn.prepare_cached("SELECT log_id FROM search.unindex_backlog ORDER BY log_id LIMIT 1")?;
+    let mut first = true;
+    while !cut {
+        let Some(log_id) = oldest
+            .query_row([], |row| row.get::<_, i64>(0))
+            .optional()?
+        else {
+            break;
+        };
+        if !first && !budget_left() {
+            cut = true;
+            break;
+        }
+        first = false;
+        unindex_backlog(conn, "log_id = ?1", log_id)?;
+    }
+    Ok(Pass {
+        through,
+        cleared: cleared(conn, through)?,
+        cut,
+    })
+}
+
+/// Deletes the index rows of messages `from..until` of a session.
+fn unindex(conn: &Connection, session_key: i64, from: i64, until: i64) -> Result<()> {
+    conn.prepare_cached("DELETE FROM search.message_search WHERE rowid >= ?1 AND rowid < ?2")?
+        .execute([
+            search_rowid(session_key, from),
+            search_rowid(session_key, until),
+        ])?;
+    Ok(())
+}
+
+/// Does the deletions of `unindex_backlog` that `filter` (of `?1`) picks,
+/// and forgets them.
+fn unindex_backlog(conn: &Connection, filter: &str, value: i64) -> Result<()> {
+    let ranges: Vec<(i64, i64, i64)> = conn
+        .prepare_cached(&format!(
+            "SELECT session_key, from_sequence, until_sequence \
+             FROM search.unindex_backlog WHERE {filter}"
+        ))?
+        .query_map([value], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (session_key, from, until) in ranges {
+        unindex(conn, session_key, from, until)?;
+    }
+    conn.prepare_cached(&format!(
+        "DELETE FROM search.unindex_backlog WHERE {filter}"
+    ))?
+    .execute([value])?;
+    Ok(())
 }
 
 /// The index built anew from every message, through the log's end.
@@ -570,7 +706,8 @@ fn rebuild(conn: &Connection) -> Result<i64> {
         |row| row.get(0),
     )?;
     conn.execute_batch(&format!(
-        "DROP TABLE IF EXISTS search.message_search; {CREATE_INDEX};"
+        "DELETE FROM search.unindex_backlog; \
+         DROP TABLE IF EXISTS search.message_search; {CREATE_INDEX};"
     ))?;
     let mut count = 0_u64;
     {
