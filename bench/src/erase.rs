@@ -129,6 +129,10 @@ pub struct Progress {
 /// EraseUser calls made at most, when the earlier failed.
 pub const ATTEMPTS: usize = 5;
 
+/// How often one more client searches the writers' words while they
+/// append (a search waits until every write before it is indexed).
+pub const SEARCH_EVERY: Duration = Duration::from_millis(100);
+
 /// How often the erasure's progress is read.
 pub const POLL: Duration = Duration::from_millis(250);
 
@@ -153,28 +157,47 @@ pub struct Run {
     pub acknowledged: usize,
     pub failed_appends: usize,
     pub first_append_error: Option<String>,
+    /// One client's SearchMessages, every [`SEARCH_EVERY`], from the
+    /// start of the measured baseline on.
+    pub searches: Vec<Sample>,
 }
 
 impl Run {
     /// Appends started in the baseline window.
     pub fn baseline(&self) -> Vec<Duration> {
-        let (from, until) = self.baseline;
-        self.samples
-            .iter()
-            .filter(|s| s.began >= from && s.began < until)
-            .map(|s| s.took)
-            .collect()
+        started_in(&self.samples, self.baseline)
+    }
+
+    /// Searches started in the baseline window.
+    pub fn searches_baseline(&self) -> Vec<Duration> {
+        started_in(&self.searches, self.baseline)
     }
 
     /// Appends in flight at any time while EraseUser ran.
     pub fn during(&self) -> Vec<Sample> {
-        let (from, until) = self.erasure;
-        self.samples
-            .iter()
-            .filter(|s| s.began < until && s.began + s.took > from)
-            .copied()
-            .collect()
+        in_flight(&self.samples, self.erasure)
     }
+
+    /// Searches in flight at any time while EraseUser ran.
+    pub fn searches_during(&self) -> Vec<Sample> {
+        in_flight(&self.searches, self.erasure)
+    }
+}
+
+fn started_in(samples: &[Sample], (from, until): (Instant, Instant)) -> Vec<Duration> {
+    samples
+        .iter()
+        .filter(|s| s.began >= from && s.began < until)
+        .map(|s| s.took)
+        .collect()
+}
+
+fn in_flight(samples: &[Sample], (from, until): (Instant, Instant)) -> Vec<Sample> {
+    samples
+        .iter()
+        .filter(|s| s.began < until && s.began + s.took > from)
+        .copied()
+        .collect()
 }
 
 /// The writers append continuously (each to its own session, through the
@@ -223,6 +246,36 @@ pub async fn measure(
             (samples, errors)
         });
     }
+    let searcher = {
+        let mut client = server.connect().await?;
+        let stop = Arc::clone(&stop);
+        // A word of the writers' texts.
+        let word = workload::text(1, 40)
+            .split(' ')
+            .next()
+            .unwrap_or("ka")
+            .to_owned();
+        tokio::spawn(async move {
+            let mut samples = Vec::new();
+            while !stop.load(Ordering::Acquire) {
+                let began = Instant::now();
+                let searched = client
+                    .search_messages(pb::SearchMessagesRequest {
+                        query: word.clone(),
+                        page_size: 10,
+                        ..Default::default()
+                    })
+                    .await;
+                samples.push(Sample {
+                    began,
+                    took: began.elapsed(),
+                    failed: searched.is_err(),
+                });
+                tokio::time::sleep(SEARCH_EVERY).await;
+            }
+            samples
+        })
+    };
     let eraser = Client::builder(server.endpoint())
         .retry_policy(RetryPolicy::never())
         .no_request_timeout()
@@ -298,6 +351,8 @@ pub async fn measure(
         samples.extend(mine);
         errors.extend(failures);
     }
+    let mut searches = searcher.await?;
+    searches.retain(|s| s.began >= baseline_from);
     let failed_appends = samples.iter().filter(|s| s.failed).count();
     let acknowledged = samples.len() - failed_appends;
     let answer = outcome.map_err(|error| error.to_string());
@@ -327,6 +382,7 @@ pub async fn measure(
         acknowledged,
         failed_appends,
         first_append_error: errors.into_iter().next(),
+        searches,
     })
 }
 

@@ -1349,6 +1349,43 @@ async fn erase_case(
         figure = figure.target("max < 500 ms", latency.max_ms < 500.0);
     }
     report.push(figure);
+    let mut quiet = run.searches_baseline();
+    report.push(
+        Figure::new(
+            "erase",
+            backend,
+            &format!(
+                "SearchMessages (one client, every {} ms), no erasure running",
+                erase::SEARCH_EVERY.as_millis()
+            ),
+            &case,
+            "ms",
+            Spread::of(&ms(&quiet)),
+        )
+        .latency(Latency::of(&mut quiet)),
+    );
+    let searches = run.searches_during();
+    let failed_searches = searches.iter().filter(|s| s.failed).count();
+    let mut searches: Vec<Duration> = searches.iter().map(|s| s.took).collect();
+    report.push(
+        Figure::new(
+            "erase",
+            backend,
+            &format!(
+                "SearchMessages (one client, every {} ms) while EraseUser runs{}",
+                erase::SEARCH_EVERY.as_millis(),
+                if failed_searches == 0 {
+                    String::new()
+                } else {
+                    format!("; {failed_searches} failed")
+                }
+            ),
+            &case,
+            "ms",
+            Spread::of(&ms(&searches)),
+        )
+        .latency(Latency::of(&mut searches)),
+    );
     if let Some((again, answer)) = &run.after_writers {
         report.push(Figure::new(
             "erase",
