@@ -40,16 +40,29 @@ pub(crate) fn targeted<S: Store>(
 ) -> impl Stream<Item = Result<StoredMessage>> + Send + 'static {
     async_stream::try_stream! {
         let end = session.next_sequence;
-        let origins = store.call_origins(&session).await?;
-        let origin_of = |stored: &StoredMessage| origins.get(&stored.produced_by_call_id);
         let mut share = Some(share);
+        let mut one_pass = (max_messages == 0).then(|| ReadAhead::ranges(message_pages(store.clone(), session.clone()), sequence_of, share.take().unwrap_or_else(|| budget.share()), after, end));
+        // The origins are read beside the first page.
+        let (origins, first) = match &mut one_pass {
+            Some(messages) => tokio::join!(store.call_origins(&session), messages.next()),
+            None => (store.call_origins(&session).await, Ok(None)),
+        };
+        let origins = origins?;
+        let mut first = first?;
+        let origin_of = |stored: &StoredMessage| origins.get(&stored.produced_by_call_id);
         // Where the two passes start, and the calls made before it.
         let mut rest: Option<(i64, HashSet<String>)> = None;
-        if max_messages == 0 {
+        if let Some(mut messages) = one_pass {
             let mut pairing = Pairing::default();
-            let mut messages = ReadAhead::ranges(message_pages(store.clone(), session.clone()), sequence_of, share.take().unwrap_or_else(|| budget.share()), after, end);
             let mut cut_short = false;
-            while let Some(mut stored) = messages.next().await? {
+            loop {
+                let next = match first.take() {
+                    Some(stored) => Some(stored),
+                    None => messages.next().await?,
+                };
+                let Some(mut stored) = next else {
+                    break;
+                };
                 let origin = origin_of(&stored);
                 let Some(message) = strip(&target, take_message(&mut stored), origin) else {
                     continue;

@@ -98,6 +98,15 @@ pub(super) trait Backend: Send + Sync + 'static {
         Box::pin(events(pool, session_key, after, bound))
     }
 
+    /// The provider and model of each provider call of a session, by id.
+    fn call_origins<'a>(
+        &'a self,
+        pool: &'a AnyPool,
+        session_key: i64,
+    ) -> BoxFuture<'a, Result<HashMap<String, Origin>>> {
+        Box::pin(call_origins(pool, session_key))
+    }
+
     /// The search statement in this backend's dialect (`$1` the words,
     /// `$2` the tenant, `$3` and `$4` limit and offset, then
     /// `filters`), and the words as it binds them.
@@ -486,21 +495,10 @@ impl Store for SqlStore {
     }
 
     async fn call_origins(&self, session: &SessionHandle) -> Result<HashMap<String, Origin>> {
-        let mut rows =
-            sqlx::query("SELECT id, provider, model FROM provider_calls WHERE session_key = $1")
-                .bind(session.key)
-                .fetch(&self.inner.pool);
-        let mut origins = HashMap::new();
-        while let Some(row) = rows.try_next().await? {
-            origins.insert(
-                row.try_get("id")?,
-                Origin {
-                    provider: text_col(&row, "provider")?,
-                    model: text_col(&row, "model")?,
-                },
-            );
-        }
-        Ok(origins)
+        self.inner
+            .backend
+            .call_origins(&self.inner.pool, session.key)
+            .await
     }
 
     async fn read_provider_calls(
@@ -985,4 +983,24 @@ fn state_from_row(row: &AnyRow) -> Result<StateEntry> {
         version: row.try_get("version")?,
         update_time: Timestamp(row.try_get("update_time")?),
     })
+}
+
+/// The statement [`Backend::call_origins`] runs.
+pub(super) const CALL_ORIGINS: &str =
+    "SELECT id, provider, model FROM provider_calls WHERE session_key = $1";
+
+/// [`Backend::call_origins`] through sqlx.
+pub(super) async fn call_origins(pool: &AnyPool, session_key: i64) -> Result<HashMap<String, Origin>> {
+    let mut rows = sqlx::query(CALL_ORIGINS).bind(session_key).fetch(pool);
+    let mut origins = HashMap::new();
+    while let Some(row) = rows.try_next().await? {
+        origins.insert(
+            row.try_get("id")?,
+            Origin {
+                provider: text_col(&row, "provider")?,
+                model: text_col(&row, "model")?,
+            },
+        );
+    }
+    Ok(origins)
 }

@@ -20,6 +20,7 @@
 //! `sqlite::memory:` runs the same writer on a one-connection pool, the
 //! connection kept open for the store's lifetime, without an engine.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures_core::future::BoxFuture;
@@ -34,6 +35,7 @@ use super::ops::SearchWrites;
 use super::sql::{self, Backend, close_pool};
 use super::writer::{Job, PendingAppend, enqueue};
 use super::{CommitSink, OpenError, Page, ReadBound, SessionHandle};
+use crate::domain::target::Origin;
 use crate::domain::{Result, SessionEvent, StoredMessage};
 use engine::Engine;
 use writer::Queued;
@@ -140,6 +142,17 @@ impl Backend for Sqlite {
         match &self.engine {
             Some(engine) => Box::pin(engine.reads().events(session_key, after, bound)),
             None => Box::pin(sql::events(pool, session_key, after, bound)),
+        }
+    }
+
+    fn call_origins<'a>(
+        &'a self,
+        pool: &'a AnyPool,
+        session_key: i64,
+    ) -> BoxFuture<'a, Result<HashMap<String, Origin>>> {
+        match &self.engine {
+            Some(engine) => Box::pin(engine.reads().call_origins(session_key)),
+            None => Box::pin(sql::call_origins(pool, session_key)),
         }
     }
 

@@ -13,6 +13,7 @@
 //! The connections are read-only (`query_only`) and WAL lets them read
 //! beside the writer, as sqlx's read pool does.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,8 +21,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rusqlite::Connection;
 
 use super::connections::{self, Role};
+use crate::domain::target::Origin;
 use crate::domain::{Error, Result, SessionEvent, StoredMessage, Timestamp};
 use crate::store::rows::{MessageRow, decode};
+use crate::store::sql::CALL_ORIGINS;
+use crate::store::text::unescape;
 use crate::store::{Page, ReadBound};
 
 /// A session's events after a revision, in order (as `read_events`); its
@@ -143,6 +147,34 @@ impl EngineReads {
                     page.rows.push((event, body.len()));
                 }
                 Ok(page)
+            })
+        })
+        .await
+        .map_err(Error::storage)?
+    }
+
+    /// The provider and model of each provider call of a session, by id
+    /// (as `sql::call_origins`), read in one go.
+    pub(super) async fn call_origins(
+        self: &Arc<Self>,
+        session_key: i64,
+    ) -> Result<HashMap<String, Origin>> {
+        let this = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            this.with_connection(|conn| {
+                let mut statement = conn.prepare_cached(&unplanned(CALL_ORIGINS))?;
+                let mut rows = statement.query([session_key])?;
+                let mut origins = HashMap::new();
+                while let Some(row) = rows.next()? {
+                    origins.insert(
+                        row.get(0)?,
+                        Origin {
+                            provider: unescape(row.get(1)?),
+                            model: unescape(row.get(2)?),
+                        },
+                    );
+                }
+                Ok(origins)
             })
         })
         .await
