@@ -990,7 +990,10 @@ pub(super) const CALL_ORIGINS: &str =
     "SELECT id, provider, model FROM provider_calls WHERE session_key = $1";
 
 /// [`Backend::call_origins`] through sqlx.
-pub(super) async fn call_origins(pool: &AnyPool, session_key: i64) -> Result<HashMap<String, Origin>> {
+pub(super) async fn call_origins(
+    pool: &AnyPool,
+    session_key: i64,
+) -> Result<HashMap<String, Origin>> {
     let mut rows = sqlx::query(CALL_ORIGINS).bind(session_key).fetch(pool);
     let mut origins = HashMap::new();
     while let Some(row) = rows.try_next().await? {
