@@ -269,7 +269,14 @@ class AsyncClient:
         ``session_deleted``. Once it answers, no file of the store holds
         what was erased, and the store keeps only a content-free record.
         Answers the counts. Retried (a repeat finishes an erasure cut
-        short)."""
+        short).
+
+        A user with thousands of sessions takes longer than the default
+        ``request_timeout`` (on SQLite, removing their words from the search
+        index takes a few milliseconds a message): call it on a client made
+        with a longer ``request_timeout`` (``sessionstore sessions
+        erase-user`` waits up to an hour), or call it again until it
+        answers."""
         request = s.EraseUserRequest(user=user, scopes=list(scopes))
         return await self._call("EraseUser", request, retry=True)  # type: ignore[no-any-return]
 
