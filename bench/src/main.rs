@@ -331,60 +331,61 @@ async fn run(args: &Args) -> anyhow::Result<()> {
             (_, Some(url)) => Database::postgres(url, "main").await?,
             (_, None) => continue,
         };
-        let outcome = core_benchmarks(
-            &plan,
-            &binary,
-            &db,
-            &mut report,
-            &mut best_append,
-            &mut export_ms,
-        )
-        .await;
-        db.remove().await?;
-        outcome?;
+        on(db, async |db| {
+            core_benchmarks(
+                &plan,
+                &binary,
+                db,
+                &mut report,
+                &mut best_append,
+                &mut export_ms,
+            )
+            .await
+        })
+        .await?;
+        let fresh = |name| fresh_database(backend, postgres, name);
         if plan.runs(Bench::Append) {
-            let db = fresh_database(backend, postgres, "nosearch").await?;
-            let outcome =
-                search_off_benchmarks(&plan, &binary, &db, &mut report, &mut best_append).await;
-            db.remove().await?;
-            outcome?;
+            on(fresh("nosearch").await?, async |db| {
+                search_off_benchmarks(&plan, &binary, db, &mut report, &mut best_append).await
+            })
+            .await?;
         }
         if plan.runs(Bench::Watch) {
-            let db = fresh_database(backend, postgres, "watch").await?;
-            let outcome = watch_benchmarks(&plan, &binary, &db, &mut report).await;
-            db.remove().await?;
-            outcome?;
+            on(fresh("watch").await?, async |db| {
+                watch_benchmarks(&plan, &binary, db, &mut report).await
+            })
+            .await?;
         }
         if plan.runs(Bench::Live) {
-            let db = fresh_database(backend, postgres, "live").await?;
-            let outcome = live_benchmarks(&plan, &binary, &db, &mut report).await;
-            db.remove().await?;
-            outcome?;
+            on(fresh("live").await?, async |db| {
+                live_benchmarks(&plan, &binary, db, &mut report).await
+            })
+            .await?;
         }
         if plan.runs(Bench::Usage) {
-            let db = fresh_database(backend, postgres, "usage").await?;
-            let outcome = usage_benchmarks(&plan, &binary, &db, &mut report).await;
-            db.remove().await?;
-            outcome?;
+            on(fresh("usage").await?, async |db| {
+                usage_benchmarks(&plan, &binary, db, &mut report).await
+            })
+            .await?;
         }
         if plan.runs(Bench::Erase) {
-            let db = fresh_database(backend, postgres, "erase").await?;
-            let outcome = erase_benchmarks(&plan, &binary, &db, &mut report).await;
-            db.remove().await?;
-            outcome?;
+            on(fresh("erase").await?, async |db| {
+                erase_benchmarks(&plan, &binary, db, &mut report).await
+            })
+            .await?;
         }
         if plan.runs(Bench::Scale) {
-            let db = fresh_database(backend, postgres, "scale").await?;
-            let outcome = scale_benchmarks(&plan, &binary, &db, &mut report).await;
-            db.remove().await?;
-            outcome?;
+            on(fresh("scale").await?, async |db| {
+                scale_benchmarks(&plan, &binary, db, &mut report).await
+            })
+            .await?;
         }
     }
     if plan.runs(Bench::Memory) {
-        let db = Database::sqlite("memory")?;
-        let outcome = memory_benchmark(&plan, &binary, &db, &mut report).await;
-        db.remove().await?;
-        outcome?;
+        on(Database::sqlite("memory")?, async |db| {
+            memory_benchmark(&plan, &binary, db, &mut report).await
+        })
+        .await?;
     }
     if plan.runs(Bench::Peers) {
         peer_benchmarks(&plan, postgres, &best_append, &export_ms, &mut report).await?;
@@ -410,6 +411,17 @@ async fn run(args: &Args) -> anyhow::Result<()> {
 
 /// A database of its own for one group of benchmarks, named `name`, on
 /// `backend` (PostgreSQL beside `postgres`, when that is the backend).
+/// Runs `benchmarks` on `db`, then removes `db` whether they succeeded or
+/// not.
+async fn on(
+    db: Database,
+    benchmarks: impl AsyncFnOnce(&Database) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let outcome = benchmarks(&db).await;
+    db.remove().await?;
+    outcome
+}
+
 async fn fresh_database(
     backend: &str,
     postgres: Option<&str>,
