@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use tonic::Code;
 
 use crate::server::Server;
-use crate::workload;
+use crate::{stats, workload};
 
 /// Messages per AppendExchange while filling the long session: the
 /// server's default `--max-messages-per-exchange`.
@@ -97,47 +97,46 @@ pub async fn newest_pages(
     samples: usize,
 ) -> anyhow::Result<Vec<Duration>> {
     let mut client = server.connect().await?;
-    let mut took = Vec::with_capacity(samples);
-    for i in 0..samples + samples / 10 {
-        let started = Instant::now();
-        let page = client
-            .list_messages(pb::ListMessagesRequest {
-                session_id: id.to_owned(),
-                page_size: PAGE_SIZE,
-                order_by: "sequence desc".to_owned(),
-                before_sequence: before,
-                ..Default::default()
-            })
-            .await
-            .context("ListMessages")?
-            .into_inner();
-        let elapsed = started.elapsed();
-        let expected = (first + 1).min(i64::from(PAGE_SIZE)) as usize;
-        anyhow::ensure!(
-            page.messages.len() == expected,
-            "a page of {id} held {} messages, expected {expected}",
-            page.messages.len()
-        );
-        for (n, stored) in page.messages.iter().enumerate() {
+    let expected = (first + 1).min(i64::from(PAGE_SIZE)) as usize;
+    stats::sampled(
+        samples,
+        async || {
+            Ok(client
+                .list_messages(pb::ListMessagesRequest {
+                    session_id: id.to_owned(),
+                    page_size: PAGE_SIZE,
+                    order_by: "sequence desc".to_owned(),
+                    before_sequence: before,
+                    ..Default::default()
+                })
+                .await
+                .context("ListMessages")?
+                .into_inner())
+        },
+        |page| {
             anyhow::ensure!(
-                stored.sequence == first - n as i64,
-                "message {n} of a page of {id} has sequence {}, expected {}",
-                stored.sequence,
-                first - n as i64
+                page.messages.len() == expected,
+                "a page of {id} held {} messages, expected {expected}",
+                page.messages.len()
             );
-            let text = stored.message.as_ref().map_or(0, |m| m.content.len());
-            anyhow::ensure!(
-                text == workload::MESSAGE_BYTES,
-                "message {} of {id} came with {text} bytes of text",
-                stored.sequence
-            );
-        }
-        // The first tenth warms up.
-        if i >= samples / 10 {
-            took.push(elapsed);
-        }
-    }
-    Ok(took)
+            for (n, stored) in page.messages.iter().enumerate() {
+                anyhow::ensure!(
+                    stored.sequence == first - n as i64,
+                    "message {n} of a page of {id} has sequence {}, expected {}",
+                    stored.sequence,
+                    first - n as i64
+                );
+                let text = stored.message.as_ref().map_or(0, |m| m.content.len());
+                anyhow::ensure!(
+                    text == workload::MESSAGE_BYTES,
+                    "message {} of {id} came with {text} bytes of text",
+                    stored.sequence
+                );
+            }
+            Ok(())
+        },
+    )
+    .await
 }
 
 /// One cancel across replicas, as the benchmark saw it.

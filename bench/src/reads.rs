@@ -11,7 +11,7 @@ use sessionstore_client::v1 as pb;
 use sqlx::Connection as _;
 
 use crate::server::{Database, Server};
-use crate::workload;
+use crate::{stats, workload};
 
 /// The session an export benchmark reads.
 pub fn export_session(messages: usize) -> String {
@@ -276,30 +276,29 @@ pub async fn list_pages(
     samples: usize,
 ) -> anyhow::Result<Vec<Duration>> {
     let mut client = server.connect().await?;
-    let mut took = Vec::with_capacity(samples);
-    for i in 0..samples + samples / 10 {
-        let started = Instant::now();
-        let page = client
-            .list_sessions(pb::ListSessionsRequest {
-                page_size: PAGE_SIZE,
-                page_token: token.to_owned(),
-                filter: filter.to_owned(),
-                ..Default::default()
-            })
-            .await?
-            .into_inner();
-        let elapsed = started.elapsed();
-        anyhow::ensure!(
-            page.sessions.len() == PAGE_SIZE as usize,
-            "a page held {} sessions",
-            page.sessions.len()
-        );
-        // The first tenth warms up.
-        if i >= samples / 10 {
-            took.push(elapsed);
-        }
-    }
-    Ok(took)
+    stats::sampled(
+        samples,
+        async || {
+            Ok(client
+                .list_sessions(pb::ListSessionsRequest {
+                    page_size: PAGE_SIZE,
+                    page_token: token.to_owned(),
+                    filter: filter.to_owned(),
+                    ..Default::default()
+                })
+                .await?
+                .into_inner())
+        },
+        |page| {
+            anyhow::ensure!(
+                page.sessions.len() == PAGE_SIZE as usize,
+                "a page held {} sessions",
+                page.sessions.len()
+            );
+            Ok(())
+        },
+    )
+    .await
 }
 
 /// The session an export-for-a-target benchmark reads.

@@ -5,6 +5,28 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+/// `samples` timed calls of `call` one after another, after a tenth as
+/// many again that warm up. What each call answered goes to `check`,
+/// outside its time.
+pub async fn sampled<T>(
+    samples: usize,
+    mut call: impl AsyncFnMut() -> anyhow::Result<T>,
+    mut check: impl FnMut(T) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<Duration>> {
+    let warmup = samples / 10;
+    let mut took = Vec::with_capacity(samples);
+    for i in 0..samples + warmup {
+        let started = Instant::now();
+        let answer = call().await?;
+        let elapsed = started.elapsed();
+        check(answer)?;
+        if i >= warmup {
+            took.push(elapsed);
+        }
+    }
+    Ok(took)
+}
+
 /// How long a run warms up and then measures.
 #[derive(Clone, Copy, Debug)]
 pub struct Timing {
