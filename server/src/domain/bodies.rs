@@ -742,43 +742,50 @@ fn join(items: &[J<'_>]) -> Result<String> {
 // that a rendered body is what the test expects (an object, an array, a
 // JSON text), and its panic is the test failing.
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use serde_json::{Value, json};
 
     use super::*;
     use crate::domain::ToolCall;
 
-    /// The body for `messages`, as text (checked to be one JSON object).
-    fn render_text(body: Body, prompt: &str, messages: &[Message]) -> String {
+    /// What a test answers: a failure is an error it returns.
+    type Fallible<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+    /// The body for `messages`, as text.
+    fn render_text(body: Body, prompt: &str, messages: &[Message]) -> Fallible<String> {
         let mut writer = BodyWriter::new(body, prompt);
-        let mut out = writer.opening().unwrap();
+        let mut out = writer.opening()?;
         for message in messages {
-            out.push_str(&writer.message(message).unwrap());
+            out.push_str(&writer.message(message)?);
         }
-        out.push_str(&writer.closing().unwrap());
-        out
+        out.push_str(&writer.closing()?);
+        Ok(out)
     }
 
-    fn render(body: Body, prompt: &str, messages: &[Message]) -> Value {
-        let text = render_text(body, prompt, messages);
+    /// The body for `messages`, checked to be one JSON object.
+    fn render(body: Body, prompt: &str, messages: &[Message]) -> Fallible<Value> {
+        let text = render_text(body, prompt, messages)?;
         let value: Value =
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"));
+            serde_json::from_str(&text).map_err(|e| format!("not JSON ({e}):\n{text}"))?;
         assert!(value.is_object(), "{text}");
-        value
+        Ok(value)
+    }
+
+    /// `value` as an array, or an error naming `what`.
+    fn items<'v>(value: &'v Value, what: &str) -> Fallible<&'v Vec<Value>> {
+        Ok(value
+            .as_array()
+            .ok_or_else(|| format!("{what} is no array: {value}"))?)
     }
 
     /// The body's array: `messages`, `input` or `contents`.
-    fn array(body: Body, prompt: &str, messages: &[Message]) -> Vec<Value> {
+    fn array(body: Body, prompt: &str, messages: &[Message]) -> Fallible<Vec<Value>> {
         let key = match body {
             Body::AnthropicMessages => "messages",
             Body::OpenAiResponses => "input",
             Body::GeminiContents => "contents",
         };
-        render(body, prompt, messages)[key]
-            .as_array()
-            .unwrap()
-            .clone()
+        Ok(items(&render(body, prompt, messages)?[key], key)?.clone())
     }
 
     const ALL: [Body; 3] = [
@@ -871,44 +878,52 @@ mod tests {
     const REASONING_ITEM: &str = "{\"type\": \"reasoning\", \"id\": \"rs_1\",\n  \"summary\": [], \"encrypted_content\": \"gAAA\"}";
 
     #[test]
-    fn each_body_has_exactly_its_keys_and_the_prompt_only_when_there_is_one() {
+    fn each_body_has_exactly_its_keys_and_the_prompt_only_when_there_is_one() -> Fallible {
         let hi = [Message::text(Role::User, "hi")];
         let keys = |value: Value| -> Vec<String> {
-            let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+            let mut keys: Vec<String> = value
+                .as_object()
+                .map(|object| object.keys().cloned().collect())
+                .unwrap_or_default();
             keys.sort();
             keys
         };
-        let anthropic = render(Body::AnthropicMessages, "Be brief.", &hi);
+        let anthropic = render(Body::AnthropicMessages, "Be brief.", &hi)?;
         assert_eq!(keys(anthropic.clone()), ["messages", "system"]);
         assert_eq!(anthropic["system"], "Be brief.");
-        assert_eq!(keys(render(Body::AnthropicMessages, "", &hi)), ["messages"]);
+        assert_eq!(
+            keys(render(Body::AnthropicMessages, "", &hi)?),
+            ["messages"]
+        );
 
-        let responses = render(Body::OpenAiResponses, "Be brief.", &hi);
+        let responses = render(Body::OpenAiResponses, "Be brief.", &hi)?;
         assert_eq!(keys(responses.clone()), ["input", "instructions"]);
         assert_eq!(responses["instructions"], "Be brief.");
-        assert_eq!(keys(render(Body::OpenAiResponses, "", &hi)), ["input"]);
+        assert_eq!(keys(render(Body::OpenAiResponses, "", &hi)?), ["input"]);
 
-        let gemini = render(Body::GeminiContents, "Be brief.", &hi);
+        let gemini = render(Body::GeminiContents, "Be brief.", &hi)?;
         assert_eq!(keys(gemini.clone()), ["contents", "systemInstruction"]);
         assert_eq!(
             gemini["systemInstruction"],
             json!({ "parts": [{ "text": "Be brief." }] })
         );
-        assert_eq!(keys(render(Body::GeminiContents, "", &hi)), ["contents"]);
+        assert_eq!(keys(render(Body::GeminiContents, "", &hi)?), ["contents"]);
+        Ok(())
     }
 
     #[test]
-    fn an_empty_history_is_an_empty_array() {
+    fn an_empty_history_is_an_empty_array() -> Fallible {
         for body in ALL {
-            let text = render_text(body, "", &[]);
-            let value: Value = serde_json::from_str(&text).unwrap();
-            assert_eq!(value.as_object().unwrap().len(), 1, "{text}");
-            assert_eq!(array(body, "", &[]), Vec::<Value>::new());
+            let text = render_text(body, "", &[])?;
+            let value: Value = serde_json::from_str(&text)?;
+            assert_eq!(value.as_object().map(|o| o.len()), Some(1), "{text}");
+            assert_eq!(array(body, "", &[])?, Vec::<Value>::new());
         }
+        Ok(())
     }
 
     #[test]
-    fn anthropic_renders_every_part() {
+    fn anthropic_renders_every_part() -> Fallible {
         let assistant = with_blocks(
             Role::Assistant,
             "",
@@ -948,13 +963,14 @@ mod tests {
             ] },
         ]);
         assert_eq!(
-            Value::Array(array(Body::AnthropicMessages, "", &messages)),
+            Value::Array(array(Body::AnthropicMessages, "", &messages)?),
             expected
         );
+        Ok(())
     }
 
     #[test]
-    fn anthropic_results_open_the_next_user_message() {
+    fn anthropic_results_open_the_next_user_message() -> Fallible {
         let messages = [
             Message::text(Role::User, "weather?"),
             calls(
@@ -969,7 +985,7 @@ mod tests {
             Message::text(Role::User, "and tomorrow?"),
             Message::text(Role::User, "please"),
         ];
-        let out = array(Body::AnthropicMessages, "", &messages);
+        let out = array(Body::AnthropicMessages, "", &messages)?;
         assert_eq!(out.len(), 4);
         assert_eq!(out[1]["content"][0]["type"], "tool_use");
         assert_eq!(out[1]["content"][1]["id"], "c2");
@@ -994,7 +1010,7 @@ mod tests {
             calls("", vec![call("c2", "f", "{}", "")]),
             tool("c2", "2", false),
         ];
-        let out = array(Body::AnthropicMessages, "", &messages);
+        let out = array(Body::AnthropicMessages, "", &messages)?;
         assert_eq!(out.len(), 4);
         assert_eq!(
             out[1],
@@ -1004,25 +1020,26 @@ mod tests {
             "an empty output leaves content out"
         );
         assert_eq!(out[3]["content"][0]["content"], "2");
+        Ok(())
     }
 
     #[test]
-    fn results_held_in_blocks_go_first_in_their_user_turn() {
+    fn results_held_in_blocks_go_first_in_their_user_turn() -> Fallible {
         let user = with_blocks(
             Role::User,
             "",
             vec![text_block("thanks", ""), tool_result("c1", "42", false)],
         );
         let messages = [calls("", vec![call("c1", "f", "{}", "")]), user];
-        let out = array(Body::AnthropicMessages, "", &messages);
+        let out = array(Body::AnthropicMessages, "", &messages)?;
         assert_eq!(out[1]["content"][0]["type"], "tool_result");
         assert_eq!(out[1]["content"][1]["text"], "thanks");
 
-        let out = array(Body::GeminiContents, "", &messages);
+        let out = array(Body::GeminiContents, "", &messages)?;
         assert_eq!(out[1]["parts"][0]["functionResponse"]["name"], "f");
         assert_eq!(out[1]["parts"][1]["text"], "thanks");
 
-        let out = array(Body::OpenAiResponses, "", &messages);
+        let out = array(Body::OpenAiResponses, "", &messages)?;
         assert_eq!(out[1]["type"], "function_call_output");
         assert_eq!(out[2]["content"][0]["text"], "thanks");
 
@@ -1039,25 +1056,26 @@ mod tests {
             Body::AnthropicMessages,
             "",
             &[assistant.clone(), Message::text(Role::User, "next")],
-        );
+        )?;
         assert_eq!(out.len(), 2);
         assert_eq!(out[0]["role"], "assistant");
-        assert_eq!(out[0]["content"].as_array().unwrap().len(), 2);
+        assert_eq!(items(&out[0]["content"], "content")?.len(), 2);
         assert_eq!(out[1]["content"][0]["type"], "tool_result");
         assert_eq!(out[1]["content"][1]["text"], "next");
-        let out = array(Body::OpenAiResponses, "", &[assistant]);
+        let out = array(Body::OpenAiResponses, "", &[assistant])?;
         let types: Vec<&Value> = out.iter().map(|item| &item["type"]).collect();
         assert_eq!(types, ["message", "function_call", "function_call_output"]);
+        Ok(())
     }
 
     #[test]
-    fn system_and_developer_messages_become_user_turns_where_there_is_no_such_role() {
+    fn system_and_developer_messages_become_user_turns_where_there_is_no_such_role() -> Fallible {
         let messages = [
             Message::text(Role::System, "Use metric units."),
             Message::text(Role::Developer, "Answer in French."),
         ];
         for body in [Body::AnthropicMessages, Body::GeminiContents] {
-            let out = array(body, "", &messages);
+            let out = array(body, "", &messages)?;
             assert_eq!(out.len(), 2);
             for (turn, expected) in out.iter().zip(["Use metric units.", "Answer in French."]) {
                 assert_eq!(turn["role"], "user", "{body:?}");
@@ -1069,25 +1087,26 @@ mod tests {
                 assert_eq!(parts[0]["text"], expected);
             }
         }
-        let out = array(Body::OpenAiResponses, "", &messages);
+        let out = array(Body::OpenAiResponses, "", &messages)?;
         assert_eq!(out[0]["role"], "system");
         assert_eq!(out[1]["role"], "developer");
         assert_eq!(out[1]["content"][0]["text"], "Answer in French.");
+        Ok(())
     }
 
     #[test]
-    fn tool_input_that_is_no_object_is_wrapped_as_raw_and_objects_stay_as_stored() {
+    fn tool_input_that_is_no_object_is_wrapped_as_raw_and_objects_stay_as_stored() -> Fallible {
         let stored = "{\"b\": 1.50, \"a\": 1e300, \"a\": [ ]}";
         for input in ["[1, 2]", "{\"x\": tru", "", "42", "\"text\"", "null"] {
             let m = calls("", vec![call("c1", "f", input, "")]);
-            let out = array(Body::AnthropicMessages, "", std::slice::from_ref(&m));
+            let out = array(Body::AnthropicMessages, "", std::slice::from_ref(&m))?;
             assert_eq!(out[0]["content"][0]["input"], json!({ "_raw": input }));
-            let out = array(Body::GeminiContents, "", std::slice::from_ref(&m));
+            let out = array(Body::GeminiContents, "", std::slice::from_ref(&m))?;
             assert_eq!(
                 out[0]["parts"][0]["functionCall"]["args"],
                 json!({ "_raw": input })
             );
-            let out = array(Body::OpenAiResponses, "", &[m]);
+            let out = array(Body::OpenAiResponses, "", &[m])?;
             assert_eq!(out[0]["arguments"], input, "arguments stay verbatim");
         }
         // An object is written byte for byte (key order, spacing,
@@ -1098,33 +1117,34 @@ mod tests {
             vec![tool_use("u1", "f", &format!("  {stored}\n"), "")],
         );
         for body in [Body::AnthropicMessages, Body::GeminiContents] {
-            let text = render_text(body, "", std::slice::from_ref(&m));
+            let text = render_text(body, "", std::slice::from_ref(&m))?;
             assert!(text.contains(stored), "{body:?}: {text}");
         }
-        let text = render_text(Body::OpenAiResponses, "", &[m]);
-        let value: Value = serde_json::from_str(&text).unwrap();
+        let text = render_text(Body::OpenAiResponses, "", &[m])?;
+        let value: Value = serde_json::from_str(&text)?;
         assert_eq!(value["input"][0]["arguments"], format!("  {stored}\n"));
+        Ok(())
     }
 
     #[test]
-    fn content_is_rendered_only_without_text_blocks_after_reasoning_before_the_rest() {
+    fn content_is_rendered_only_without_text_blocks_after_reasoning_before_the_rest() -> Fallible {
         // Text blocks present: the blocks, not the content.
         let m = with_blocks(
             Role::Assistant,
             "Hello world",
             vec![text_block("Hello ", ""), text_block("world", "")],
         );
-        let out = array(Body::AnthropicMessages, "", std::slice::from_ref(&m));
+        let out = array(Body::AnthropicMessages, "", std::slice::from_ref(&m))?;
         assert_eq!(
             out[0]["content"],
             json!([{ "type": "text", "text": "Hello " }, { "type": "text", "text": "world" }])
         );
-        let out = array(Body::GeminiContents, "", std::slice::from_ref(&m));
+        let out = array(Body::GeminiContents, "", std::slice::from_ref(&m))?;
         assert_eq!(
             out[0]["parts"],
             json!([{ "text": "Hello " }, { "text": "world" }])
         );
-        let out = array(Body::OpenAiResponses, "", &[m]);
+        let out = array(Body::OpenAiResponses, "", &[m])?;
         assert_eq!(out.len(), 2);
         assert_eq!(out[0]["content"], "Hello ");
 
@@ -1140,28 +1160,27 @@ mod tests {
             ],
         );
         m.tool_calls.push(call("c1", "g", "{}", ""));
-        let out = array(Body::AnthropicMessages, "", std::slice::from_ref(&m));
-        let types: Vec<&Value> = out[0]["content"]
-            .as_array()
-            .unwrap()
+        let out = array(Body::AnthropicMessages, "", std::slice::from_ref(&m))?;
+        let types: Vec<&Value> = items(&out[0]["content"], "content")?
             .iter()
             .map(|b| &b["type"])
             .collect();
         assert_eq!(types, ["thinking", "text", "tool_use", "tool_use"]);
-        let out = array(Body::OpenAiResponses, "", std::slice::from_ref(&m));
+        let out = array(Body::OpenAiResponses, "", std::slice::from_ref(&m))?;
         let types: Vec<&Value> = out.iter().map(|item| &item["type"]).collect();
         assert_eq!(
             types,
             ["reasoning", "message", "function_call", "function_call"]
         );
-        let out = array(Body::GeminiContents, "", &[m]);
+        let out = array(Body::GeminiContents, "", &[m])?;
         assert_eq!(out[0]["parts"][0]["text"], "Checking.");
         assert_eq!(out[0]["parts"][1]["functionCall"]["name"], "f");
         assert_eq!(out[0]["parts"][2]["functionCall"]["name"], "g");
+        Ok(())
     }
 
     #[test]
-    fn reasoning_a_body_has_no_part_for_is_left_out() {
+    fn reasoning_a_body_has_no_part_for_is_left_out() -> Fallible {
         let m = with_blocks(
             Role::Assistant,
             "",
@@ -1172,17 +1191,15 @@ mod tests {
                 text_block("Answer.", ""),
             ],
         );
-        let out = array(Body::AnthropicMessages, "", std::slice::from_ref(&m));
-        let types: Vec<&Value> = out[0]["content"]
-            .as_array()
-            .unwrap()
+        let out = array(Body::AnthropicMessages, "", std::slice::from_ref(&m))?;
+        let types: Vec<&Value> = items(&out[0]["content"], "content")?
             .iter()
             .map(|b| &b["type"])
             .collect();
         assert_eq!(types, ["thinking", "redacted_thinking", "text"]);
-        let out = array(Body::GeminiContents, "", std::slice::from_ref(&m));
+        let out = array(Body::GeminiContents, "", std::slice::from_ref(&m))?;
         assert_eq!(out[0]["parts"], json!([{ "text": "Answer." }]));
-        let out = array(Body::OpenAiResponses, "", &[m]);
+        let out = array(Body::OpenAiResponses, "", &[m])?;
         assert_eq!(out.len(), 2);
         assert_eq!(out[0]["id"], "rs_1");
         assert_eq!(
@@ -1199,14 +1216,15 @@ mod tests {
         };
         let other = with_blocks(Role::User, "", vec![json_block, text_block("", "")]);
         for body in [Body::AnthropicMessages, Body::GeminiContents] {
-            assert!(array(body, "", &[only.clone(), other.clone()]).is_empty());
+            assert!(array(body, "", &[only.clone(), other.clone()])?.is_empty());
         }
         let thought = with_blocks(Role::Assistant, "", vec![thinking("hmm", "sig")]);
-        assert!(array(Body::OpenAiResponses, "", &[thought, other]).is_empty());
+        assert!(array(Body::OpenAiResponses, "", &[thought, other])?.is_empty());
+        Ok(())
     }
 
     #[test]
-    fn reasoning_items_are_the_stored_json_each_before_what_it_preceded() {
+    fn reasoning_items_are_the_stored_json_each_before_what_it_preceded() -> Fallible {
         let second = "{\"type\":\"reasoning\",\"id\":\"rs_2\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"x\"}]}";
         let m = with_blocks(
             Role::Assistant,
@@ -1221,26 +1239,24 @@ mod tests {
                 text_block("done", ""),
             ],
         );
-        let text = render_text(Body::OpenAiResponses, "", std::slice::from_ref(&m));
+        let text = render_text(Body::OpenAiResponses, "", std::slice::from_ref(&m))?;
         assert!(text.contains(REASONING_ITEM), "verbatim: {text}");
-        let out = array(Body::OpenAiResponses, "", &[m]);
-        assert_eq!(
-            out[0],
-            serde_json::from_str::<Value>(REASONING_ITEM).unwrap()
-        );
+        let out = array(Body::OpenAiResponses, "", &[m])?;
+        assert_eq!(out[0], serde_json::from_str::<Value>(REASONING_ITEM)?);
         assert_eq!(out[1]["call_id"], "fc_1");
         assert_eq!(out[1]["arguments"], "{\"a\":1}");
-        assert_eq!(out[2], serde_json::from_str::<Value>(second).unwrap());
+        assert_eq!(out[2], serde_json::from_str::<Value>(second)?);
         assert_eq!(out[3]["call_id"], "fc_2");
         assert_eq!(
             out[4]["content"], "done",
             "what is no JSON object is left out"
         );
         assert_eq!(out.len(), 5);
+        Ok(())
     }
 
     #[test]
-    fn responses_items_for_messages_calls_and_outputs() {
+    fn responses_items_for_messages_calls_and_outputs() -> Fallible {
         let user = with_blocks(
             Role::User,
             "What is this?",
@@ -1283,13 +1299,14 @@ mod tests {
             { "type": "function_call_output", "call_id": "call_2", "output": "" },
         ]);
         assert_eq!(
-            Value::Array(array(Body::OpenAiResponses, "", &messages)),
+            Value::Array(array(Body::OpenAiResponses, "", &messages)?),
             expected
         );
+        Ok(())
     }
 
     #[test]
-    fn gemini_parts_signatures_and_function_responses() {
+    fn gemini_parts_signatures_and_function_responses() -> Fallible {
         let user = with_blocks(
             Role::User,
             "Where?",
@@ -1338,34 +1355,32 @@ mod tests {
             ] },
         ]);
         assert_eq!(
-            Value::Array(array(Body::GeminiContents, "", &messages)),
+            Value::Array(array(Body::GeminiContents, "", &messages)?),
             expected
         );
+        Ok(())
     }
 
     #[test]
-    fn gemini_names_a_result_by_its_call_and_keeps_only_unanswered_names() {
+    fn gemini_names_a_result_by_its_call_and_keeps_only_unanswered_names() -> Fallible {
         let mut writer = BodyWriter::new(Body::GeminiContents, "");
-        writer.opening().unwrap();
-        writer
-            .message(&calls("", vec![call("c1", "first", "{}", "")]))
-            .unwrap();
-        writer
-            .message(&calls("", vec![call("c2", "second", "{}", "")]))
-            .unwrap();
+        writer.opening()?;
+        writer.message(&calls("", vec![call("c1", "first", "{}", "")]))?;
+        writer.message(&calls("", vec![call("c2", "second", "{}", "")]))?;
         assert_eq!(writer.names.len(), 2);
-        let out = writer.message(&tool("c1", "1", false)).unwrap();
+        let out = writer.message(&tool("c1", "1", false))?;
         assert!(out.contains("\"name\":\"first\""), "{out}");
         assert_eq!(writer.names.len(), 1, "an answered call's name is let go");
         // A result whose call it has not seen: the tool message's own name.
         let mut unknown = tool("c9", "9", false);
         unknown.name = "ninth".into();
-        let out = writer.message(&unknown).unwrap();
+        let out = writer.message(&unknown)?;
         assert!(out.contains("\"name\":\"ninth\""), "{out}");
+        Ok(())
     }
 
     #[test]
-    fn signatures_travel_only_where_the_body_has_a_part_for_them() {
+    fn signatures_travel_only_where_the_body_has_a_part_for_them() -> Fallible {
         let m = with_blocks(
             Role::Assistant,
             "",
@@ -1377,21 +1392,22 @@ mod tests {
         let mut m = m;
         m.tool_calls.push(call("c1", "g", "{}", "sig-call"));
         for body in [Body::AnthropicMessages, Body::OpenAiResponses] {
-            let text = render_text(body, "", std::slice::from_ref(&m));
+            let text = render_text(body, "", std::slice::from_ref(&m))?;
             assert!(!text.contains("sig-"), "{body:?}: {text}");
         }
-        let text = render_text(Body::GeminiContents, "", &[m]);
+        let text = render_text(Body::GeminiContents, "", &[m])?;
         for sig in ["sig-text", "sig-use", "sig-call"] {
             assert!(text.contains(sig), "{text}");
         }
         // Content (no text block) never carries a signature.
         let plain = Message::text(Role::Assistant, "hi");
-        let out = array(Body::GeminiContents, "", &[plain]);
+        let out = array(Body::GeminiContents, "", &[plain])?;
         assert_eq!(out[0]["parts"], json!([{ "text": "hi" }]));
+        Ok(())
     }
 
     #[test]
-    fn nul_survives_as_an_escape_in_every_body() {
+    fn nul_survives_as_an_escape_in_every_body() -> Fallible {
         let mut m = Message::text(Role::User, "a\u{0}b");
         m.content_blocks.clear();
         let c = calls(
@@ -1400,17 +1416,18 @@ mod tests {
         );
         let t = tool("c\u{0}", "out\u{0}put", false);
         for body in ALL {
-            let text = render_text(body, "sys\u{0}tem", &[m.clone(), c.clone(), t.clone()]);
+            let text = render_text(body, "sys\u{0}tem", &[m.clone(), c.clone(), t.clone()])?;
             assert!(!text.contains('\u{0}'), "{body:?}: raw NUL in {text:?}");
             assert!(text.contains("a\\u0000b"), "{body:?}: {text}");
             assert!(text.contains("sys\\u0000tem"), "{body:?}: {text}");
-            let value: Value = serde_json::from_str(&text).unwrap();
+            let value: Value = serde_json::from_str(&text)?;
             assert!(value.to_string().contains("out\\u0000put"));
         }
+        Ok(())
     }
 
     #[test]
-    fn stored_json_that_is_not_valid_json_never_breaks_the_body() {
+    fn stored_json_that_is_not_valid_json_never_breaks_the_body() -> Fallible {
         // Raw control characters inside strings, a lone surrogate escape,
         // trailing text: invalid JSON is wrapped (or, as a reasoning
         // item, left out), so the body still parses.
@@ -1425,7 +1442,7 @@ mod tests {
             let mut m = calls("", vec![call("c1", "f", input, "")]);
             m.content_blocks.push(reasoning(input));
             for body in ALL {
-                let text = render_text(body, "", std::slice::from_ref(&m));
+                let text = render_text(body, "", std::slice::from_ref(&m))?;
                 assert!(!text.contains('\u{0}'), "{body:?}: {text:?}");
                 let value: Value = serde_json::from_str(&text)
                     .unwrap_or_else(|e| panic!("{body:?} {input:?}: {e}: {text}"));
@@ -1439,57 +1456,56 @@ mod tests {
                         json!({ "_raw": input })
                     ),
                     Body::OpenAiResponses => {
-                        let items = value["input"].as_array().unwrap();
+                        let items = items(&value["input"], "input")?;
                         assert_eq!(items.len(), 1, "the reasoning item is left out");
                         assert_eq!(items[0]["arguments"], input);
                     }
                 }
             }
         }
+        Ok(())
     }
 
     #[test]
-    fn tool_messages_without_a_call_id_are_user_text_and_text_blocks_are_output() {
+    fn tool_messages_without_a_call_id_are_user_text_and_text_blocks_are_output() -> Fallible {
         let orphan = Message::text(Role::Tool, "stray output");
-        let out = array(Body::AnthropicMessages, "", std::slice::from_ref(&orphan));
+        let out = array(Body::AnthropicMessages, "", std::slice::from_ref(&orphan))?;
         assert_eq!(
             out[0],
             json!({ "role": "user", "content": [{ "type": "text", "text": "stray output" }] })
         );
-        let out = array(Body::OpenAiResponses, "", &[orphan]);
+        let out = array(Body::OpenAiResponses, "", &[orphan])?;
         assert_eq!(out[0]["role"], "user");
 
         let mut blocks = tool("c1", "ignored: repeats the blocks", false);
         blocks.content_blocks = vec![text_block("line 1\n", ""), text_block("line 2", "")];
         let messages = [calls("", vec![call("c1", "f", "{}", "")]), blocks];
-        let out = array(Body::OpenAiResponses, "", &messages);
+        let out = array(Body::OpenAiResponses, "", &messages)?;
         assert_eq!(out[1]["output"], "line 1\nline 2");
-        let out = array(Body::GeminiContents, "", &messages);
+        let out = array(Body::GeminiContents, "", &messages)?;
         assert_eq!(
             out[1]["parts"][0]["functionResponse"]["response"],
             json!({ "output": "line 1\nline 2" })
         );
+        Ok(())
     }
 
     #[test]
-    fn the_writer_holds_back_at_most_the_open_turn() {
+    fn the_writer_holds_back_at_most_the_open_turn() -> Fallible {
         // Each result is written as it comes: nothing waits for the end
         // but the closing brackets of the open turn.
         let mut writer = BodyWriter::new(Body::AnthropicMessages, "");
-        let mut out = writer.opening().unwrap();
-        out.push_str(
-            &writer
-                .message(&calls("", vec![call("c1", "f", "{}", "")]))
-                .unwrap(),
-        );
-        let first = writer.message(&tool("c1", "one", false)).unwrap();
+        let mut out = writer.opening()?;
+        out.push_str(&writer.message(&calls("", vec![call("c1", "f", "{}", "")]))?);
+        let first = writer.message(&tool("c1", "one", false))?;
         assert!(first.contains("one"), "{first}");
         out.push_str(&first);
         assert!(writer.open);
-        let closing = writer.closing().unwrap();
+        let closing = writer.closing()?;
         assert_eq!(closing, "]}\n]}\n");
         out.push_str(&closing);
-        let value: Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(value["messages"].as_array().unwrap().len(), 2);
+        let value: Value = serde_json::from_str(&out)?;
+        assert_eq!(items(&value["messages"], "messages")?.len(), 2);
+        Ok(())
     }
 }
