@@ -188,12 +188,6 @@ fn seed_base(worker: usize) -> u64 {
     (worker as u64) << 40 ^ nanos
 }
 
-fn now_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
 /// Everything one raw exchange writes, made before its transaction.
 struct RawExchange {
     call_id: String,
@@ -230,7 +224,7 @@ impl RawExchange {
             texts,
             bodies,
             fingerprint: seed.to_le_bytes().repeat(4),
-            now: now_micros(),
+            now: workload::now_micros(),
         }
     }
 

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use sessionstore_client::v1 as pb;
@@ -52,17 +52,11 @@ pub struct Written {
     pub last_key: i64,
 }
 
-fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
 /// Writes the erased user's sessions into a migrated, empty `db`: keys
 /// from 1, created over the last 30 days, two exchanges each, a minute
 /// apart.
 pub async fn fill(db: &Database, shape: &Shape) -> anyhow::Result<Written> {
-    let now = now_micros();
+    let now = workload::now_micros();
     let span = 30 * 86_400 * 1_000_000_i64;
     let start = now - span;
     let gap = span / shape.sessions.max(1) as i64;
@@ -301,7 +295,7 @@ pub async fn measure(
     let started = Instant::now();
     eprintln!(
         "   EraseUser called at {:.3} s since the epoch (to match the server's log)",
-        now_micros() as f64 / 1e6
+        workload::now_micros() as f64 / 1e6
     );
     let erase = || {
         let eraser = eraser.clone();

@@ -343,40 +343,28 @@ async fn run(args: &Args) -> anyhow::Result<()> {
             .await
         })
         .await?;
-        let fresh = |name| fresh_database(backend, postgres, name);
-        if plan.runs(Bench::Append) {
-            on(fresh("nosearch").await?, async |db| {
-                search_off_benchmarks(&plan, &binary, db, &mut report, &mut best_append).await
-            })
-            .await?;
-        }
-        if plan.runs(Bench::Watch) {
-            on(fresh("watch").await?, async |db| {
-                watch_benchmarks(&plan, &binary, db, &mut report).await
-            })
-            .await?;
-        }
-        if plan.runs(Bench::Live) {
-            on(fresh("live").await?, async |db| {
-                live_benchmarks(&plan, &binary, db, &mut report).await
-            })
-            .await?;
-        }
-        if plan.runs(Bench::Usage) {
-            on(fresh("usage").await?, async |db| {
-                usage_benchmarks(&plan, &binary, db, &mut report).await
-            })
-            .await?;
-        }
-        if plan.runs(Bench::Erase) {
-            on(fresh("erase").await?, async |db| {
-                erase_benchmarks(&plan, &binary, db, &mut report).await
-            })
-            .await?;
-        }
-        if plan.runs(Bench::Scale) {
-            on(fresh("scale").await?, async |db| {
-                scale_benchmarks(&plan, &binary, db, &mut report).await
+        // Each further group on a database of its own.
+        let groups = [
+            (Bench::Append, "nosearch"),
+            (Bench::Watch, "watch"),
+            (Bench::Live, "live"),
+            (Bench::Usage, "usage"),
+            (Bench::Erase, "erase"),
+            (Bench::Scale, "scale"),
+        ];
+        for (group, name) in groups.into_iter().filter(|(group, _)| plan.runs(*group)) {
+            let db = fresh_database(backend, postgres, name).await?;
+            on(db, async |db| match group {
+                Bench::Append => {
+                    search_off_benchmarks(&plan, &binary, db, &mut report, &mut best_append).await
+                }
+                Bench::Watch => watch_benchmarks(&plan, &binary, db, &mut report).await,
+                Bench::Live => live_benchmarks(&plan, &binary, db, &mut report).await,
+                Bench::Usage => usage_benchmarks(&plan, &binary, db, &mut report).await,
+                Bench::Erase => erase_benchmarks(&plan, &binary, db, &mut report).await,
+                Bench::Scale => scale_benchmarks(&plan, &binary, db, &mut report).await,
+                // The others run on the main database above, or on none.
+                _ => Ok(()),
             })
             .await?;
         }

@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use futures_util::StreamExt as _;
+use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
 use sqlx::Connection as _;
+use tonic::transport::Channel;
 
 use crate::server::{Database, Server};
 use crate::{stats, workload};
@@ -42,14 +44,13 @@ pub async fn export_once(server: &Server, messages: usize) -> anyhow::Result<Dur
     export_id(server, &export_session(messages), messages).await
 }
 
-async fn export_id(server: &Server, id: &str, messages: usize) -> anyhow::Result<Duration> {
-    let mut client = server.connect().await?;
-    let started = Instant::now();
+/// Reads an ExportHistory stream to its end: how many messages arrived.
+async fn export_all(
+    client: &mut SessionStoreClient<Channel>,
+    request: pb::ExportHistoryRequest,
+) -> anyhow::Result<usize> {
     let mut stream = client
-        .export_history(pb::ExportHistoryRequest {
-            session_id: id.to_owned(),
-            ..Default::default()
-        })
+        .export_history(request)
         .await
         .context("ExportHistory")?
         .into_inner();
@@ -57,6 +58,20 @@ async fn export_id(server: &Server, id: &str, messages: usize) -> anyhow::Result
     while let Some(chunk) = stream.next().await {
         received += chunk.context("ExportHistory stream")?.messages.len();
     }
+    Ok(received)
+}
+
+async fn export_id(server: &Server, id: &str, messages: usize) -> anyhow::Result<Duration> {
+    let mut client = server.connect().await?;
+    let started = Instant::now();
+    let received = export_all(
+        &mut client,
+        pb::ExportHistoryRequest {
+            session_id: id.to_owned(),
+            ..Default::default()
+        },
+    )
+    .await?;
     let took = started.elapsed();
     anyhow::ensure!(
         received == messages,
@@ -383,18 +398,14 @@ pub async fn export_reasoning_once(
 ) -> anyhow::Result<(Duration, usize)> {
     let mut client = server.connect().await?;
     let started = Instant::now();
-    let mut stream = client
-        .export_history(pb::ExportHistoryRequest {
+    let received = export_all(
+        &mut client,
+        pb::ExportHistoryRequest {
             session_id: reasoning_session(messages),
             target,
             ..Default::default()
-        })
-        .await
-        .context("ExportHistory")?
-        .into_inner();
-    let mut received = 0;
-    while let Some(chunk) = stream.next().await {
-        received += chunk.context("ExportHistory stream")?.messages.len();
-    }
+        },
+    )
+    .await?;
     Ok((started.elapsed(), received))
 }

@@ -7,7 +7,7 @@
 //! and the answer it produced, the tenant's other sessions as created and
 //! never appended to. Through the API the fill would take most of an hour.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use sessionstore_client::{Client, Exchange, RetryPolicy};
@@ -36,18 +36,12 @@ pub struct Written {
     pub sessions: usize,
 }
 
-fn now_micros() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
 /// Writes the tenant into a migrated, empty `db`: `shape.sessions`
 /// sessions created over the last 90 days (1,000 users), then the long
 /// session (an exchange every 9 s over the last 60 days) and the short
 /// one (five exchanges a minute apart, yesterday).
 pub async fn fill(db: &Database, shape: &Shape) -> anyhow::Result<Written> {
-    let now = now_micros();
+    let now = workload::now_micros();
     let day = 86_400 * 1_000_000_i64;
     let gap = 90 * day / shape.sessions.max(1) as i64;
     let sessions: Vec<Chat> = (0..shape.sessions)

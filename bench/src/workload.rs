@@ -9,6 +9,13 @@ use tonic::transport::Channel;
 /// The size of each message's text.
 pub const MESSAGE_BYTES: usize = 1000;
 
+/// Now, in microseconds since the Unix epoch (the stored times' unit).
+pub fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
 /// Deterministic prose of about `len` bytes from a vocabulary of 2,048
 /// made-up words, different for every `seed`, so the full-text indexes see
 /// realistic variety.
