@@ -17,7 +17,8 @@ framework call that is one change is one RPC:
 
 - ``add_messages`` (and ``add_message``, ``add_user_message``, … through the
   base class) is one ``AppendExchange`` carrying all the messages, with a
-  ``request_id`` so the client's retries store them once. The session is made
+  ``request_id`` so the client's retries store them once (a batch holding
+  several model answers is one per answer, below). The session is made
   lazily: when the append finds no session, ``CreateSession`` makes it
   (``AlreadyExists`` from a concurrent writer is fine) and the same append is
   sent again, with the same ``request_id``.
@@ -44,7 +45,37 @@ search, but Markdown transcripts show it (as any JSON block) after the text.
 Native mapping: human → user, ai → assistant, system → system, tool and
 function → tool, a ``ChatMessage`` by its role (``user``/``human``,
 ``assistant``/``ai``, ``system``, ``tool``, ``developer``; any other role →
-user); only valid ``tool_calls`` become native tool calls.
+user); only valid ``tool_calls`` become native tool calls. An ``AIMessage``'s
+reasoning is stored natively too: thinking blocks with their signatures,
+redacted thinking, OpenAI reasoning items (content blocks of type
+``reasoning``, or ``additional_kwargs["reasoning"]``) as ``reasoning`` JSON
+blocks, LangChain's standard reasoning blocks as thinking blocks, and the
+Gemini integrations' function-call thought signatures
+(:data:`GEMINI_SIGNATURES_KEY`) as the tool calls' ``signature``.
+
+**Which model said it.** An ``AIMessage`` whose model is known is stored as
+the response of a provider call of that model: ``response_metadata``'s
+``model_provider`` and ``model_name`` (see :func:`message_origin`), or the
+history's ``model`` when the message names none. The call carries the
+message's ``usage_metadata`` (tokens, cache reads and writes, reasoning
+tokens) and ``response_metadata["id"]`` as its request id, so SummarizeUsage
+and ListProviderCalls see it. Each such answer is its own ``AppendExchange``
+(the messages before it are its input), so a batch with two answers is two
+RPCs, in order; a failure raises after the ones before it are stored, and
+each carries its own ``request_id``, so retries store each once.
+
+**Switching models.** Give the history the model the conversation goes to
+next (``model="openai/gpt-5"``) and ``messages`` reads an export for that
+target (``ExportHistory`` with ``ExportTarget``): reasoning another model
+made is left out (``reasoning="same_provider"`` keeps the provider's other
+models', ``"none"`` keeps none), messages left with only reasoning are
+skipped, and a tool call without its result (or a result without its call)
+is dropped, the last answer's pending calls excepted. The server decides;
+the verbatim copy is then fitted to what it sent (:func:`fit_to_export`),
+so a Claude conversation continued on GPT carries no Claude thinking, and
+the same Claude model gets its signed thinking back byte for byte. Nothing
+stored changes: another history on the same session with another ``model``
+reads its own view.
 
 **Session ids.** LangChain session ids are free-form strings; sessionstore
 ids are 1–128 of ``A-Z a-z 0-9 _ - . :``. :func:`to_store_session_id` maps
@@ -95,16 +126,21 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 
 from .._errors import AlreadyExists, SessionNotFound
 from .._proto.sessionstore.v1 import messages_pb2 as m
+from .._requests import ReasoningPolicyLike, reasoning_policy
 from ..aio import AsyncClient
 from ..client import Client
 
 __all__ = [
+    "GEMINI_SIGNATURES_KEY",
     "JSON_BLOCK_TYPE",
     "SESSION_ID_METADATA_KEY",
     "SessionstoreChatMessageHistory",
+    "fit_to_export",
     "from_store_session_id",
     "message_from_store",
+    "message_origin",
     "message_to_store",
+    "provider_name",
     "to_store_session_id",
 ]
 
@@ -114,6 +150,10 @@ JSON_BLOCK_TYPE = "langchain.message"
 SESSION_ID_METADATA_KEY = "langchain.session_id"
 #: Message metadata key holding the LangChain message type (``human``, ``ai`` …).
 MESSAGE_TYPE_METADATA_KEY = "langchain.type"
+
+#: The ``additional_kwargs`` key under which LangChain's Gemini integrations
+#: keep function calls' thought signatures (a map from call id to signature).
+GEMINI_SIGNATURES_KEY = "__gemini_function_call_thought_signatures__"
 
 MAX_SESSION_ID_LEN = 128
 _PREFIX = "lc:"
@@ -225,9 +265,187 @@ def _encode(message: BaseMessage) -> str:
     return text
 
 
+# -- reasoning and origins ---------------------------------------------------
+
+#: LangChain's ``model_provider`` names that sessionstore records otherwise
+#: (the provider names its request-body formats default to).
+_PROVIDER_NAMES = {"google_genai": "google", "google_vertexai": "google"}
+#: The provider of a model whose message names no provider, by the model's prefix.
+_MODEL_PREFIXES = (
+    ("claude", "anthropic"),
+    ("gpt", "openai"),
+    ("chatgpt", "openai"),
+    ("o1", "openai"),
+    ("o3", "openai"),
+    ("o4", "openai"),
+    ("gemini", "google"),
+)
+#: Content blocks that stand for a tool call, and the key of their call id.
+_CALL_BLOCK_ID = {"tool_use": "id", "tool_call": "id", "function_call": "call_id"}
+
+
+def provider_name(provider: str) -> str:
+    """The provider name sessionstore records for a LangChain provider name:
+    lower case, with ``google_genai`` and ``google_vertexai`` as ``google``."""
+    name = provider.strip().lower()
+    return _PROVIDER_NAMES.get(name, name)
+
+
+def message_origin(
+    message: BaseMessage, default: tuple[str, str] | None = None
+) -> tuple[str, str] | None:
+    """The ``(provider, model)`` that produced an ``AIMessage``: its
+    ``response_metadata`` (``model_provider``, and ``model_name`` or
+    ``model``; a model without a provider is placed by its name: ``claude…``
+    Anthropic, ``gpt…``/``o1…``/``o3…``/``o4…`` OpenAI, ``gemini…`` Google,
+    else ``default``'s provider), else ``default``. ``None`` for other
+    messages and when nothing says."""
+    if not isinstance(message, AIMessage):
+        return None
+    metadata = message.response_metadata or {}
+    model = metadata.get("model_name") or metadata.get("model")
+    if not isinstance(model, str) or not model:
+        return default
+    provider = metadata.get("model_provider")
+    if isinstance(provider, str) and provider.strip():
+        return provider_name(provider), model
+    for prefix, name in _MODEL_PREFIXES:
+        if model.lower().startswith(prefix):
+            return name, model
+    return (default[0], model) if default is not None else None
+
+
+def _is_reasoning_block(block: Any) -> bool:
+    """A content block holding reasoning: Anthropic's thinking and redacted
+    thinking, an OpenAI reasoning item, LangChain's standard reasoning block."""
+    return isinstance(block, dict) and block.get("type") in (
+        "thinking",
+        "redacted_thinking",
+        "reasoning",
+    )
+
+
+def _reasoning_blocks(message: BaseMessage) -> list[m.ContentBlock]:
+    """The reasoning of an ``AIMessage`` as sessionstore's native parts, in
+    order: thinking blocks with their signatures, redacted thinking, OpenAI
+    reasoning items (content blocks, or ``additional_kwargs["reasoning"]``)
+    as ``reasoning`` JSON blocks, and LangChain's standard reasoning blocks
+    as thinking blocks (with ``extras["signature"]``)."""
+    if not isinstance(message, AIMessage):
+        return []
+    blocks: list[m.ContentBlock] = []
+    content = message.content if isinstance(message.content, list) else []
+    for block in content:
+        if not isinstance(block, dict) or not _is_reasoning_block(block):
+            continue
+        kind = block.get("type")
+        if kind == "thinking" and isinstance(block.get("thinking"), str):
+            signature = block.get("signature")
+            blocks.append(
+                m.ContentBlock(
+                    thinking=m.ThinkingBlock(
+                        thinking=block["thinking"],
+                        signature=signature if isinstance(signature, str) else "",
+                    )
+                )
+            )
+        elif kind == "redacted_thinking" and isinstance(block.get("data"), str):
+            blocks.append(
+                m.ContentBlock(redacted_thinking=m.RedactedThinkingBlock(data=block["data"]))
+            )
+        elif kind == "reasoning" and ("summary" in block or "encrypted_content" in block):
+            blocks.append(_reasoning_item(block))
+        elif kind == "reasoning" and isinstance(block.get("reasoning"), str):
+            extras = block.get("extras")
+            signature = extras.get("signature") if isinstance(extras, dict) else None
+            blocks.append(
+                m.ContentBlock(
+                    thinking=m.ThinkingBlock(
+                        thinking=block["reasoning"],
+                        signature=signature if isinstance(signature, str) else "",
+                    )
+                )
+            )
+    item = message.additional_kwargs.get("reasoning")
+    if isinstance(item, dict) and item.get("type") == "reasoning":
+        blocks.append(_reasoning_item(item))
+    return blocks
+
+
+def _reasoning_item(item: dict[str, Any]) -> m.ContentBlock:
+    return m.ContentBlock(
+        json=m.JsonBlock(type="reasoning", json=json.dumps(item, ensure_ascii=False))
+    )
+
+
+def _has_reasoning(stored: m.Message) -> bool:
+    """Whether a sessionstore message holds any reasoning part."""
+    for block in stored.content_blocks:
+        kind = block.WhichOneof("block")
+        if kind in ("thinking", "redacted_thinking"):
+            return True
+        if kind == "json" and block.json.type == "reasoning":
+            return True
+        if kind == "text" and block.text.signature:
+            return True
+        if kind == "tool_use" and block.tool_use.signature:
+            return True
+    return any(call.signature for call in stored.tool_calls)
+
+
+def fit_to_export(message: BaseMessage, exported: m.Message) -> BaseMessage:
+    """A LangChain message as an export for a target left its stored form.
+
+    The export removes reasoning the target may not receive and tool calls
+    that lost their results; the verbatim copy still holds both. A message
+    whose export holds no reasoning loses its reasoning here too (thinking,
+    redacted thinking and reasoning content blocks, ``additional_kwargs``'
+    ``reasoning`` and :data:`GEMINI_SIGNATURES_KEY`), and an ``AIMessage``
+    keeps only the tool calls (``tool_calls`` and tool-call content blocks)
+    the export kept. Other messages come back as they are.
+    """
+    if not isinstance(message, AIMessage):
+        return message
+    update: dict[str, Any] = {}
+    strip = not _has_reasoning(exported)
+    kept = {call.id for call in exported.tool_calls}
+    kept.update(
+        block.tool_use.id
+        for block in exported.content_blocks
+        if block.WhichOneof("block") == "tool_use"
+    )
+
+    def dropped(block: Any) -> bool:
+        if strip and _is_reasoning_block(block):
+            return True
+        if isinstance(block, dict) and block.get("type") in _CALL_BLOCK_ID:
+            return (block.get(_CALL_BLOCK_ID[block["type"]]) or "") not in kept
+        return False
+
+    if isinstance(message.content, list):
+        content = [block for block in message.content if not dropped(block)]
+        if len(content) != len(message.content):
+            update["content"] = content
+    if strip and (
+        "reasoning" in message.additional_kwargs
+        or GEMINI_SIGNATURES_KEY in message.additional_kwargs
+    ):
+        update["additional_kwargs"] = {
+            key: value
+            for key, value in message.additional_kwargs.items()
+            if key not in ("reasoning", GEMINI_SIGNATURES_KEY)
+        }
+    calls = [call for call in message.tool_calls if (call.get("id") or "") in kept]
+    if len(calls) != len(message.tool_calls):
+        update["tool_calls"] = calls
+    return message.model_copy(update=update) if update else message
+
+
 def message_to_store(message: BaseMessage) -> m.Message:
     """The sessionstore message for a LangChain message: native fields filled
-    in, plus the message verbatim in a ``JsonBlock`` (:data:`JSON_BLOCK_TYPE`).
+    in (an ``AIMessage``'s reasoning as native reasoning parts, see
+    :func:`fit_to_export`), plus the message verbatim in a ``JsonBlock``
+    (:data:`JSON_BLOCK_TYPE`).
     """
     if not isinstance(message, BaseMessage):
         raise TypeError(f"expected a BaseMessage, not {type(message).__name__}")
@@ -243,14 +461,20 @@ def message_to_store(message: BaseMessage) -> m.Message:
         metadata={MESSAGE_TYPE_METADATA_KEY: kind},
     )
     if isinstance(message, AIMessage):
+        signatures = message.additional_kwargs.get(GEMINI_SIGNATURES_KEY)
+        if not isinstance(signatures, dict):
+            signatures = {}
         for call in message.tool_calls:
+            signature = signatures.get(call.get("id") or "")
             stored.tool_calls.append(
                 m.ToolCall(
                     id=call.get("id") or "",
                     name=call["name"],
                     arguments=json.dumps(call["args"], ensure_ascii=False),
+                    signature=signature if isinstance(signature, str) else "",
                 )
             )
+        stored.content_blocks.extend(_reasoning_blocks(message))
     if isinstance(message, ToolMessage):
         stored.tool_call_id = message.tool_call_id
         stored.tool_error = message.status == "error"
@@ -316,6 +540,48 @@ def _from_native(stored: m.Message) -> BaseMessage:
     )
 
 
+def _target(model: str | tuple[str, str] | None) -> tuple[str, str] | None:
+    """``model`` as ``(provider, model)``, the provider named as sessionstore
+    records it (:func:`provider_name`)."""
+    if model is None:
+        return None
+    if isinstance(model, str):
+        provider, slash, name = model.partition("/")
+        if not slash:
+            raise ValueError(f"model must be 'PROVIDER/MODEL', got {model!r}")
+    else:
+        provider, name = model
+    if not provider.strip():
+        raise ValueError(f"model {model!r} names no provider")
+    return provider_name(provider), name
+
+
+def _count(details: Any, key: str) -> int:
+    value = details.get(key) if isinstance(details, dict) else None
+    return value if isinstance(value, int) else 0
+
+
+def _provider_call(message: BaseMessage, origin: tuple[str, str]) -> dict[str, Any]:
+    """The provider call that produced an ``AIMessage``: its model, the
+    response id (``response_metadata["id"]``) and ``usage_metadata``."""
+    provider, model = origin
+    call: dict[str, Any] = {"provider": provider, "model": model}
+    response_id = (message.response_metadata or {}).get("id")
+    if isinstance(response_id, str):
+        call["request_id"] = response_id
+    usage = getattr(message, "usage_metadata", None)
+    if isinstance(usage, dict):
+        call["prompt_tokens"] = _count(usage, "input_tokens")
+        call["completion_tokens"] = _count(usage, "output_tokens")
+        call["total_tokens"] = _count(usage, "total_tokens")
+        inputs = usage.get("input_token_details")
+        call["cached_input_tokens"] = _count(inputs, "cache_read")
+        call["cache_creation_input_tokens"] = _count(inputs, "cache_creation")
+        call["reasoning_tokens"] = _count(usage.get("output_token_details"), "reasoning")
+        call["usage_json"] = json.dumps(usage, ensure_ascii=False, default=str)
+    return call
+
+
 # -- the history -------------------------------------------------------------
 
 
@@ -327,6 +593,14 @@ class SessionstoreChatMessageHistory(BaseChatMessageHistory):
             session is :func:`to_store_session_id` of it (``store_session_id``).
         client: The blocking client the sync methods use.
         async_client: The asyncio client the async methods use.
+        model: The model the conversation goes to next, as
+            ``"PROVIDER/MODEL"`` (``"anthropic/claude-sonnet-4-5"``) or a
+            ``(provider, model)`` pair. With it, ``messages`` is the history
+            as that model accepts it (an export for that target), and an
+            ``AIMessage`` added without a model in its ``response_metadata``
+            is recorded as this model's.
+        reasoning: Whose reasoning ``messages`` keeps when ``model`` is set:
+            ``"same_model"`` (the default), ``"same_provider"`` or ``"none"``.
 
     At least one client is required (``TypeError`` otherwise). With only
     ``client``, async methods run it in a worker thread; with only
@@ -340,6 +614,8 @@ class SessionstoreChatMessageHistory(BaseChatMessageHistory):
         *,
         client: Client | None = None,
         async_client: AsyncClient | None = None,
+        model: str | tuple[str, str] | None = None,
+        reasoning: ReasoningPolicyLike = "same_model",
     ) -> None:
         if client is None and async_client is None:
             raise TypeError(
@@ -357,6 +633,9 @@ class SessionstoreChatMessageHistory(BaseChatMessageHistory):
         self.store_session_id = to_store_session_id(session_id)
         self.client = client
         self.async_client = async_client
+        self.target = _target(model)
+        reasoning_policy(reasoning)  # a bad policy fails here, not on the first read
+        self.reasoning = reasoning
 
     def __repr__(self) -> str:
         return f"SessionstoreChatMessageHistory({self.session_id!r})"
@@ -374,74 +653,122 @@ class SessionstoreChatMessageHistory(BaseChatMessageHistory):
     def _session_metadata(self) -> dict[str, str]:
         return {SESSION_ID_METADATA_KEY: self.session_id}
 
+    def _read(self, stored: list[m.Message]) -> list[BaseMessage]:
+        if self.target is None:
+            return [message_from_store(message) for message in stored]
+        return [fit_to_export(message_from_store(message), message) for message in stored]
+
+    def _exchanges(self, messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+        """``messages`` as ``append_exchange`` arguments: one exchange per
+        ``AIMessage`` whose model is known (:func:`message_origin`), holding
+        the messages before it as input and it as the response of a provider
+        call of that model, with the usage in its ``usage_metadata``; the
+        messages after the last such answer make one exchange of input."""
+        request_id = str(uuid.uuid4())
+        exchanges: list[dict[str, Any]] = []
+        inputs: list[m.Message] = []
+        for message in messages:
+            stored = message_to_store(message)
+            origin = message_origin(message, self.target)
+            if origin is None:
+                inputs.append(stored)
+                continue
+            exchanges.append(
+                {
+                    "messages": inputs,
+                    "response_messages": [stored],
+                    "provider_call": _provider_call(message, origin),
+                }
+            )
+            inputs = []
+        if inputs:
+            exchanges.append({"messages": inputs})
+        for index, exchange in enumerate(exchanges):
+            exchange["request_id"] = request_id if index == 0 else f"{request_id}:{index}"
+        return exchanges
+
     # -- reads ------------------------------------------------------------
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        """The session's messages, read from the server (``[]`` if it has none yet)."""
+        """The session's messages, read from the server (``[]`` if it has
+        none yet); with ``model``, as that model accepts them."""
+        client = self._sync()
         try:
-            stored = self._sync().export_history(self.store_session_id)
+            if self.target is None:
+                stored = client.export_history(self.store_session_id)
+            else:
+                provider, model = self.target
+                stored = client.export_for(
+                    self.store_session_id, provider, model, reasoning=self.reasoning
+                )
         except SessionNotFound:
             return []
-        return [message_from_store(message) for message in stored]
+        return self._read(stored)
 
     async def aget_messages(self) -> list[BaseMessage]:
-        """The session's messages, read from the server (``[]`` if it has none yet)."""
+        """Async :attr:`messages`."""
         if self.async_client is None:
             return await asyncio.to_thread(lambda: self.messages)
+        client = self.async_client
         try:
-            stored = await self.async_client.export_history(self.store_session_id)
+            if self.target is None:
+                stored = await client.export_history(self.store_session_id)
+            else:
+                provider, model = self.target
+                stored = await client.export_for(
+                    self.store_session_id, provider, model, reasoning=self.reasoning
+                )
         except SessionNotFound:
             return []
-        return [message_from_store(message) for message in stored]
+        return self._read(stored)
 
     # -- writes -----------------------------------------------------------
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Appends ``messages`` in one ``AppendExchange`` (one revision),
-        creating the session first if it does not exist."""
-        batch = [message_to_store(message) for message in messages]
-        if not batch:
+        """Appends ``messages``, creating the session first if it does not
+        exist: one ``AppendExchange`` (one revision), or, when the batch
+        holds several answers of known models, one per answer, in order."""
+        exchanges = self._exchanges(messages)
+        if not exchanges:
             return
         client = self._sync()
-        request_id = str(uuid.uuid4())
+        first, *rest = exchanges
         try:
-            client.append_exchange(self.store_session_id, messages=batch, request_id=request_id)
-            return
+            client.append_exchange(self.store_session_id, **first)
         except SessionNotFound:
-            pass
-        try:
-            client.create_session(
-                session_id=self.store_session_id, metadata=self._session_metadata()
-            )
-        except AlreadyExists:
-            pass  # another writer made it first
-        client.append_exchange(self.store_session_id, messages=batch, request_id=request_id)
+            try:
+                client.create_session(
+                    session_id=self.store_session_id, metadata=self._session_metadata()
+                )
+            except AlreadyExists:
+                pass  # another writer made it first
+            client.append_exchange(self.store_session_id, **first)
+        for exchange in rest:
+            client.append_exchange(self.store_session_id, **exchange)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Async :meth:`add_messages`."""
         if self.async_client is None:
             await asyncio.to_thread(self.add_messages, list(messages))
             return
-        batch = [message_to_store(message) for message in messages]
-        if not batch:
+        exchanges = self._exchanges(messages)
+        if not exchanges:
             return
         client = self.async_client
-        request_id = str(uuid.uuid4())
+        first, *rest = exchanges
         try:
-            await client.append_exchange(
-                self.store_session_id, messages=batch, request_id=request_id
-            )
-            return
+            await client.append_exchange(self.store_session_id, **first)
         except SessionNotFound:
-            pass
-        try:
-            await client.create_session(
-                session_id=self.store_session_id, metadata=self._session_metadata()
-            )
-        except AlreadyExists:
-            pass
-        await client.append_exchange(self.store_session_id, messages=batch, request_id=request_id)
+            try:
+                await client.create_session(
+                    session_id=self.store_session_id, metadata=self._session_metadata()
+                )
+            except AlreadyExists:
+                pass
+            await client.append_exchange(self.store_session_id, **first)
+        for exchange in rest:
+            await client.append_exchange(self.store_session_id, **exchange)
 
     def clear(self) -> None:
         """Removes every message in one ``RollbackSession(after_sequence=-1)``.

@@ -33,6 +33,7 @@ import sessionstore
 from sessionstore import v1
 from sessionstore.integrations import langchain as lc
 from sessionstore.integrations.langchain import (
+    GEMINI_SIGNATURES_KEY,
     SESSION_ID_METADATA_KEY,
     SessionstoreChatMessageHistory,
     from_store_session_id,
@@ -295,14 +296,18 @@ def test_one_revision_per_add_messages(client: sessionstore.Client) -> None:
     history.add_messages([HumanMessage("a"), AIMessage("b")])
     first = revision(client, history)
     assert first == 2  # created (1), then the append (2)
-    history.add_messages(every_kind())
+    history.add_messages(every_kind()[:4])  # up to and with GPT's answer
     assert revision(client, history) == first + 1
     history.add_messages([HumanMessage("c")])
     assert revision(client, history) == first + 2
     history.add_messages([])  # nothing to write: no revision, no session needed
     assert revision(client, history) == first + 2
+    # A batch with a model's answer and messages after it: the answer (with
+    # what came before it) is one exchange, the rest another.
+    history.add_messages(every_kind())
+    assert revision(client, history) == first + 4
     history.clear()
-    assert revision(client, history) == first + 3
+    assert revision(client, history) == first + 5
     assert history.messages == []
 
 
@@ -313,7 +318,7 @@ async def test_one_revision_per_aadd_messages(server: Server) -> None:
             history = SessionstoreChatMessageHistory("arevisions", async_client=aclient)
             await history.aadd_messages(every_kind())
             before = revision(client, history)
-            await history.aadd_messages(every_kind())
+            await history.aadd_messages(every_kind()[4:])  # no model's answer in it
             assert revision(client, history) == before + 1
             await history.aclear()
             assert revision(client, history) == before + 2
@@ -504,3 +509,188 @@ def test_long_ids_become_digests_with_the_original_in_metadata(
         assert history.messages == [HumanMessage(original[:10])]
         session = client.get_session(history.store_session_id)
         assert session.metadata[SESSION_ID_METADATA_KEY] == original
+
+
+# -- switching models ---------------------------------------------------------
+
+CLAUDE = {"model_provider": "anthropic", "model_name": "claude-sonnet-4-5", "id": "msg_01"}
+GPT = {"model_provider": "openai", "model_name": "gpt-5", "id": "resp_01"}
+GEMINI = {"model_provider": "google_genai", "model_name": "gemini-3-pro"}
+REASONING_ITEM = {
+    "type": "reasoning",
+    "id": "rs_1",
+    "summary": [{"type": "summary_text", "text": "think\x00ing"}],
+    "encrypted_content": "gAAAA-opaque",
+}
+
+
+def conversation() -> list[BaseMessage]:
+    """A conversation started on Claude with thinking and a tool call, then
+    continued on GPT with a reasoning item, then on Gemini with signed calls;
+    the last call is still waiting for its result."""
+    return [
+        HumanMessage("weather in Paris and Rome?"),
+        AIMessage(
+            content=[
+                {"type": "thinking", "thinking": "two cities\x00", "signature": "c2lnLWNsYXVkZQ=="},
+                {"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"},
+                {"type": "text", "text": "Checking Paris."},
+                {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}},
+            ],
+            tool_calls=[{"name": "weather", "args": {"city": "Paris"}, "id": "toolu_1"}],
+            response_metadata=CLAUDE,
+            usage_metadata={
+                "input_tokens": 100,
+                "output_tokens": 40,
+                "total_tokens": 140,
+                "input_token_details": {"cache_read": 60, "cache_creation": 20},
+                "output_token_details": {"reasoning": 25},
+            },
+        ),
+        ToolMessage("18C", tool_call_id="toolu_1"),
+        AIMessage(
+            content="Now Rome.",
+            additional_kwargs={"reasoning": REASONING_ITEM},
+            tool_calls=[{"name": "weather", "args": {"city": "Rome"}, "id": "call_gpt"}],
+            response_metadata=GPT,
+        ),
+        ToolMessage("21C", tool_call_id="call_gpt"),
+        AIMessage(
+            content="",
+            additional_kwargs={GEMINI_SIGNATURES_KEY: {"call_gem": "Z2VtaW5pLXNpZw=="}},
+            tool_calls=[{"name": "forecast", "args": {"days": 2}, "id": "call_gem"}],
+            response_metadata=GEMINI,
+        ),
+    ]
+
+
+def without_reasoning(message: BaseMessage) -> BaseMessage:
+    if not isinstance(message, AIMessage):
+        return message
+    update: dict[str, object] = {
+        "additional_kwargs": {
+            k: v
+            for k, v in message.additional_kwargs.items()
+            if k not in ("reasoning", GEMINI_SIGNATURES_KEY)
+        }
+    }
+    if isinstance(message.content, list):
+        update["content"] = [
+            b
+            for b in message.content
+            if not (isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking"))
+        ]
+    return message.model_copy(update=update)
+
+
+def test_reasoning_is_stored_natively_with_each_answers_call(client: sessionstore.Client) -> None:
+    history = SessionstoreChatMessageHistory("native-reasoning", client=client)
+    history.add_messages(conversation())
+    assert history.messages == conversation()  # no model given: exactly as added
+    stored = client.export_history(history.store_session_id)
+    claude, gpt, gemini = stored[1], stored[3], stored[5]
+    kinds = [b.WhichOneof("block") for b in claude.content_blocks]
+    assert kinds == ["thinking", "redacted_thinking", "json"]
+    assert claude.content_blocks[0].thinking.thinking == "two cities\x00"
+    assert claude.content_blocks[0].thinking.signature == "c2lnLWNsYXVkZQ=="
+    reasoning = [b.json for b in gpt.content_blocks if b.json.type == "reasoning"]
+    assert [json.loads(b.json) for b in reasoning] == [REASONING_ITEM]
+    assert [c.signature for c in gemini.tool_calls] == ["Z2VtaW5pLXNpZw=="]
+    calls = {c.id: c for c in client.list_provider_calls(history.store_session_id).provider_calls}
+    assert len(calls) == 3
+    rows = list(client.iter_messages(history.store_session_id))
+    by_message = {r.sequence: calls[r.produced_by_call_id] for r in rows if r.produced_by_call_id}
+    assert sorted(by_message) == [1, 3, 5]
+    assert (by_message[1].provider, by_message[1].model) == ("anthropic", "claude-sonnet-4-5")
+    assert by_message[1].request_id == "msg_01"
+    assert (by_message[1].prompt_tokens, by_message[1].completion_tokens) == (100, 40)
+    assert (by_message[1].cached_input_tokens, by_message[1].cache_creation_input_tokens) == (60, 20)
+    assert by_message[1].reasoning_tokens == 25
+    assert (by_message[3].provider, by_message[3].model) == ("openai", "gpt-5")
+    assert (by_message[5].provider, by_message[5].model) == ("google", "gemini-3-pro")
+    # Three answers: three exchanges, the human message in the first.
+    assert client.get_session(history.store_session_id).revision == 4
+
+
+@pytest.mark.parametrize(
+    ("model", "keeps"),
+    [
+        ("anthropic/claude-sonnet-4-5", 1),
+        ("openai/gpt-5", 3),
+        ("google/gemini-3-pro", 5),
+        (("Google_GenAI", "gemini-3-pro"), 5),
+    ],
+)
+def test_each_model_reads_its_own_reasoning_only(
+    client: sessionstore.Client, model: object, keeps: int
+) -> None:
+    SessionstoreChatMessageHistory("switch", client=client).add_messages(conversation())
+    history = SessionstoreChatMessageHistory("switch", client=client, model=model)  # type: ignore[arg-type]
+    expected = [
+        message if index == keeps else without_reasoning(message)
+        for index, message in enumerate(conversation())
+    ]
+    assert history.messages == expected
+    # Storage is untouched: a reader without a model still sees everything.
+    assert SessionstoreChatMessageHistory("switch", client=client).messages == conversation()
+
+
+def test_reasoning_policies(client: sessionstore.Client) -> None:
+    SessionstoreChatMessageHistory("policies", client=client).add_messages(conversation())
+    same_provider = SessionstoreChatMessageHistory(
+        "policies", client=client, model="anthropic/claude-opus-4", reasoning="same_provider"
+    )
+    expected = [m if i == 1 else without_reasoning(m) for i, m in enumerate(conversation())]
+    assert same_provider.messages == expected
+    none = SessionstoreChatMessageHistory(
+        "policies", client=client, model="anthropic/claude-sonnet-4-5", reasoning="none"
+    )
+    assert none.messages == [without_reasoning(m) for m in conversation()]
+    with pytest.raises(ValueError):
+        SessionstoreChatMessageHistory("policies", client=client, model="gpt-5")
+    with pytest.raises(ValueError):
+        SessionstoreChatMessageHistory("policies", client=client, model="openai/gpt-5", reasoning="most")
+
+
+def test_unanswered_tool_calls_are_dropped_for_a_target(client: sessionstore.Client) -> None:
+    history = SessionstoreChatMessageHistory("pairing", client=client, model="openai/gpt-5")
+    cancelled = AIMessage(
+        content=[
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "toolu_x", "name": "search", "input": {}},
+        ],
+        tool_calls=[{"name": "search", "args": {}, "id": "toolu_x"}],
+        response_metadata=CLAUDE,
+    )
+    history.add_messages([HumanMessage("q"), cancelled, HumanMessage("never mind"), AIMessage("ok")])
+    # The call has no result and is not the last one: gone, with its block;
+    # the text stays. Read without a target, nothing is lost.
+    assert history.messages == [
+        HumanMessage("q"),
+        AIMessage(content=[{"type": "text", "text": "Let me look."}], response_metadata=CLAUDE),
+        HumanMessage("never mind"),
+        AIMessage("ok"),
+    ]
+    plain = SessionstoreChatMessageHistory("pairing", client=client)
+    assert plain.messages[1] == cancelled
+    # The answer without a model in its metadata was recorded as the history's.
+    rows = list(client.iter_messages(history.store_session_id))
+    calls = {c.id: c for c in client.list_provider_calls(history.store_session_id).provider_calls}
+    assert calls[rows[3].produced_by_call_id].model == "gpt-5"
+
+
+def test_pending_calls_of_the_last_answer_stay(client: sessionstore.Client) -> None:
+    SessionstoreChatMessageHistory("pending", client=client).add_messages(conversation())
+    history = SessionstoreChatMessageHistory("pending", client=client, model="google/gemini-3-pro")
+    assert history.messages[-1] == conversation()[-1]  # its call and signature kept
+
+
+@pytest.mark.asyncio
+async def test_async_history_reads_for_its_model(server: Server) -> None:
+    async with server.async_client() as aclient:
+        history = SessionstoreChatMessageHistory(
+            "async-switch", async_client=aclient, model="openai/gpt-5"
+        )
+        await history.aadd_messages(conversation())
+        expected = [m if i == 3 else without_reasoning(m) for i, m in enumerate(conversation())]
+        assert await history.aget_messages() == expected
