@@ -42,6 +42,30 @@ so transcripts, search and the CLI show a real conversation: the role, the
 text of a message's content, ``tool_calls`` for a ``function_call`` and
 ``tool_call_id`` for a ``function_call_output``.
 
+A reasoning item is stored in the message of the item that follows it in
+the same ``add_items`` (a ``function_call`` or the assistant's message), as a
+JSON block of type ``reasoning``: sessionstore's native form of an OpenAI
+reasoning item, which an export for another model leaves out. So
+``pop_item`` removes the reasoning before the item it pops (the Responses
+API refuses a reasoning item without its following item), and a window of
+``get_items(limit)`` counts items, not stored messages.
+
+**Switching models.** Give the session the model the agent runs on
+(``model="gpt-5"``, ``provider="openai"`` by default):
+
+- ``add_items`` then sends the items from the first one the model produced
+  (an assistant message, a reasoning item, a ``*_call``) as the response of
+  a provider call of that model, and the ones before it as input: still one
+  ``AppendExchange``. The call names the model only; the ``Session``
+  protocol is not given the run's token usage, so the call has none, but it
+  counts as a call in ``SummarizeUsage``.
+- ``get_items`` reads an export for that target (``ExportHistory`` with
+  ``ExportTarget``, ``reasoning="same_model"`` by default): reasoning items
+  other models made are left out, and a ``function_call`` whose output never
+  came (a cancelled run), with the reasoning before it, is dropped, except
+  the calls of the last answer, which are pending. Stored items do not
+  change; a session object with another model reads its own view.
+
 Messages written to the same session by other clients (no item block) are
 read back as easy input messages (``{"role": ..., "content": ...}``),
 ``function_call`` or ``function_call_output`` items where that is one item;
@@ -85,7 +109,7 @@ from typing import Any, TypeVar, cast
 
 from .. import v1
 from .._errors import AlreadyExists, SequenceMismatch, SessionNotFound
-from .._requests import new_request_id
+from .._requests import ReasoningPolicyLike, new_request_id, reasoning_policy
 from ..aio import AsyncClient
 
 try:
@@ -107,7 +131,9 @@ __all__ = [
     "SESSION_ID_METADATA_KEY",
     "SessionstoreSession",
     "item_from_message",
+    "items_from_message",
     "message_from_item",
+    "messages_from_items",
     "sdk_session_id",
     "store_session_id",
 ]
@@ -248,6 +274,91 @@ def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _is_reasoning(item: Mapping[str, Any]) -> bool:
+    return item.get("type") == "reasoning"
+
+
+def _reasoning_block(item: Mapping[str, Any]) -> v1.ContentBlock:
+    return v1.ContentBlock(json=v1.JsonBlock(type="reasoning", json=json.dumps(item)))
+
+
+def messages_from_items(items: list[Mapping[str, Any]]) -> list[v1.Message]:
+    """The stored messages for a batch of items: one per item, except that
+    reasoning items go into the message of the item that follows them, as
+    ``reasoning`` JSON blocks before its item block (sessionstore's native
+    reasoning, which an export for another model leaves out). Reasoning
+    items with no item after them in the batch make a message of their own.
+
+    Raises ``TypeError`` / ``ValueError`` (from ``json.dumps``) for an item
+    that is not JSON-serializable.
+    """
+    messages: list[v1.Message] = []
+    reasoning: list[v1.ContentBlock] = []
+    for item in items:
+        if _is_reasoning(item):
+            reasoning.append(_reasoning_block(item))
+            continue
+        message = message_from_item(item)
+        if reasoning:
+            blocks = [*reasoning, *message.content_blocks]
+            del message.content_blocks[:]
+            message.content_blocks.extend(blocks)
+            reasoning = []
+        messages.append(message)
+    if reasoning:
+        messages.append(v1.Message(role=v1.ROLE_ASSISTANT, name="reasoning", content_blocks=reasoning))
+    return messages
+
+
+def items_from_message(message: v1.Message) -> list[TResponseInputItem]:
+    """The items a stored message holds, in order: its reasoning items
+    (``reasoning`` JSON blocks), then its item (:func:`item_from_message`).
+    A message with neither holds none."""
+    items: list[TResponseInputItem] = []
+    for block in message.content_blocks:
+        if block.WhichOneof("block") == "json" and block.json.type == "reasoning":
+            try:
+                items.append(cast(TResponseInputItem, json.loads(block.json.json)))
+            except ValueError:
+                pass
+    if items and not any(
+        block.WhichOneof("block") == "json" and block.json.type == ITEM_BLOCK_TYPE
+        for block in message.content_blocks
+    ):
+        return items  # reasoning with no item after it
+    item = item_from_message(message)
+    if item is not None:
+        items.append(item)
+    return items
+
+
+def _fit_to_export(message: v1.Message) -> list[TResponseInputItem]:
+    """The items of a message an export for a target sent: its item is left
+    out when it is a function call the export dropped (no result followed),
+    and its reasoning then too (the API refuses reasoning without the item
+    it preceded); a reasoning item stored as an item of its own (before
+    reasoning was stored natively) is left out."""
+    items = items_from_message(message)
+    if not items:
+        return []
+    item = cast(Mapping[str, Any], items[-1])
+    if _is_reasoning(item):
+        return []  # reasoning without a following item, or stored the old way
+    if item.get("type") == "function_call":
+        if item.get("call_id") not in {call.id for call in message.tool_calls}:
+            return []
+    return items
+
+
+def _from_model(item: Mapping[str, Any]) -> bool:
+    """Whether an item is the model's output (as opposed to the user's input
+    or a tool's result)."""
+    kind = item.get("type")
+    if item.get("role") == "assistant" or kind == "reasoning":
+        return True
+    return isinstance(kind, str) and kind.endswith("_call")
+
+
 def item_from_message(message: v1.Message) -> TResponseInputItem | None:
     """The input item a stored message holds: the verbatim JSON of its item
     block, or for a message another client wrote, an easy input message,
@@ -315,6 +426,14 @@ class SessionstoreSession(SessionABC):
         session_settings: As for ``SQLiteSession``: ``SessionSettings`` or a
             dict of its fields; ``limit`` is the default of
             :meth:`get_items`. ``None`` means ``SessionSettings()``.
+        model: The model the agent runs on (``"gpt-5"``). With it,
+            :meth:`add_items` records the model's output as that model's,
+            and :meth:`get_items` returns the history as that model accepts
+            it (an export for that target).
+        provider: ``model``'s provider, ``"openai"`` by default.
+        reasoning: Whose reasoning :meth:`get_items` keeps when ``model`` is
+            set: ``"same_model"`` (the default), ``"same_provider"`` or
+            ``"none"``.
     """
 
     session_settings: SessionSettings | None = None
@@ -325,7 +444,16 @@ class SessionstoreSession(SessionABC):
         *,
         client: AsyncClient,
         session_settings: SessionSettings | dict[str, Any] | None = None,
+        model: str | None = None,
+        provider: str = "openai",
+        reasoning: ReasoningPolicyLike = "same_model",
     ) -> None:
+        if model is not None and not provider.strip():
+            raise ValueError("provider must not be empty when model is given")
+        reasoning_policy(reasoning)  # a bad policy fails here, not on the first read
+        self.model = model
+        self.provider = provider.strip().lower()
+        self.reasoning = reasoning
         self.session_id = session_id
         self.session_settings = (
             coerce_session_settings(session_settings)
@@ -351,7 +479,11 @@ class SessionstoreSession(SessionABC):
             return []
         try:
             if effective is None or effective < 0:
+                if self.model is not None:
+                    return await self._items_for_model(self.model, None)
                 return await self._items_after(None)
+            if self.model is not None:
+                return await self._items_for_model(self.model, effective)
             # Newest first, one page of `limit` for the common case; pages on
             # only past messages that are not items.
             latest: list[TResponseInputItem] = []
@@ -360,13 +492,11 @@ class SessionstoreSession(SessionABC):
                 order_by="sequence desc",
                 page_size=min(effective, _PAGE_SIZE),
             ):
-                item = item_from_message(stored.message)
-                if item is not None:
-                    latest.append(item)
-                    if len(latest) >= effective:
-                        break
+                latest.extend(reversed(items_from_message(stored.message)))
+                if len(latest) >= effective:
+                    break
             latest.reverse()
-            return latest
+            return latest[-effective:]
         except SessionNotFound:
             return []
 
@@ -375,10 +505,21 @@ class SessionstoreSession(SessionABC):
         async for stored in self.client.iter_messages(
             self.store_session_id, after_sequence=after_sequence, page_size=_PAGE_SIZE
         ):
-            item = item_from_message(stored.message)
-            if item is not None:
-                items.append(item)
+            items.extend(items_from_message(stored.message))
         return items
+
+    async def _items_for_model(self, model: str, limit: int | None) -> list[TResponseInputItem]:
+        """The items of an export for ``model``: reasoning of other models
+        left out, and tool calls without results (:func:`_fit_to_export`)."""
+        messages = await self.client.export_for(
+            self.store_session_id,
+            self.provider,
+            model,
+            reasoning=self.reasoning,
+            max_messages=limit or 0,
+        )
+        items = [item for message in messages for item in _fit_to_export(message)]
+        return items if limit is None else items[-limit:]
 
     # -- changes -------------------------------------------------------------
 
@@ -386,17 +527,25 @@ class SessionstoreSession(SessionABC):
         """Appends ``items`` in one ``AppendExchange`` (all or none), creating
         the session first if it does not exist. ``TypeError`` before any RPC
         if an item is not JSON-serializable."""
-        messages = [message_from_item(cast(Mapping[str, Any], item)) for item in items]
-        if not messages:
+        batch = [cast(Mapping[str, Any], item) for item in items]
+        if not batch:
             return
-        await _settle(self._append(messages))
+        exchange: dict[str, Any] = {}
+        first = next((index for index, item in enumerate(batch) if _from_model(item)), None)
+        if self.model is None or first is None:
+            exchange["messages"] = messages_from_items(batch)
+        else:
+            exchange["messages"] = messages_from_items(batch[:first])
+            exchange["response_messages"] = messages_from_items(batch[first:])
+            exchange["provider_call"] = {"provider": self.provider, "model": self.model}
+        await _settle(self._append(exchange))
 
-    async def _append(self, messages: list[v1.Message]) -> None:
+    async def _append(self, exchange: dict[str, Any]) -> None:
         request_id = new_request_id()
         for _ in range(3):
             try:
                 await self.client.append_exchange(
-                    self.store_session_id, messages=messages, request_id=request_id
+                    self.store_session_id, request_id=request_id, **exchange
                 )
                 return
             except SessionNotFound:
@@ -443,9 +592,9 @@ class SessionstoreSession(SessionABC):
             except SessionNotFound:
                 return None
             for removed in response.removed_messages:
-                item = item_from_message(removed.message)
-                if item is not None:
-                    return item
+                items = items_from_message(removed.message)
+                if items:
+                    return items[-1]
             next_sequence = response.next_sequence  # it held no item: pop the next one
         return None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import re
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -195,29 +196,32 @@ async def test_native_fields_make_a_readable_conversation(
     session = make_session("readable")
     await session.add_items(cast(list[TResponseInputItem], ITEMS))
     stored = [m.message async for m in client.iter_messages(session.store_session_id)]
-    assert len(stored) == len(ITEMS)
-    for message in stored:
+    # The reasoning item is stored in the message of the call it precedes,
+    # as sessionstore's native reasoning.
+    assert len(stored) == len(ITEMS) - 1
+    for index, message in enumerate(stored):
         blocks = [b for b in message.content_blocks if b.WhichOneof("block") == "json"]
-        assert [b.json.type for b in blocks] == [ITEM_BLOCK_TYPE]
+        expected = ["reasoning", ITEM_BLOCK_TYPE] if index == 4 else [ITEM_BLOCK_TYPE]
+        assert [b.json.type for b in blocks] == expected
     by_index = dict(enumerate(stored))
     assert (by_index[0].role, by_index[0].content) == (v1.ROLE_USER, ITEMS[0]["content"])
     assert by_index[1].role == v1.ROLE_SYSTEM
     assert by_index[2].role == v1.ROLE_DEVELOPER
     assert (by_index[3].role, by_index[3].content) == (v1.ROLE_USER, "and this picture?")
-    assert (by_index[4].role, by_index[4].name) == (v1.ROLE_ASSISTANT, "reasoning")
-    call = by_index[5]
+    call = by_index[4]
+    assert json.loads(call.content_blocks[0].json.json) == ITEMS[4]
     assert call.role == v1.ROLE_ASSISTANT
     assert [(c.id, c.name, c.arguments) for c in call.tool_calls] == [
         ("call_1", "get_weather", '{"city": "Paris", ')
     ]
-    result = by_index[6]
+    result = by_index[5]
     assert (result.role, result.tool_call_id, result.content) == (
         v1.ROLE_TOOL,
         "call_1",
         "22 °C, sunny",
     )
-    assert by_index[7].content == "structured output"
-    assert (by_index[8].role, by_index[8].content) == (v1.ROLE_ASSISTANT, "It is 22 °C.\nNo more.")
+    assert by_index[6].content == "structured output"
+    assert (by_index[7].role, by_index[7].content) == (v1.ROLE_ASSISTANT, "It is 22 °C.\nNo more.")
     transcript = await client.export_transcript(session.store_session_id)
     for text in ("What is the weather in Paris?", "get_weather", "22 °C, sunny", "It is 22 °C."):
         assert text in transcript, transcript
@@ -621,3 +625,98 @@ async def test_runner_keeps_history_in_the_session(
     history = await session.get_items()
     assert len(history) == 4
     assert model.calls[-1].input[:3] == history[:3]
+
+
+# -- switching models ---------------------------------------------------------
+
+
+def reasoning(n: int) -> dict[str, Any]:
+    return {
+        "id": f"rs_{n}",
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": f"step {n}\x00"}],
+        "encrypted_content": f"gAAAA-{n}",
+    }
+
+
+def call(call_id: str) -> dict[str, Any]:
+    return {"type": "function_call", "call_id": call_id, "name": "weather", "arguments": "{}"}
+
+
+TURN: list[dict[str, Any]] = [
+    {"role": "user", "content": "weather?"},
+    reasoning(1),
+    call("call_1"),
+    {"type": "function_call_output", "call_id": "call_1", "output": "18C"},
+    reasoning(2),
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "18C."}]},
+]
+
+
+def plain(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [item for item in items if item.get("type") != "reasoning"]
+
+
+@pytest.mark.asyncio
+async def test_a_model_reads_only_its_own_reasoning(
+    client: sessionstore.AsyncClient, make_session: Callable[..., SessionstoreSession]
+) -> None:
+    gpt5 = make_session("switch", model="gpt-5")
+    await gpt5.add_items(cast(list[TResponseInputItem], copy.deepcopy(TURN)))
+    assert await gpt5.get_items() == TURN
+    assert await gpt5.get_items(limit=3) == TURN[-3:]
+    # Another model of OpenAI's: its reasoning items would be refused.
+    assert await make_session("switch", model="o3").get_items() == plain(TURN)
+    assert await make_session("switch", model="o3", reasoning="same_provider").get_items() == TURN
+    assert await make_session("switch", model="gpt-5", reasoning="none").get_items() == plain(TURN)
+    assert (
+        await make_session("switch", model="claude-sonnet-4-5", provider="anthropic").get_items()
+        == plain(TURN)
+    )
+    # Without a model: everything, as stored.
+    assert await make_session("switch").get_items() == TURN
+    # The model's output was recorded as one call of that model.
+    calls = (await client.list_provider_calls(gpt5.store_session_id)).provider_calls
+    assert [(c.provider, c.model) for c in calls] == [("openai", "gpt-5")]
+    rows = [m async for m in client.iter_messages(gpt5.store_session_id)]
+    assert [bool(r.produced_by_call_id) for r in rows] == [False, True, True, True]
+
+
+@pytest.mark.asyncio
+async def test_a_call_left_without_its_output_is_dropped_with_its_reasoning(
+    make_session: Callable[..., SessionstoreSession],
+) -> None:
+    session = make_session("cancelled", model="gpt-5")
+    items = [
+        {"role": "user", "content": "look it up"},
+        reasoning(1),
+        call("call_lost"),
+        {"role": "user", "content": "never mind"},
+        {"role": "assistant", "content": "OK."},
+    ]
+    await session.add_items(cast(list[TResponseInputItem], items))
+    assert await session.get_items() == [items[0], items[3], items[4]]
+    assert await make_session("cancelled").get_items() == items
+    # A call of the last answer is pending, not lost: it stays.
+    await session.add_items(cast(list[TResponseInputItem], [reasoning(2), call("call_new")]))
+    assert (await session.get_items())[-2:] == [reasoning(2), call("call_new")]
+
+
+@pytest.mark.asyncio
+async def test_pop_takes_the_reasoning_before_the_item_too(
+    make_session: Callable[..., SessionstoreSession],
+) -> None:
+    session = make_session("pop-reasoning", model="gpt-5")
+    await session.add_items(cast(list[TResponseInputItem], copy.deepcopy(TURN)))
+    assert await session.pop_item() == TURN[-1]
+    assert await session.get_items() == TURN[:-2]
+    assert await session.pop_item() == TURN[3]
+    assert await session.pop_item() == TURN[2]
+    assert await session.get_items() == TURN[:1]
+
+
+def test_a_bad_model_or_policy_fails_at_once(client: sessionstore.AsyncClient) -> None:
+    with pytest.raises(ValueError):
+        SessionstoreSession("x", client=client, model="gpt-5", provider=" ")
+    with pytest.raises(ValueError):
+        SessionstoreSession("x", client=client, model="gpt-5", reasoning="most")
