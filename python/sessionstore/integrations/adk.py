@@ -31,6 +31,24 @@ How ADK maps onto sessionstore:
   function calls as ``tool_calls`` and function responses as ``tool_result``
   blocks. Messages without that block (written by something else) are
   skipped on read.
+- **Which model said it.** An event a model produced (``model_version``
+  set, author not ``user``) is stored as the response of a provider call of
+  that model (provider by the model's name, Google unless it says otherwise,
+  see :func:`event_origin`), with the event's ``usage_metadata`` as its
+  token counts (Gemini's thoughts count as output and as reasoning), so
+  SummarizeUsage and ListProviderCalls see it. Thought signatures are stored
+  natively: on thinking blocks, on tool calls, and, when a text part has
+  one, on text blocks (one per text part).
+- **Switching models.** Give the service the model the next turns go to
+  (``SessionstoreSessionService(client=..., model="gemini-3-pro")``;
+  ``provider="google"`` by default, ``reasoning="same_model"``) and
+  ``get_session`` reads an export for that target (``ExportHistory`` with
+  ``ExportTarget``): thoughts and thought signatures of other models are
+  taken off the events, and a function call without its response (or a
+  response without its call) is taken out, except the last answer's pending
+  calls; an event left with no parts and no actions is skipped
+  (:func:`fit_to_export`). ``num_recent_events`` windows that export.
+  Nothing stored changes.
 - **State.** A session's own keys are the session's state; ``app:`` keys live
   in the shared scope ``adk.app:<app>`` and ``user:`` keys in
   ``adk.user:<app>:<user>`` (escaped as above; past 256 bytes
@@ -63,6 +81,7 @@ from typing import Any, Optional, TypeVar
 
 from .. import v1
 from .._errors import AlreadyExists, SequenceMismatch, SessionNotFound
+from .._requests import ReasoningPolicyLike, reasoning_policy
 from ..aio import AsyncClient
 
 try:
@@ -95,6 +114,8 @@ __all__ = [
     "EVENT_BLOCK_TYPE",
     "SessionstoreSessionService",
     "event_message",
+    "event_origin",
+    "fit_to_export",
     "parse_session_store_id",
     "session_store_id",
     "stored_event",
@@ -249,30 +270,42 @@ def _marker_sequence(session: Session) -> int | None:
 
 def event_message(event: Event) -> v1.Message:
     """The message storing ``event``: its JSON verbatim in an ``adk.event``
-    block, and native fields (role, text, thinking, tool calls, tool
-    results) for readers that are not ADK."""
+    block, and native fields (role, text, thinking with its signature, tool
+    calls with theirs, tool results) for readers that are not ADK and for
+    exports for a target. Text parts are ``content``; when one of them
+    carries a thought signature, each is also a text block with its own."""
     content = event.content
     role_name = content.role if content is not None and content.role else None
     if role_name is None:
         role_name = "user" if event.author == "user" else "model"
     role = v1.ROLE_USER if role_name == "user" else v1.ROLE_ASSISTANT
+    parts = (content.parts or []) if content is not None else []
+    signed_text = any(
+        part.text is not None and not part.thought and part.thought_signature for part in parts
+    )
     blocks = [v1.ContentBlock(json=v1.JsonBlock(type=EVENT_BLOCK_TYPE, json=event.model_dump_json()))]
     texts: list[str] = []
     tool_calls: list[v1.ToolCall] = []
-    for part in (content.parts or []) if content is not None else []:
+    for part in parts:
         if part.text is not None:
             if part.thought:
-                signature = part.thought_signature or b""
                 blocks.append(
                     v1.ContentBlock(
                         thinking=v1.ThinkingBlock(
-                            thinking=part.text,
-                            signature=base64.b64encode(signature).decode("ascii"),
+                            thinking=part.text, signature=_signature(part.thought_signature)
                         )
                     )
                 )
             else:
                 texts.append(part.text)
+                if signed_text:
+                    blocks.append(
+                        v1.ContentBlock(
+                            text=v1.TextBlock(
+                                text=part.text, signature=_signature(part.thought_signature)
+                            )
+                        )
+                    )
         if part.function_call is not None:
             call = part.function_call
             tool_calls.append(
@@ -280,6 +313,7 @@ def event_message(event: Event) -> v1.Message:
                     id=call.id or "",
                     name=call.name or "",
                     arguments=json.dumps(call.args or {}, default=str, ensure_ascii=False),
+                    signature=_signature(part.thought_signature),
                 )
             )
         if part.function_response is not None:
@@ -307,6 +341,113 @@ def event_message(event: Event) -> v1.Message:
     )
 
 
+def _signature(signature: bytes | None) -> str:
+    """A part's thought signature as sessionstore stores it: base64, as the
+    Gemini API's JSON carries ``thoughtSignature``."""
+    return base64.b64encode(signature).decode("ascii") if signature else ""
+
+
+#: The provider of a model by its name's prefix; ADK's own models are Gemini.
+_MODEL_PREFIXES = (
+    ("claude", "anthropic"),
+    ("gpt", "openai"),
+    ("chatgpt", "openai"),
+    ("o1", "openai"),
+    ("o3", "openai"),
+    ("o4", "openai"),
+)
+
+
+def event_origin(event: Event) -> tuple[str, str] | None:
+    """The ``(provider, model)`` that produced a model's event: its
+    ``model_version``, with the provider placed by the model's name
+    (``gemini…`` and any name not listed Google, ``claude…`` Anthropic,
+    ``gpt…``/``o1…``/``o3…``/``o4…`` OpenAI; a ``provider/`` prefix, as
+    LiteLLM names models, is used as the provider). ``None`` for the user's
+    events and events no model produced."""
+    if event.author == "user" or not event.model_version:
+        return None
+    model = event.model_version
+    provider, slash, name = model.partition("/")
+    if slash and provider and name:
+        return provider.lower(), name
+    for prefix, provider in _MODEL_PREFIXES:
+        if model.lower().startswith(prefix):
+            return provider, model
+    return "google", model
+
+
+def _provider_call(event: Event, origin: tuple[str, str]) -> dict[str, Any]:
+    """The provider call behind a model's event: its model and, when the
+    event carries them, its token counts (``usage_metadata``)."""
+    provider, model = origin
+    call: dict[str, Any] = {"provider": provider, "model": model}
+    usage = event.usage_metadata
+    if usage is not None:
+        # Gemini counts thoughts apart from the candidates; sessionstore's
+        # completion tokens are every output token, reasoning included.
+        thoughts = usage.thoughts_token_count or 0
+        cached = usage.cached_content_token_count or 0
+        call["prompt_tokens"] = max(usage.prompt_token_count or 0, cached)
+        call["completion_tokens"] = (usage.candidates_token_count or 0) + thoughts
+        call["total_tokens"] = usage.total_token_count or 0
+        call["cached_input_tokens"] = cached
+        call["reasoning_tokens"] = thoughts
+        call["usage_json"] = usage.model_dump_json(exclude_none=True)
+    return call
+
+
+def _has_reasoning(message: v1.Message) -> bool:
+    """Whether a sessionstore message holds any reasoning part."""
+    for block in message.content_blocks:
+        kind = block.WhichOneof("block")
+        if kind in ("thinking", "redacted_thinking"):
+            return True
+        if kind == "json" and block.json.type == "reasoning":
+            return True
+        if kind == "text" and block.text.signature:
+            return True
+    return any(call.signature for call in message.tool_calls)
+
+
+def fit_to_export(event: Event, exported: v1.Message) -> Event | None:
+    """An event as an export for a target left its message.
+
+    The export removes reasoning the target may not receive and unpaired
+    tool calls and results; the event's JSON still holds them. When the
+    exported message holds no reasoning, the event loses its thought parts
+    and every part's ``thought_signature``; function calls and function
+    responses the export dropped are removed. An event whose content is
+    left with no parts is left out (``None``), unless it carries actions.
+    """
+    content = event.content
+    if content is None or not content.parts:
+        return event
+    strip = not _has_reasoning(exported)
+    calls = {call.id for call in exported.tool_calls}
+    results = {
+        block.tool_result.tool_use_id
+        for block in exported.content_blocks
+        if block.WhichOneof("block") == "tool_result"
+    }
+    parts = []
+    for part in content.parts:
+        if strip and part.thought:
+            continue
+        if part.function_call is not None and (part.function_call.id or "") not in calls:
+            continue
+        if part.function_response is not None and (part.function_response.id or "") not in results:
+            continue
+        if strip and part.thought_signature:
+            part = part.model_copy(update={"thought_signature": None})
+        parts.append(part)
+    if len(parts) == len(content.parts) and not strip:
+        return event
+    if not parts and not (event.actions and event.actions.model_dump(exclude_defaults=True)):
+        return None
+    return event.model_copy(update={"content": content.model_copy(update={"parts": parts})})
+
+
 def stored_event(message: v1.Message) -> Event | None:
     """The event a message stores, or ``None`` for a message that holds none
     (another writer's, or one whose content was redacted)."""
@@ -327,10 +468,31 @@ class SessionstoreSessionService(BaseSessionService):
     Args:
         client: The :class:`sessionstore.AsyncClient` to call. The service
             neither opens nor closes it.
+        model: The model the agents' next turns go to (``"gemini-3-pro"``).
+            With it, ``get_session`` returns the events as that model
+            accepts them (an export for that target, see the module's
+            documentation).
+        provider: ``model``'s provider, ``"google"`` by default.
+        reasoning: Whose reasoning ``get_session`` keeps when ``model`` is
+            set: ``"same_model"`` (the default), ``"same_provider"`` or
+            ``"none"``.
     """
 
-    def __init__(self, *, client: AsyncClient) -> None:
+    def __init__(
+        self,
+        *,
+        client: AsyncClient,
+        model: str | None = None,
+        provider: str = "google",
+        reasoning: ReasoningPolicyLike = "same_model",
+    ) -> None:
+        if model is not None and not provider.strip():
+            raise ValueError("provider must not be empty when model is given")
+        reasoning_policy(reasoning)  # a bad policy fails here, not on the first read
         self._client = client
+        self.model = model
+        self.provider = provider.strip().lower()
+        self.reasoning = reasoning
 
     # -- helpers -------------------------------------------------------------
 
@@ -396,6 +558,32 @@ class SessionstoreSessionService(BaseSessionService):
                     return picked[::-1], newest["t"]
             end = start
         return picked[::-1], newest.get("t")
+
+    async def _events_for(
+        self, model: str, store_id: str, limit: int | None, after_timestamp: float | None
+    ) -> tuple[list[Event], float | None]:
+        """``_events`` through an export for ``model``: each event fitted to
+        what the export kept of its message (:func:`fit_to_export`), events
+        it left out skipped. ``limit`` windows the export itself."""
+        messages = await self._client.export_for(
+            store_id, self.provider, model, reasoning=self.reasoning, max_messages=limit or 0
+        )
+        events: list[Event] = []
+        for message in messages:
+            event = stored_event(message)
+            if event is not None:
+                event = fit_to_export(event, message)
+            if event is not None:
+                events.append(event)
+        newest = events[-1].timestamp if events else None
+        if limit == 0:
+            return [], newest
+        if after_timestamp is not None:
+            older = [i for i, event in enumerate(events) if event.timestamp < after_timestamp]
+            events = events[older[-1] + 1 :] if older else events
+        if limit is not None:
+            events = events[-limit:]
+        return events, newest
 
     def _names(self, session: v1.Session) -> tuple[str, str, str]:
         """``(app_name, user_id, session_id)`` from a session's metadata."""
@@ -479,9 +667,13 @@ class SessionstoreSessionService(BaseSessionService):
             return None
         limit = config.num_recent_events if config is not None else None
         after = config.after_timestamp if config is not None else None
+        if self.model is None:
+            reading = self._events(store_id, stored.next_sequence, limit, after)
+        else:
+            reading = self._events_for(self.model, store_id, limit, after)
         try:
             (events, newest), own, app, user = await asyncio.gather(
-                self._events(store_id, stored.next_sequence, limit, after),
+                reading,
                 self._entries(store_id),
                 self._entries(scope=_app_scope(app_name)),
                 self._entries(scope=_user_scope(app_name, user_id)),
@@ -603,10 +795,17 @@ class SessionstoreSessionService(BaseSessionService):
             *(change.SerializeToString(deterministic=True).hex() for change in changes),
         ):
             digest.update(piece.encode("utf-8") + b"\0")
+        origin = event_origin(event)
+        exchange: dict[str, Any] = {"messages": [message]}
+        if origin is not None:
+            exchange = {
+                "response_messages": [message],
+                "provider_call": _provider_call(event, origin),
+            }
         try:
             response = await self._client.append_exchange(
                 store_id,
-                messages=[message],
+                **exchange,
                 state_changes=changes,
                 expected_next_sequence=expected,
                 request_id="adk-" + digest.hexdigest(),

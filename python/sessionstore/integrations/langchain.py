@@ -571,13 +571,18 @@ def _provider_call(message: BaseMessage, origin: tuple[str, str]) -> dict[str, A
         call["request_id"] = response_id
     usage = getattr(message, "usage_metadata", None)
     if isinstance(usage, dict):
-        call["prompt_tokens"] = _count(usage, "input_tokens")
-        call["completion_tokens"] = _count(usage, "output_tokens")
-        call["total_tokens"] = _count(usage, "total_tokens")
+        # LangChain's details are parts of their totals; a total reported
+        # below its parts is raised to them (usage_json keeps what was said).
         inputs = usage.get("input_token_details")
-        call["cached_input_tokens"] = _count(inputs, "cache_read")
-        call["cache_creation_input_tokens"] = _count(inputs, "cache_creation")
-        call["reasoning_tokens"] = _count(usage.get("output_token_details"), "reasoning")
+        cached = _count(inputs, "cache_read")
+        created = _count(inputs, "cache_creation")
+        reasoning = _count(usage.get("output_token_details"), "reasoning")
+        call["prompt_tokens"] = max(_count(usage, "input_tokens"), cached + created)
+        call["completion_tokens"] = max(_count(usage, "output_tokens"), reasoning)
+        call["total_tokens"] = _count(usage, "total_tokens")
+        call["cached_input_tokens"] = cached
+        call["cache_creation_input_tokens"] = created
+        call["reasoning_tokens"] = reasoning
         call["usage_json"] = json.dumps(usage, ensure_ascii=False, default=str)
     return call
 

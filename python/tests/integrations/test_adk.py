@@ -454,3 +454,156 @@ async def test_any_names_map_reversibly(
                 app_name, user_id, session_id
             )
     assert session_store_id("a", "b:c", "d") != session_store_id("a:b", "c", "d")
+
+
+# -- switching models ---------------------------------------------------------
+
+
+def model_event(model: str, *parts: types.Part, **kwargs: Any) -> Event:
+    return Event(
+        invocation_id="inv",
+        author="agent",
+        model_version=model,
+        content=types.Content(role="model", parts=list(parts)),
+        **kwargs,
+    )
+
+
+def turn() -> list[Event]:
+    """A user asks; Gemini 3 thinks and calls a tool with a signed call; the
+    tool answers; Gemini 2.5 answers with a signed text part."""
+    return [
+        Event(
+            invocation_id="inv",
+            author="user",
+            content=types.Content(role="user", parts=[types.Part(text="weather in Paris?")]),
+        ),
+        model_event(
+            "gemini-3-pro",
+            types.Part(text="look it up\x00", thought=True, thought_signature=b"sig-thought"),
+            types.Part(
+                function_call=types.FunctionCall(id="adk-1", name="weather", args={"city": "Paris"}),
+                thought_signature=b"sig-call",
+            ),
+            usage_metadata=types.GenerateContentResponseUsageMetadata(
+                prompt_token_count=100,
+                candidates_token_count=20,
+                total_token_count=150,
+                cached_content_token_count=40,
+                thoughts_token_count=30,
+            ),
+        ),
+        Event(
+            invocation_id="inv",
+            author="agent",
+            content=types.Content(
+                role="user",
+                parts=[
+                    types.Part(
+                        function_response=types.FunctionResponse(
+                            id="adk-1", name="weather", response={"celsius": 18}
+                        )
+                    )
+                ],
+            ),
+        ),
+        model_event("gemini-2.5-flash", types.Part(text="18 °C.", thought_signature=b"sig-text")),
+    ]
+
+
+def unsigned(event: Event) -> Event:
+    """``event`` with no thoughts and no thought signatures."""
+    if event.content is None or not event.content.parts:
+        return event
+    parts = [
+        part.model_copy(update={"thought_signature": None})
+        for part in event.content.parts
+        if not part.thought
+    ]
+    return event.model_copy(update={"content": event.content.model_copy(update={"parts": parts})})
+
+
+async def stored_turn(service: SessionstoreSessionService, name: str) -> list[Event]:
+    session = await service.create_session(app_name=APP, user_id="u", session_id=name)
+    events = turn()
+    for event in events:
+        await service.append_event(session, event)
+    return events
+
+
+@pytest.mark.asyncio
+async def test_each_model_gets_its_own_reasoning_only(
+    service: SessionstoreSessionService, adk_client: CountingClient
+) -> None:
+    events = await stored_turn(service, "switch")
+
+    async def read(**target: Any) -> list[Event]:
+        reader = SessionstoreSessionService(client=adk_client, **target)
+        session = await reader.get_session(app_name=APP, user_id="u", session_id="switch")
+        assert session is not None
+        return session.events
+
+    assert await read() == events
+    gemini3 = await read(model="gemini-3-pro")
+    assert gemini3 == [events[0], events[1], events[2], unsigned(events[3])]
+    assert gemini3[1].content.parts[1].thought_signature == b"sig-call"
+    assert await read(model="gemini-2.5-flash") == [
+        events[0], unsigned(events[1]), events[2], events[3]
+    ]
+    assert await read(model="gemini-2.5-pro", reasoning="same_provider") == events
+    assert await read(model="gpt-5", provider="openai") == [unsigned(e) for e in events]
+    assert await read(model="gemini-3-pro", reasoning="none") == [unsigned(e) for e in events]
+    # num_recent_events windows the export.
+    reader = SessionstoreSessionService(client=adk_client, model="gpt-5", provider="openai")
+    tail = await reader.get_session(
+        app_name=APP, user_id="u", session_id="switch", config=GetSessionConfig(num_recent_events=2)
+    )
+    assert tail is not None and tail.events == [events[2], unsigned(events[3])]
+
+
+@pytest.mark.asyncio
+async def test_model_events_are_recorded_as_their_models_calls(
+    service: SessionstoreSessionService, adk_client: CountingClient
+) -> None:
+    await stored_turn(service, "calls")
+    store_id = session_store_id(APP, "u", "calls")
+    calls = {c.id: c for c in (await adk_client.list_provider_calls(store_id)).provider_calls}
+    rows = [m async for m in adk_client.iter_messages(store_id)]
+    made = [calls[r.produced_by_call_id].model if r.produced_by_call_id else None for r in rows]
+    assert made == [None, "gemini-3-pro", None, "gemini-2.5-flash"]
+    first = calls[rows[1].produced_by_call_id]
+    assert first.provider == "google"
+    assert (first.prompt_tokens, first.completion_tokens, first.total_tokens) == (100, 50, 150)
+    assert (first.cached_input_tokens, first.reasoning_tokens) == (40, 30)
+    signed = rows[1].message
+    assert [c.signature for c in signed.tool_calls] == ["c2lnLWNhbGw="]
+    assert [b.thinking.signature for b in signed.content_blocks if b.WhichOneof("block") == "thinking"] == [
+        "c2lnLXRob3VnaHQ="
+    ]
+    text = [b.text for b in rows[3].message.content_blocks if b.WhichOneof("block") == "text"]
+    assert [(t.text, t.signature) for t in text] == [("18 °C.", "c2lnLXRleHQ=")]
+
+
+@pytest.mark.asyncio
+async def test_a_call_without_its_response_is_dropped_for_a_model(
+    service: SessionstoreSessionService, adk_client: CountingClient
+) -> None:
+    session = await service.create_session(app_name=APP, user_id="u", session_id="lost")
+    lost = model_event(
+        "gemini-3-pro",
+        types.Part(text="checking"),
+        types.Part(function_call=types.FunctionCall(id="adk-lost", name="weather", args={})),
+    )
+    answer = model_event("gemini-3-pro", types.Part(text="never mind"))
+    for event in (lost, answer):
+        await service.append_event(session, event)
+    reader = SessionstoreSessionService(client=adk_client, model="gemini-3-pro")
+    read = await reader.get_session(app_name=APP, user_id="u", session_id="lost")
+    assert read is not None
+    assert lost.content is not None
+    kept = lost.model_copy(
+        update={"content": lost.content.model_copy(update={"parts": lost.content.parts[:1]})}
+    )
+    assert read.events == [kept, answer]
+    plain = await service.get_session(app_name=APP, user_id="u", session_id="lost")
+    assert plain is not None and plain.events == [lost, answer]
