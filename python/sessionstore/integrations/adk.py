@@ -81,8 +81,9 @@ from typing import Any, Optional, TypeVar
 
 from .. import v1
 from .._errors import AlreadyExists, SequenceMismatch, SessionNotFound
-from .._requests import ReasoningPolicyLike, reasoning_policy
+from .._requests import ReasoningPolicyLike
 from ..aio import AsyncClient
+from ._models import checked_provider, has_reasoning, provider_of_model
 
 try:
     from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -347,17 +348,6 @@ def _signature(signature: bytes | None) -> str:
     return base64.b64encode(signature).decode("ascii") if signature else ""
 
 
-#: The provider of a model by its name's prefix; ADK's own models are Gemini.
-_MODEL_PREFIXES = (
-    ("claude", "anthropic"),
-    ("gpt", "openai"),
-    ("chatgpt", "openai"),
-    ("o1", "openai"),
-    ("o3", "openai"),
-    ("o4", "openai"),
-)
-
-
 def event_origin(event: Event) -> tuple[str, str] | None:
     """The ``(provider, model)`` that produced a model's event: its
     ``model_version``, with the provider placed by the model's name
@@ -371,10 +361,7 @@ def event_origin(event: Event) -> tuple[str, str] | None:
     provider, slash, name = model.partition("/")
     if slash and provider and name:
         return provider.lower(), name
-    for prefix, provider in _MODEL_PREFIXES:
-        if model.lower().startswith(prefix):
-            return provider, model
-    return "google", model
+    return provider_of_model(model) or "google", model
 
 
 def _provider_call(event: Event, origin: tuple[str, str]) -> dict[str, Any]:
@@ -397,19 +384,6 @@ def _provider_call(event: Event, origin: tuple[str, str]) -> dict[str, Any]:
     return call
 
 
-def _has_reasoning(message: v1.Message) -> bool:
-    """Whether a sessionstore message holds any reasoning part."""
-    for block in message.content_blocks:
-        kind = block.WhichOneof("block")
-        if kind in ("thinking", "redacted_thinking"):
-            return True
-        if kind == "json" and block.json.type == "reasoning":
-            return True
-        if kind == "text" and block.text.signature:
-            return True
-    return any(call.signature for call in message.tool_calls)
-
-
 def fit_to_export(event: Event, exported: v1.Message) -> Event | None:
     """An event as an export for a target left its message.
 
@@ -423,7 +397,7 @@ def fit_to_export(event: Event, exported: v1.Message) -> Event | None:
     content = event.content
     if content is None or not content.parts:
         return event
-    strip = not _has_reasoning(exported)
+    strip = not has_reasoning(exported)
     calls = {call.id for call in exported.tool_calls}
     results = {
         block.tool_result.tool_use_id
@@ -486,12 +460,9 @@ class SessionstoreSessionService(BaseSessionService):
         provider: str = "google",
         reasoning: ReasoningPolicyLike = "same_model",
     ) -> None:
-        if model is not None and not provider.strip():
-            raise ValueError("provider must not be empty when model is given")
-        reasoning_policy(reasoning)  # a bad policy fails here, not on the first read
+        self.provider = checked_provider(model, provider, reasoning)
         self._client = client
         self.model = model
-        self.provider = provider.strip().lower()
         self.reasoning = reasoning
 
     # -- helpers -------------------------------------------------------------

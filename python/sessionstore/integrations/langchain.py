@@ -127,6 +127,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 from .._errors import AlreadyExists, SessionNotFound
 from .._proto.sessionstore.v1 import messages_pb2 as m
 from .._requests import ReasoningPolicyLike, reasoning_policy
+from ._models import has_reasoning, provider_of_model
 from ..aio import AsyncClient
 from ..client import Client
 
@@ -270,16 +271,6 @@ def _encode(message: BaseMessage) -> str:
 #: LangChain's ``model_provider`` names that sessionstore records otherwise
 #: (the provider names its request-body formats default to).
 _PROVIDER_NAMES = {"google_genai": "google", "google_vertexai": "google"}
-#: The provider of a model whose message names no provider, by the model's prefix.
-_MODEL_PREFIXES = (
-    ("claude", "anthropic"),
-    ("gpt", "openai"),
-    ("chatgpt", "openai"),
-    ("o1", "openai"),
-    ("o3", "openai"),
-    ("o4", "openai"),
-    ("gemini", "google"),
-)
 #: Content blocks that stand for a tool call, and the key of their call id.
 _CALL_BLOCK_ID = {"tool_use": "id", "tool_call": "id", "function_call": "call_id"}
 
@@ -309,9 +300,9 @@ def message_origin(
     provider = metadata.get("model_provider")
     if isinstance(provider, str) and provider.strip():
         return provider_name(provider), model
-    for prefix, name in _MODEL_PREFIXES:
-        if model.lower().startswith(prefix):
-            return name, model
+    name = provider_of_model(model)
+    if name is not None:
+        return name, model
     return (default[0], model) if default is not None else None
 
 
@@ -378,21 +369,6 @@ def _reasoning_item(item: dict[str, Any]) -> m.ContentBlock:
     )
 
 
-def _has_reasoning(stored: m.Message) -> bool:
-    """Whether a sessionstore message holds any reasoning part."""
-    for block in stored.content_blocks:
-        kind = block.WhichOneof("block")
-        if kind in ("thinking", "redacted_thinking"):
-            return True
-        if kind == "json" and block.json.type == "reasoning":
-            return True
-        if kind == "text" and block.text.signature:
-            return True
-        if kind == "tool_use" and block.tool_use.signature:
-            return True
-    return any(call.signature for call in stored.tool_calls)
-
-
 def fit_to_export(message: BaseMessage, exported: m.Message) -> BaseMessage:
     """A LangChain message as an export for a target left its stored form.
 
@@ -407,7 +383,7 @@ def fit_to_export(message: BaseMessage, exported: m.Message) -> BaseMessage:
     if not isinstance(message, AIMessage):
         return message
     update: dict[str, Any] = {}
-    strip = not _has_reasoning(exported)
+    strip = not has_reasoning(exported)
     kept = {call.id for call in exported.tool_calls}
     kept.update(
         block.tool_use.id

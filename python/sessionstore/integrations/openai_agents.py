@@ -109,8 +109,9 @@ from typing import Any, TypeVar, cast
 
 from .. import v1
 from .._errors import AlreadyExists, SequenceMismatch, SessionNotFound
-from .._requests import ReasoningPolicyLike, new_request_id, reasoning_policy
+from .._requests import ReasoningPolicyLike, new_request_id
 from ..aio import AsyncClient
+from ._models import checked_provider
 
 try:
     from agents.items import TResponseInputItem
@@ -448,11 +449,8 @@ class SessionstoreSession(SessionABC):
         provider: str = "openai",
         reasoning: ReasoningPolicyLike = "same_model",
     ) -> None:
-        if model is not None and not provider.strip():
-            raise ValueError("provider must not be empty when model is given")
-        reasoning_policy(reasoning)  # a bad policy fails here, not on the first read
+        self.provider = checked_provider(model, provider, reasoning)
         self.model = model
-        self.provider = provider.strip().lower()
         self.reasoning = reasoning
         self.session_id = session_id
         self.session_settings = (
