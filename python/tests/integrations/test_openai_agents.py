@@ -720,3 +720,43 @@ def test_a_bad_model_or_policy_fails_at_once(client: sessionstore.AsyncClient) -
         SessionstoreSession("x", client=client, model="gpt-5", provider=" ")
     with pytest.raises(ValueError):
         SessionstoreSession("x", client=client, model="gpt-5", reasoning="most")
+
+
+@pytest.mark.asyncio
+async def test_runner_sends_a_model_only_its_own_reasoning(
+    make_session: Callable[..., SessionstoreSession],
+) -> None:
+    from openai.types.responses import ResponseReasoningItem
+    from openai.types.responses.response_reasoning_item import Summary
+
+    config = RunConfig(tracing_disabled=True)
+    thought = ResponseReasoningItem(
+        id="rs_gpt5",
+        type="reasoning",
+        summary=[Summary(text="a bridge in SF", type="summary_text")],
+        encrypted_content="gAAAA-gpt5",
+    )
+    model = ScriptedModel()
+    model.enqueue([thought, assistant_message("San Francisco")])
+    on_gpt5 = make_session("runner-switch", model="gpt-5")
+    await Runner.run(
+        Agent(name="a", model=model), "Where is the Golden Gate Bridge?",
+        session=on_gpt5, run_config=config,
+    )
+    stored = await make_session("runner-switch").get_items()
+    assert [item.get("type") for item in stored[1:]] == ["reasoning", "message"]
+
+    def kinds(call_input: Any) -> list[Any]:
+        return [item.get("type", "message") for item in call_input]
+
+    # The agent switches to o3: GPT-5's encrypted reasoning is not sent.
+    model.enqueue([assistant_message("California")])
+    on_o3 = make_session("runner-switch", model="o3")
+    await Runner.run(Agent(name="a", model=model), "Which state?", session=on_o3, run_config=config)
+    assert kinds(model.calls[-1].input) == ["message", "message", "message"]
+    # Back on GPT-5, its own reasoning goes with the answer it preceded.
+    model.enqueue([assistant_message("Yes")])
+    await Runner.run(Agent(name="a", model=model), "Sure?", session=on_gpt5, run_config=config)
+    sent = model.calls[-1].input
+    assert kinds(sent) == ["message", "reasoning", "message", "message", "message", "message"]
+    assert sent[1]["encrypted_content"] == "gAAAA-gpt5"
