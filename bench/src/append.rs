@@ -357,8 +357,8 @@ impl RawExchange {
                 ],
             ),
             Engine::Postgres => (
-                "INSERT INTO message_search (session_key, sequence, text) \
-                 VALUES ($1, $2, $3), ($1, $4, $5)",
+                "INSERT INTO message_search (session_key, sequence, words) \
+                 VALUES ($1, $2, to_tsvector('simple', $3)), ($1, $4, to_tsvector('simple', $5))",
                 vec![
                     Int(key),
                     Int(next),

@@ -270,38 +270,44 @@ impl Rows {
              last_provider, last_cost_micros_usd, last_request_id, total_tokens, \
              total_cost_micros_usd, create_time, update_time, deleted) VALUES "
         };
-        let tables: [(&str, &mut Vec<String>); 6] = [
-            (sessions_head, &mut self.sessions),
+        let tables: [(&str, &str, &mut Vec<String>); 6] = [
+            (sessions_head, "", &mut self.sessions),
             (
                 "INSERT INTO provider_calls (tenant, user_name, id, session_key, request_id, \
                  provider, model, requested_provider, requested_model, prompt_tokens, \
                  completion_tokens, total_tokens, cost_micros_usd, create_time, \
                  cached_input_tokens, cache_creation_input_tokens, reasoning_tokens, usage_json, \
                  duration_micros) VALUES ",
+                "",
                 &mut self.calls,
             ),
             (
                 "INSERT INTO messages (session_key, sequence, id, produced_by_call_id, body, \
                  create_time, redacted) VALUES ",
+                "",
                 &mut self.messages,
             ),
             (
-                "INSERT INTO message_search (session_key, sequence, text) VALUES ",
+                "INSERT INTO message_search (session_key, sequence, words) \
+                 SELECT k, s, to_tsvector('simple', t) FROM (VALUES ",
+                ") AS v (k, s, t)",
                 &mut self.search,
             ),
             (
                 "INSERT INTO events (session_key, revision, time, body) VALUES ",
+                "",
                 &mut self.events,
             ),
             (
                 "INSERT INTO idempotency_keys (tenant, request_id, session_key, fingerprint, \
                  revision) VALUES ",
+                "",
                 &mut self.keys,
             ),
         ];
-        for (head, rows) in tables {
+        for (head, tail, rows) in tables {
             for chunk in rows.chunks(ROWS_PER_INSERT) {
-                out.push(format!("{head}{}", chunk.join(",")));
+                out.push(format!("{head}{}{tail}", chunk.join(",")));
             }
             rows.clear();
         }

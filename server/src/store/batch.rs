@@ -646,11 +646,18 @@ impl Rows {
         // merges, per step back (BENCHMARKS.md).
         let mut search = self.search;
         search.sort_unstable_by_key(|(session_key, sequence, _)| (*session_key, *sequence));
-        let (head, columns) = match dialect {
-            Dialect::Sqlite => ("INSERT INTO search.message_search (rowid, text) VALUES ", 2),
+        let (head, columns, tail) = match dialect {
+            Dialect::Sqlite => (
+                "INSERT INTO search.message_search (rowid, text) VALUES ",
+                2,
+                "",
+            ),
+            // The words only: the text itself is in the message's body.
             Dialect::Postgres => (
-                "INSERT INTO message_search (session_key, sequence, text) VALUES ",
+                "INSERT INTO message_search (session_key, sequence, words) \
+                 SELECT v.k, v.s, to_tsvector('simple', v.t) FROM (VALUES ",
                 3,
+                ") AS v (k, s, t)",
             ),
         };
         let mut values = Vec::with_capacity(search.len() * columns);
@@ -665,7 +672,7 @@ impl Rows {
             }
             values.push(Value::Text(text));
         }
-        insert(&mut statements, head, columns, values);
+        insert_with(&mut statements, (head, tail), columns, values);
         // One range per session: its appends in a run are contiguous.
         let mut changed = self.changed;
         changed.sort_unstable();
@@ -848,13 +855,24 @@ fn placeholders_from(first: usize, rows: usize, columns: usize) -> String {
 
 /// Inserts `values` (`columns` per row) with `head` (`INSERT … VALUES `).
 fn insert(statements: &mut Vec<Statement>, head: &str, columns: usize, values: Vec<Value>) {
+    insert_with(statements, (head, ""), columns, values);
+}
+
+/// As [`insert`], the rows' placeholders between `head` and `tail` (`…
+/// FROM (VALUES ` and `) AS v (…)`, for rows a statement computes from).
+fn insert_with(
+    statements: &mut Vec<Statement>,
+    (head, tail): (&str, &str),
+    columns: usize,
+    values: Vec<Value>,
+) {
     let mut values = values.into_iter();
     let mut left = values.len() / columns;
     while left > 0 {
         let rows = left.min(ROWS_PER_STATEMENT);
         left -= rows;
         statements.push(Statement {
-            sql: format!("{head}{}", placeholders(rows, columns)),
+            sql: format!("{head}{}{tail}", placeholders(rows, columns)),
             params: values.by_ref().take(rows * columns).collect(),
         });
     }

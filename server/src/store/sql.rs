@@ -37,6 +37,7 @@ use crate::domain::{
     SearchHit, Session, SessionEvent, SessionPatch, SessionQuery, SessionSummary, StateEntry,
     StoredMessage, Timestamp,
 };
+use crate::domain::{control, search};
 
 /// Sessions an erasure makes tombstones, or removes, per transaction.
 const ERASE_SESSIONS_PER_BATCH: i64 = 100;
@@ -836,7 +837,12 @@ impl Store for SqlStore {
                     sequence: row.try_get("sequence")?,
                     message_id: row.try_get("message_id")?,
                     role: message.role,
-                    snippet: row.try_get("snippet")?,
+                    // SQLite's index cuts its own; PostgreSQL's keeps
+                    // only words, so the snippet is cut from the body.
+                    snippet: match row.try_get::<Option<String>, _>("snippet")? {
+                        Some(snippet) => snippet,
+                        None => search::snippet(&control::search_text(&message), &query.words),
+                    },
                 })
             })
             .collect()

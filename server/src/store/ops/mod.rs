@@ -377,7 +377,8 @@ impl Tx<'_> {
                     .bind(text)
             }
             Dialect::Postgres => sqlx::query(
-                "INSERT INTO message_search (session_key, sequence, text) VALUES ($1, $2, $3)",
+                "INSERT INTO message_search (session_key, sequence, words) \
+                 VALUES ($1, $2, to_tsvector('simple', $3))",
             )
             .bind(session_key)
             .bind(sequence)

@@ -222,8 +222,8 @@ async fn index_page(pool: &AnyPool, after: (i64, i64)) -> Result<Option<(i64, i6
             })
             .collect();
         let sql = format!(
-            "INSERT INTO message_search (session_key, sequence, text) \
-             SELECT v.k, v.s, v.t FROM (VALUES {}) AS v (k, s, t) \
+            "INSERT INTO message_search (session_key, sequence, words) \
+             SELECT v.k, v.s, to_tsvector('simple', v.t) FROM (VALUES {}) AS v (k, s, t) \
              WHERE EXISTS (SELECT 1 FROM messages m \
                            WHERE m.session_key = v.k AND m.sequence = v.s AND m.redacted = 0) \
              ON CONFLICT DO NOTHING",
