@@ -86,6 +86,13 @@ async def own(adk_client: sessionstore.AsyncClient, session: Session) -> dict[st
     return {e.key: e.value async for e in adk_client.iter_state(store_id)}
 
 
+def tool_response(call_id: str, name: str, response: dict[str, Any]) -> types.Part:
+    """A part answering the function call ``call_id``."""
+    return types.Part(
+        function_response=types.FunctionResponse(id=call_id, name=name, response=response)
+    )
+
+
 def delta_event(delta: dict[str, Any], **kwargs: Any) -> Event:
     return Event(invocation_id="inv", author="user", actions=EventActions(state_delta=delta), **kwargs)
 
@@ -212,11 +219,7 @@ async def test_events_round_trip_exactly_with_native_fields(
         content=types.Content(
             role="user",
             parts=[
-                types.Part(
-                    function_response=types.FunctionResponse(
-                        id="call-1", name="get_weather", response={"temp_c": -3}
-                    )
-                ),
+                tool_response("call-1", "get_weather", {"temp_c": -3}),
                 types.Part.from_bytes(data=bytes(range(256)), mime_type="image/png"),
             ],
         ),
@@ -497,14 +500,7 @@ def turn() -> list[Event]:
             invocation_id="inv",
             author="agent",
             content=types.Content(
-                role="user",
-                parts=[
-                    types.Part(
-                        function_response=types.FunctionResponse(
-                            id="adk-1", name="weather", response={"celsius": 18}
-                        )
-                    )
-                ],
+                role="user", parts=[tool_response("adk-1", "weather", {"celsius": 18})]
             ),
         ),
         model_event("gemini-2.5-flash", types.Part(text="18 °C.", thought_signature=b"sig-text")),
