@@ -22,7 +22,7 @@
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use bytes::{BufMut as _, Bytes, BytesMut};
 use futures_util::StreamExt as _;
@@ -177,16 +177,87 @@ fn frame(message: &impl Message) -> Bytes {
 
 /// A WatchSession response body: each message as framed bytes, then the
 /// call's status as trailers, as tonic's body sends them.
+///
+/// Messages that are ready together go out as one HTTP/2 DATA frame, up
+/// to [`COALESCE_BYTES`], as tonic's own body does: a replay's events are
+/// read ahead and ready in runs, and one frame per event cost HTTP/2's
+/// per-frame work on both sides for every event. A message ready on its
+/// own (a live event) goes out as it is, with no copy, and nothing waits
+/// for a later message.
 struct FramedBody {
     events: BoxStream<Bytes>,
+    /// The call's end, seen while messages before it were still to be sent.
+    end: Option<Status>,
     ended: bool,
 }
+
+/// The most bytes of ready messages gathered into one DATA frame (tonic's
+/// own body yields at the same size).
+const COALESCE_BYTES: usize = 32 * 1024;
 
 impl FramedBody {
     fn new(events: BoxStream<Bytes>) -> Self {
         FramedBody {
             events,
+            end: None,
             ended: false,
+        }
+    }
+
+    /// The call's status as the trailers frame; the body ends after it.
+    fn trailers(&mut self, status: Status) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        self.ended = true;
+        let mut trailers = http::HeaderMap::new();
+        Poll::Ready(Some(
+            status
+                .add_header(&mut trailers)
+                .map(|()| Frame::trailers(trailers)),
+        ))
+    }
+}
+
+/// Messages gathered for one DATA frame: the first as it is, copied into a
+/// buffer only once a second one joins it.
+#[derive(Default)]
+enum Gathered {
+    #[default]
+    Nothing,
+    One(Bytes),
+    Many(BytesMut),
+}
+
+impl Gathered {
+    fn push(&mut self, message: Bytes) {
+        *self = match std::mem::take(self) {
+            Gathered::Nothing => Gathered::One(message),
+            Gathered::One(first) => {
+                let mut buf =
+                    BytesMut::with_capacity((first.len() + message.len()).max(COALESCE_BYTES));
+                buf.extend_from_slice(&first);
+                buf.extend_from_slice(&message);
+                Gathered::Many(buf)
+            }
+            Gathered::Many(mut buf) => {
+                buf.extend_from_slice(&message);
+                Gathered::Many(buf)
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Gathered::Nothing => 0,
+            Gathered::One(bytes) => bytes.len(),
+            Gathered::Many(buf) => buf.len(),
+        }
+    }
+
+    /// The gathered bytes as a DATA frame, or `None` if there are none.
+    fn frame(self) -> Option<Frame<Bytes>> {
+        match self {
+            Gathered::Nothing => None,
+            Gathered::One(bytes) => Some(Frame::data(bytes)),
+            Gathered::Many(buf) => Some(Frame::data(buf.freeze())),
         }
     }
 }
@@ -202,18 +273,35 @@ impl http_body::Body for FramedBody {
         if self.ended {
             return Poll::Ready(None);
         }
-        let status = match ready!(self.events.poll_next_unpin(cx)) {
-            Some(Ok(message)) => return Poll::Ready(Some(Ok(Frame::data(message)))),
-            Some(Err(status)) => status,
-            None => Status::ok(""),
+        if let Some(status) = self.end.take() {
+            return self.trailers(status);
+        }
+        let mut gathered = Gathered::Nothing;
+        let end = loop {
+            match self.events.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(message))) => {
+                    gathered.push(message);
+                    if gathered.len() >= COALESCE_BYTES {
+                        break None;
+                    }
+                }
+                Poll::Ready(Some(Err(status))) => break Some(status),
+                Poll::Ready(None) => break Some(Status::ok("")),
+                // Nothing more is ready: send what is, or wait.
+                Poll::Pending => match gathered.frame() {
+                    Some(frame) => return Poll::Ready(Some(Ok(frame))),
+                    None => return Poll::Pending,
+                },
+            }
         };
-        self.ended = true;
-        let mut trailers = http::HeaderMap::new();
-        Poll::Ready(Some(
-            status
-                .add_header(&mut trailers)
-                .map(|()| Frame::trailers(trailers)),
-        ))
+        match (gathered.frame(), end) {
+            (Some(frame), end) => {
+                self.end = end;
+                Poll::Ready(Some(Ok(frame)))
+            }
+            // The loop stops without an end only with bytes gathered.
+            (None, end) => self.trailers(end.unwrap_or_else(|| Status::ok(""))),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
