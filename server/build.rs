@@ -29,6 +29,8 @@ fn watch(git_path: &str) {
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    // `sqlx::migrate!` embeds the migrations: a new one must rebuild.
+    println!("cargo:rerun-if-changed=../migrations");
     let version = env!("CARGO_PKG_VERSION");
     let stamped = match git(&["rev-parse", "--short=12", "HEAD"]) {
         Some(commit) => {

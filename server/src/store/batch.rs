@@ -723,9 +723,9 @@ impl Rows {
 
 /// PostgreSQL: a run's statements as one, so a run writes in one round
 /// trip. Each becomes a data-modifying `WITH` query (PostgreSQL runs them
-/// all, and checks the foreign keys between them, messages to provider
-/// calls, at the end of the statement), and the statement's own `SELECT`
-/// sends the commit hints, delivered at commit to every replica's listener.
+/// all; the tables they write have no foreign keys to check, migration
+/// 0012), and the statement's own `SELECT` sends the commit hints,
+/// delivered at commit to every replica's listener.
 fn combined(statements: Vec<Statement>, hints: Vec<String>) -> Statement {
     let mut sql = String::from("WITH ");
     let mut params = Vec::new();

@@ -325,3 +325,122 @@ async fn tombstones_are_purged_oldest_first_with_their_last_event(backend: Backe
     assert_eq!(revisions(&log(&store, "live").await), [1]);
     store.close().await;
 }
+
+/// Every path that deletes sessions deletes the rows that name them: on
+/// PostgreSQL the tables an append writes have no foreign keys (migration
+/// 0012), so no cascade would catch a row left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_row_outlives_its_session_on_sqlite() {
+    no_row_outlives_its_session(Backend::File).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_row_outlives_its_session_on_postgres() {
+    if crate::support::postgres_available("store::sweeps::no_row_outlives_its_session_on_postgres")
+        .await
+    {
+        no_row_outlives_its_session(Backend::Postgres).await;
+    }
+}
+
+async fn no_row_outlives_its_session(backend: Backend) {
+    let (storage, store) = open(backend).await;
+    let owned_by = |id: &str, user: &str| NewSession {
+        id: Some(id.to_owned()),
+        user: user.to_owned(),
+        ..Default::default()
+    };
+    for (id, user) in [
+        ("purged", "u"),
+        ("deleted", "u"),
+        ("kept", "u"),
+        ("erased-1", "gone"),
+        ("erased-2", "gone"),
+    ] {
+        store
+            .create_session(TENANT, owned_by(id, user))
+            .await
+            .unwrap();
+        for round in 0..3 {
+            let mut exchange = exchange(id, &format!("question {round}"));
+            exchange.request_id = format!("{id}-{round}");
+            exchange.state_changes = vec![sessionstore_server::domain::StateChange {
+                key: format!("k{round}"),
+                value: "v".into(),
+                scope: String::new(),
+                delete: false,
+            }];
+            store.append_exchange(TENANT, exchange).await.unwrap();
+        }
+    }
+    store.delete_session(TENANT, "purged").await.unwrap();
+    assert_eq!(
+        store.purge_tombstones(from_now(MINUTE), 10).await.unwrap(),
+        1
+    );
+    store.delete_session(TENANT, "deleted").await.unwrap();
+    store
+        .erase_user(
+            TENANT,
+            sessionstore_server::domain::erase::Erasure::new("gone".into(), Vec::new()).unwrap(),
+        )
+        .await
+        .unwrap();
+
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&storage.url).await.unwrap();
+    let count = |sql: String| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(&sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let mut tables = vec![
+        "messages",
+        "provider_calls",
+        "events",
+        "idempotency_keys",
+        "session_state",
+        "session_metadata",
+        "run_cancels",
+    ];
+    if matches!(backend, Backend::Postgres) {
+        tables.push("message_search");
+    }
+    for table in tables {
+        let orphans = count(format!(
+            "SELECT count(*) FROM {table} t \
+             WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.key = t.session_key)"
+        ))
+        .await;
+        assert_eq!(orphans, 0, "rows of {table} whose session is gone");
+        // Of a tombstone, only its last event is left.
+        let of_tombstones = count(format!(
+            "SELECT count(*) FROM {table} t JOIN sessions s ON s.key = t.session_key \
+             WHERE s.deleted = 1"
+        ))
+        .await;
+        let expected = i64::from(table == "events");
+        assert_eq!(of_tombstones, expected, "rows of {table} of the tombstone");
+    }
+    // The session kept has all of its rows.
+    for (table, rows) in [
+        ("messages", 6),
+        ("provider_calls", 3),
+        ("events", 4),
+        ("idempotency_keys", 3),
+        ("session_state", 3),
+    ] {
+        let held = count(format!(
+            "SELECT count(*) FROM {table} t JOIN sessions s ON s.key = t.session_key \
+             WHERE s.id = 'kept'"
+        ))
+        .await;
+        assert_eq!(held, rows, "rows of {table} of the session kept");
+    }
+    pool.close().await;
+    store.close().await;
+}

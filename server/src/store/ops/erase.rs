@@ -21,6 +21,7 @@
 use sha2::{Digest as _, Sha256};
 use sqlx::Row as _;
 
+use super::sweeps::key_list;
 use super::{Dialect, SearchWrites, SessionRow, Tx, Write};
 use crate::domain::Result;
 use crate::domain::erase::Erased;
@@ -166,12 +167,7 @@ impl Write for EraseTombstones {
         if keys.is_empty() {
             return Ok(0);
         }
-        // Keys the database gave: integers, safe to write into the SQL.
-        let keys_sql = keys
-            .iter()
-            .map(i64::to_string)
-            .collect::<Vec<_>>()
-            .join(", ");
+        let keys_sql = key_list(&keys);
         match tx.dialect {
             Dialect::Sqlite => {
                 // Their messages are gone: re-indexing each whole range
@@ -193,10 +189,8 @@ impl Write for EraseTombstones {
                 }
             }
         }
-        // The tombstones, and with them (by cascade) their last events.
-        sqlx::query(&format!("DELETE FROM sessions WHERE key IN ({keys_sql})"))
-            .execute(&mut *tx.conn)
-            .await?;
+        // The tombstones, with their last events.
+        tx.delete_sessions(&keys).await?;
         Ok(i64::try_from(keys.len()).unwrap_or(i64::MAX))
     }
 }

@@ -1,6 +1,6 @@
 //! The sweeper's own write: purging deleted sessions' tombstones.
 
-use super::{PurgeTombstones, Tx, Write};
+use super::{Dialect, PurgeTombstones, Tx, Write};
 use crate::domain::{Result, Timestamp};
 
 impl Write for PurgeTombstones {
@@ -13,15 +13,62 @@ impl Write for PurgeTombstones {
 
 impl Tx<'_> {
     async fn purge_tombstones(&mut self, before: Timestamp, limit: i64) -> Result<u64> {
-        // Their events, and nothing else, are still there; the foreign keys cascade.
-        let purged = sqlx::query(
-            "DELETE FROM sessions WHERE key IN (SELECT key FROM sessions \
-             WHERE deleted = 1 AND update_time < $1 ORDER BY update_time LIMIT $2)",
+        let keys: Vec<i64> = sqlx::query_scalar(
+            "SELECT key FROM sessions WHERE deleted = 1 AND update_time < $1 \
+             ORDER BY update_time LIMIT $2",
         )
         .bind(before.0)
         .bind(limit)
-        .execute(&mut *self.conn)
+        .fetch_all(&mut *self.conn)
         .await?;
-        Ok(purged.rows_affected())
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        if self.dialect == Dialect::Postgres {
+            // What a search rebuild may have written after the deletion.
+            sqlx::query(&format!(
+                "DELETE FROM message_search WHERE session_key IN ({})",
+                key_list(&keys)
+            ))
+            .execute(&mut *self.conn)
+            .await?;
+        }
+        self.delete_sessions(&keys).await
     }
+
+    /// Deletes the sessions `keys` (tombstones, whose history is already
+    /// gone but for their last event) with every row that names them.
+    /// Answers how many sessions went.
+    ///
+    /// The tables an append writes have no foreign keys on PostgreSQL
+    /// (migration 0012: each check cost a query per row), so their rows
+    /// are deleted here by key; the other tables' rows cascade.
+    pub(super) async fn delete_sessions(&mut self, keys: &[i64]) -> Result<u64> {
+        let keys_sql = key_list(keys);
+        for table in APPEND_TABLES {
+            sqlx::query(&format!(
+                "DELETE FROM {table} WHERE session_key IN ({keys_sql})"
+            ))
+            .execute(&mut *self.conn)
+            .await?;
+        }
+        let deleted = sqlx::query(&format!("DELETE FROM sessions WHERE key IN ({keys_sql})"))
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(deleted.rows_affected())
+    }
+}
+
+/// The tables of a session's rows that an append writes, children first
+/// (a message names its provider call). PostgreSQL's `message_search` is
+/// the fifth; its callers delete it, as it depends on the search mode.
+const APPEND_TABLES: [&str; 4] = ["idempotency_keys", "messages", "provider_calls", "events"];
+
+/// `keys` as an SQL list. Keys the database gave: integers, safe to write
+/// into the SQL.
+pub(super) fn key_list(keys: &[i64]) -> String {
+    keys.iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
