@@ -285,6 +285,20 @@ impl OldDatabase {
         }
     }
 
+    /// PostgreSQL: the tables holding a foreign key, one entry per key,
+    /// sorted.
+    async fn tables_with_foreign_keys(&self) -> Vec<String> {
+        let mut conn = sqlx::PgConnection::connect(&self.url)
+            .await
+            .expect("connect to PostgreSQL");
+        sqlx::query_scalar(
+            "SELECT conrelid::regclass::text FROM pg_constraint WHERE contype = 'f' ORDER BY 1",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .expect("read pg_constraint")
+    }
+
     /// The real binary serving this database (it migrates it first).
     async fn serve(&self, log_dir: &std::path::Path) -> ServerProcess {
         ServerProcess::start(
@@ -871,6 +885,13 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
         .collect();
     assert!(on_disk.len() > 5);
     assert_eq!(old.applied_versions().await, on_disk);
+    if dialect == Dialect::Postgres {
+        // 0012: the tables appends write keep no foreign keys.
+        assert_eq!(
+            old.tables_with_foreign_keys().await,
+            ["run_cancels", "session_metadata", "session_state"]
+        );
+    }
 
     // Sessions, whole; none expires.
     for expected in [
