@@ -253,3 +253,94 @@ async fn search_pages_by_offset_and_keeps_to_the_user_and_tenant(backend: Backen
     );
     store.close().await;
 }
+
+/// PostgreSQL: an edit racing a search build. The build's page read the
+/// message before the edit and inserted its old words after the edit's
+/// delete looked; the edit waits for the page, then its own words replace
+/// the page's (before, it hit a unique violation and was run again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_racing_a_search_build_keeps_its_own_words() {
+    use sqlx::Connection as _;
+    if !crate::support::postgres_available(
+        "store::search::an_edit_racing_a_search_build_keeps_its_own_words",
+    )
+    .await
+    {
+        return;
+    }
+    let (storage, store) = open(Backend::Postgres).await;
+    create(&store, "s").await;
+    let (_, appended) = store
+        .append_exchange(TENANT, exchange("s", "zebra"))
+        .await
+        .unwrap();
+    let target = appended.messages[0].clone();
+    let key = store.resolve(TENANT, "s").await.unwrap().key;
+
+    // The build's page, part way: the row is not there (the index was
+    // emptied while search was off), and the page inserts it from the old
+    // text without committing yet.
+    let mut build = sqlx::PgConnection::connect(&storage.url).await.unwrap();
+    sqlx::query("DELETE FROM message_search WHERE session_key = $1 AND sequence = $2")
+        .bind(key)
+        .bind(target.sequence)
+        .execute(&mut build)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut build).await.unwrap();
+    sqlx::query(
+        "INSERT INTO message_search (session_key, sequence, words) \
+         VALUES ($1, $2, to_tsvector('simple', 'zebra')) ON CONFLICT DO NOTHING",
+    )
+    .bind(key)
+    .bind(target.sequence)
+    .execute(&mut build)
+    .await
+    .unwrap();
+
+    let editing = tokio::spawn({
+        let store = store.clone();
+        let message_id = target.id.clone();
+        async move {
+            store
+                .control(
+                    TENANT,
+                    "s",
+                    controls::Edit {
+                        message_id,
+                        message: Message::text(Role::User, "giraffe"),
+                        reason: String::new(),
+                        run_id: String::new(),
+                    },
+                )
+                .await
+        }
+    });
+    // The edit's insert waits for the page's row.
+    let mut observer = sqlx::PgConnection::connect(&storage.url).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut observer)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the edit never waited for the page"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    sqlx::query("COMMIT").execute(&mut build).await.unwrap();
+
+    let edited = editing.await.unwrap().unwrap();
+    assert_eq!(edited.message.message.content, "giraffe");
+    assert_eq!(found(&store, "giraffe").await, BTreeSet::from([at("s", 0)]));
+    assert!(found(&store, "zebra").await.is_empty());
+    store.close().await;
+}

@@ -376,9 +376,15 @@ impl Tx<'_> {
                     .bind(search_rowid(session_key, sequence))
                     .bind(text)
             }
+            // A search build (`postgres/search.rs`) may have inserted this
+            // row after the write's `unindex` looked, from the message as
+            // it was: the write's words replace it. (Inserting alone, the
+            // write hit a unique violation once the build's page committed,
+            // and was rolled back and run again whole.)
             Dialect::Postgres => sqlx::query(
                 "INSERT INTO message_search (session_key, sequence, words) \
-                 VALUES ($1, $2, to_tsvector('simple', $3))",
+                 VALUES ($1, $2, to_tsvector('simple', $3)) \
+                 ON CONFLICT (session_key, sequence) DO UPDATE SET words = EXCLUDED.words",
             )
             .bind(session_key)
             .bind(sequence)
