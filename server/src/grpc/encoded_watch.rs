@@ -342,3 +342,107 @@ impl Encoder for NoEncoder {
         match item {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::stream;
+
+    /// Polls `body` once.
+    fn poll(body: &mut FramedBody) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        http_body::Body::poll_frame(Pin::new(body), &mut cx)
+    }
+
+    /// The data of a polled frame, or what came instead.
+    fn data(polled: Poll<Option<Result<Frame<Bytes>, Status>>>) -> Result<Bytes, String> {
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => frame
+                .into_data()
+                .map_err(|frame| format!("not data: {frame:?}")),
+            other => Err(format!("not a frame: {other:?}")),
+        }
+    }
+
+    /// The `grpc-status` of a polled trailers frame.
+    fn status(polled: Poll<Option<Result<Frame<Bytes>, Status>>>) -> Result<String, String> {
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                let trailers = frame
+                    .into_trailers()
+                    .map_err(|frame| format!("not trailers: {frame:?}"))?;
+                trailers
+                    .get("grpc-status")
+                    .and_then(|value| value.to_str().ok())
+                    .map(str::to_owned)
+                    .ok_or_else(|| format!("no grpc-status in {trailers:?}"))
+            }
+            other => Err(format!("not a frame: {other:?}")),
+        }
+    }
+
+    fn body(items: Vec<Result<Bytes, Status>>) -> FramedBody {
+        FramedBody::new(Box::pin(stream::iter(items)))
+    }
+
+    #[test]
+    fn messages_ready_together_go_out_as_one_frame() -> Result<(), String> {
+        let mut body = body(vec![
+            Ok(Bytes::from_static(b"one")),
+            Ok(Bytes::from_static(b"two")),
+            Ok(Bytes::from_static(b"three")),
+        ]);
+        assert_eq!(data(poll(&mut body))?, Bytes::from_static(b"onetwothree"));
+        assert_eq!(status(poll(&mut body))?, "0");
+        assert!(matches!(poll(&mut body), Poll::Ready(None)));
+        Ok(())
+    }
+
+    #[test]
+    fn a_frame_stops_gathering_at_the_threshold() -> Result<(), String> {
+        let big = Bytes::from(vec![b'x'; COALESCE_BYTES / 2 + 1]);
+        let mut body = body(vec![
+            Ok(big.clone()),
+            Ok(big.clone()),
+            Ok(Bytes::from_static(b"last")),
+        ]);
+        assert_eq!(data(poll(&mut body))?.len(), 2 * big.len());
+        assert_eq!(data(poll(&mut body))?, Bytes::from_static(b"last"));
+        assert_eq!(status(poll(&mut body))?, "0");
+        Ok(())
+    }
+
+    #[test]
+    fn an_error_after_messages_follows_them() -> Result<(), String> {
+        let mut body = body(vec![
+            Ok(Bytes::from_static(b"sent")),
+            Err(Status::unavailable("gone")),
+        ]);
+        assert_eq!(data(poll(&mut body))?, Bytes::from_static(b"sent"));
+        assert_eq!(
+            status(poll(&mut body))?,
+            (tonic::Code::Unavailable as i32).to_string()
+        );
+        assert!(matches!(poll(&mut body), Poll::Ready(None)));
+        Ok(())
+    }
+
+    #[test]
+    fn a_lone_message_is_sent_at_once_and_uncopied() -> Result<(), String> {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let mut body = FramedBody::new(Box::pin(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(receiver),
+        ));
+        assert!(poll(&mut body).is_pending());
+        let live = Bytes::from_static(b"live event");
+        sender.send(Ok(live.clone())).map_err(|e| e.to_string())?;
+        let sent = data(poll(&mut body))?;
+        assert_eq!(sent, live);
+        assert_eq!(sent.as_ptr(), live.as_ptr(), "the shared bytes themselves");
+        assert!(poll(&mut body).is_pending());
+        drop(sender);
+        assert_eq!(status(poll(&mut body))?, "0");
+        Ok(())
+    }
+}
