@@ -181,11 +181,14 @@ fn frame(message: &impl Message) -> Bytes {
 /// Messages that are ready together go out as one HTTP/2 DATA frame, up
 /// to [`COALESCE_BYTES`], as tonic's own body does: a replay's events are
 /// read ahead and ready in runs, and one frame per event cost HTTP/2's
-/// per-frame work on both sides for every event. A message ready on its
-/// own (a live event) goes out as it is, with no copy, and nothing waits
-/// for a later message.
+/// per-frame work on both sides for every event. A message that does not
+/// fit goes out in the next frame, and a message alone in its frame (a
+/// live event, or a large one) goes out as it is, with no copy. Nothing
+/// waits for a later message.
 struct FramedBody {
     events: BoxStream<Bytes>,
+    /// A message that did not fit in the last frame: the next one's first.
+    next: Option<Bytes>,
     /// The call's end, seen while messages before it were still to be sent.
     end: Option<Status>,
     ended: bool,
@@ -199,6 +202,7 @@ impl FramedBody {
     fn new(events: BoxStream<Bytes>) -> Self {
         FramedBody {
             events,
+            next: None,
             end: None,
             ended: false,
         }
@@ -277,13 +281,20 @@ impl http_body::Body for FramedBody {
             return self.trailers(status);
         }
         let mut gathered = Gathered::Nothing;
+        if let Some(first) = self.next.take() {
+            gathered.push(first);
+        }
         let end = loop {
+            if gathered.len() >= COALESCE_BYTES {
+                break None;
+            }
             match self.events.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(message))) => {
-                    gathered.push(message);
-                    if gathered.len() >= COALESCE_BYTES {
+                    if gathered.len() > 0 && gathered.len() + message.len() > COALESCE_BYTES {
+                        self.next = Some(message);
                         break None;
                     }
+                    gathered.push(message);
                 }
                 Poll::Ready(Some(Err(status))) => break Some(status),
                 Poll::Ready(None) => break Some(Status::ok("")),
@@ -400,15 +411,31 @@ mod tests {
     }
 
     #[test]
-    fn a_frame_stops_gathering_at_the_threshold() -> Result<(), String> {
-        let big = Bytes::from(vec![b'x'; COALESCE_BYTES / 2 + 1]);
+    fn a_message_that_does_not_fit_starts_the_next_frame() -> Result<(), String> {
+        let half = Bytes::from(vec![b'x'; COALESCE_BYTES / 2 + 1]);
         let mut body = body(vec![
-            Ok(big.clone()),
-            Ok(big.clone()),
+            Ok(half.clone()),
+            Ok(half.clone()),
             Ok(Bytes::from_static(b"last")),
         ]);
-        assert_eq!(data(poll(&mut body))?.len(), 2 * big.len());
-        assert_eq!(data(poll(&mut body))?, Bytes::from_static(b"last"));
+        assert_eq!(data(poll(&mut body))?.len(), half.len());
+        assert_eq!(data(poll(&mut body))?.len(), half.len() + 4);
+        assert_eq!(status(poll(&mut body))?, "0");
+        Ok(())
+    }
+
+    #[test]
+    fn a_large_message_goes_out_alone_and_uncopied() -> Result<(), String> {
+        let large = Bytes::from(vec![b'y'; COALESCE_BYTES * 2]);
+        let mut body = body(vec![
+            Ok(Bytes::from_static(b"small")),
+            Ok(large.clone()),
+            Ok(Bytes::from_static(b"after")),
+        ]);
+        assert_eq!(data(poll(&mut body))?, Bytes::from_static(b"small"));
+        let sent = data(poll(&mut body))?;
+        assert_eq!(sent.as_ptr(), large.as_ptr(), "the shared bytes themselves");
+        assert_eq!(data(poll(&mut body))?, Bytes::from_static(b"after"));
         assert_eq!(status(poll(&mut body))?, "0");
         Ok(())
     }
