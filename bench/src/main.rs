@@ -475,27 +475,9 @@ async fn search_off_benchmarks(
         }
         let service = Throughput::of(runs);
         let case = format!("{clients} clients, {}", Writers::Many.label());
-        report.push(
-            Figure::new(
-                "append",
-                backend,
-                "sessionstore --search off",
-                &case,
-                "exchanges/s",
-                service.per_second,
-            )
-            .latency(service.latency),
-        );
-        if let Some(cpu) = service.cpu_micros {
-            report.push(Figure::new(
-                "append server CPU",
-                backend,
-                "sessionstore --search off",
-                &case,
-                "µs CPU/exchange",
-                cpu,
-            ));
-        }
+        let (rate, cpu) = service_figures(backend, "sessionstore --search off", &case, &service);
+        report.push(rate);
+        report.extend(cpu);
         let best = best_append.entry((backend, Search::Off)).or_insert(0.0);
         *best = best.max(service.per_second.median);
     }
@@ -597,6 +579,37 @@ async fn core_benchmarks(
     Ok(())
 }
 
+/// sessionstore's figures in an append `case`: its rate, for the caller
+/// to complete, and its server CPU per exchange, where the runs measured
+/// it.
+fn service_figures(
+    backend: &'static str,
+    subject: &str,
+    case: &str,
+    service: &Throughput,
+) -> (Figure, Option<Figure>) {
+    let rate = Figure::new(
+        "append",
+        backend,
+        subject,
+        case,
+        "exchanges/s",
+        service.per_second,
+    )
+    .latency(service.latency);
+    let cpu = service.cpu_micros.map(|cpu| {
+        Figure::new(
+            "append server CPU",
+            backend,
+            subject,
+            case,
+            "µs CPU/exchange",
+            cpu,
+        )
+    });
+    (rate, cpu)
+}
+
 async fn append_case(
     plan: &Plan,
     server: &Server,
@@ -644,16 +657,8 @@ async fn append_case(
     }
     let service = Throughput::of(service);
     let ratio = service.per_second.median / ceiling.1;
-    let mut figure = Figure::new(
-        "append",
-        backend,
-        "sessionstore",
-        &case,
-        unit,
-        service.per_second,
-    )
-    .latency(service.latency)
-    .ratio(ratio, ceiling.0);
+    let (rate, cpu) = service_figures(backend, "sessionstore", &case, &service);
+    let mut figure = rate.ratio(ratio, ceiling.0);
     if clients == 16 && writers == Writers::Many {
         figure = match backend {
             "sqlite" => figure.target("≥ 2.0× raw", ratio >= 2.0),
@@ -661,16 +666,7 @@ async fn append_case(
         };
     }
     report.push(figure);
-    if let Some(cpu) = service.cpu_micros {
-        report.push(Figure::new(
-            "append server CPU",
-            backend,
-            "sessionstore",
-            &case,
-            "µs CPU/exchange",
-            cpu,
-        ));
-    }
+    report.extend(cpu);
     if writers == Writers::Many {
         let best = best_append.entry((backend, Search::On)).or_insert(0.0);
         *best = best.max(service.per_second.median);

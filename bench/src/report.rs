@@ -136,6 +136,13 @@ impl Report {
         self.figures.push(figure);
     }
 
+    /// Pushes each of `figures`.
+    pub fn extend(&mut self, figures: impl IntoIterator<Item = Figure>) {
+        for figure in figures {
+            self.push(figure);
+        }
+    }
+
     /// The table, one section per benchmark.
     pub fn table(&self) -> String {
         let mut out = String::new();
