@@ -228,30 +228,53 @@ impl RawExchange {
         }
     }
 
-    /// The event body: the stored exchange, as the service records it.
-    fn event(&self, session_id: &str, first_sequence: i64) -> String {
-        let message = |i: usize| {
-            json!({
-                "id": self.ids[i],
-                "session_id": session_id,
-                "sequence": first_sequence + i as i64,
-                "produced_by_call_id": if i == 1 { self.call_id.as_str() } else { "" },
-                "message": serde_json::from_str::<serde_json::Value>(&self.bodies[i]).unwrap_or_default(),
-                "create_time": self.now,
-            })
-        };
-        json!({"exchange_appended": {
-            "messages": [message(0), message(1)],
-            "provider_call": {
-                "id": self.call_id, "session_id": session_id, "request_id": "gw",
-                "provider": "anthropic", "model": "claude-sonnet-4-5",
-                "prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
-                "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS, "cost_micros_usd": COST,
-                "create_time": self.now,
+    /// The event: the stored exchange, encoded as the service records it
+    /// (a `SessionEvent`).
+    fn event(&self, session_id: &str, revision: i64, first_sequence: i64) -> Vec<u8> {
+        use prost::Message as _;
+        let time = workload::timestamp(self.now);
+        let message = |i: usize, role: pb::Role| pb::StoredMessage {
+            id: self.ids[i].clone(),
+            session_id: session_id.to_owned(),
+            sequence: first_sequence + i as i64,
+            produced_by_call_id: if i == 1 {
+                self.call_id.clone()
+            } else {
+                String::new()
             },
-            "next_sequence": first_sequence + 2,
-        }})
-        .to_string()
+            message: Some(pb::Message {
+                role: role.into(),
+                content: self.texts[i].clone(),
+                ..Default::default()
+            }),
+            create_time: Some(time),
+            redacted: false,
+        };
+        pb::SessionEvent {
+            revision,
+            time: Some(time),
+            event: Some(pb::session_event::Event::ExchangeAppended(
+                pb::ExchangeAppended {
+                    messages: vec![message(0, pb::Role::User), message(1, pb::Role::Assistant)],
+                    provider_call: Some(pb::ProviderCall {
+                        id: self.call_id.clone(),
+                        session_id: session_id.to_owned(),
+                        request_id: "gw".into(),
+                        provider: "anthropic".into(),
+                        model: "claude-sonnet-4-5".into(),
+                        prompt_tokens: PROMPT_TOKENS,
+                        completion_tokens: COMPLETION_TOKENS,
+                        total_tokens: PROMPT_TOKENS + COMPLETION_TOKENS,
+                        cost_micros_usd: COST,
+                        create_time: Some(time),
+                        ..Default::default()
+                    }),
+                    next_sequence: first_sequence + 2,
+                    ..Default::default()
+                },
+            )),
+        }
+        .encode_to_vec()
     }
 }
 
@@ -269,7 +292,7 @@ const UPDATE_SESSION: &str = "UPDATE sessions SET revision = $1, next_sequence =
      total_tokens = total_tokens + $5, total_cost_micros_usd = total_cost_micros_usd + $4 \
      WHERE key = $6";
 const INSERT_EVENT: &str =
-    "INSERT INTO events (session_key, revision, time, body) VALUES ($1, $2, $3, $4)";
+    "INSERT INTO events (session_key, revision, time, body, wire) VALUES ($1, $2, $3, '', $4)";
 const INSERT_KEY: &str = "INSERT INTO idempotency_keys (tenant, request_id, session_key, \
      fingerprint, revision) VALUES ($1, $2, $3, $4, $5)";
 
@@ -413,7 +436,7 @@ impl RawExchange {
                     Int(key),
                     Int(revision + 1),
                     Int(self.now),
-                    Text(self.event(session, next)),
+                    Bytes(self.event(session, revision + 1, next)),
                 ],
             ),
             (

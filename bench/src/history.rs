@@ -293,6 +293,8 @@ impl Rows {
                 ") AS v (k, s, t)",
                 &mut self.search,
             ),
+            // Events in their JSON form, as servers before migration 0013
+            // wrote them (the server reads both forms; `verify` replays two).
             (
                 "INSERT INTO events (session_key, revision, time, body) VALUES ",
                 "",

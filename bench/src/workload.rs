@@ -16,6 +16,14 @@ pub fn now_micros() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
+/// Microseconds since the Unix epoch as a protobuf timestamp.
+pub fn timestamp(micros: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: micros.div_euclid(1_000_000),
+        nanos: (micros.rem_euclid(1_000_000) * 1000) as i32,
+    }
+}
+
 /// Deterministic prose of about `len` bytes from a vocabulary of 2,048
 /// made-up words, different for every `seed`, so the full-text indexes see
 /// realistic variety.

@@ -1,7 +1,8 @@
 //! sessionstore: a gRPC service that stores LLM chat sessions losslessly.
 //!
 //! Layers, with arrows pointing one way: `grpc → domain ← store`,
-//! `grpc → watch → store`; [`server`] wires them. See ARCHITECTURE.md.
+//! `grpc → watch → store`, and `grpc`, `watch`, `store` → [`wire`] →
+//! `domain`; [`server`] wires them. See ARCHITECTURE.md.
 
 pub mod admission;
 pub mod auth;
@@ -21,6 +22,7 @@ pub mod telemetry;
 pub mod tls;
 pub mod watch;
 pub mod web;
+pub mod wire;
 
 /// The version `--version` prints and the server logs: the package version
 /// and, when built from a git checkout, the commit.

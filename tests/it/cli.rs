@@ -147,7 +147,8 @@ async fn migrate_creates_the_postgres_schema() {
         "SELECT attrelid::regclass::text || '.' || attname || '=' || attcompression::text
          FROM pg_attribute
          WHERE (attrelid::regclass::text, attname) IN
-               (('events', 'body'), ('messages', 'body'), ('message_search', 'words'))
+               (('events', 'body'), ('events', 'wire'), ('messages', 'body'),
+                ('message_search', 'words'))
          ORDER BY 1",
     )
     .fetch_all(&mut conn)
@@ -158,6 +159,7 @@ async fn migrate_creates_the_postgres_schema() {
         compression,
         [
             format!("events.body={method}"),
+            format!("events.wire={method}"),
             format!("message_search.words={method}"),
             format!("messages.body={method}"),
         ]

@@ -285,6 +285,32 @@ impl OldDatabase {
         }
     }
 
+    /// The events stored encoded (0013), as (session key, revision); the
+    /// others hold the JSON an older server wrote.
+    async fn encoded_events(&self) -> Vec<(i64, i64)> {
+        let sql = "SELECT session_key, revision FROM events WHERE wire IS NOT NULL ORDER BY 1, 2";
+        match self.dialect {
+            Dialect::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(&self.url)
+                    .await
+                    .expect("open the SQLite file");
+                sqlx::query_as(sql)
+                    .fetch_all(&mut conn)
+                    .await
+                    .expect("read events")
+            }
+            Dialect::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&self.url)
+                    .await
+                    .expect("connect to PostgreSQL");
+                sqlx::query_as(sql)
+                    .fetch_all(&mut conn)
+                    .await
+                    .expect("read events")
+            }
+        }
+    }
+
     /// PostgreSQL: the tables holding a foreign key, one entry per key,
     /// sorted.
     async fn tables_with_foreign_keys(&self) -> Vec<String> {
@@ -1289,6 +1315,9 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
         ]
     );
 
+    // The old events were read as the old server wrote them.
+    assert_eq!(old.encoded_events().await, []);
+
     // The migrated database takes new writes beside the old rows.
     let appended = client
         .append_exchange(pb::AppendExchangeRequest {
@@ -1329,4 +1358,41 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
         .expect("the deleted session's id, taken again")
         .into_inner();
     assert_eq!(created.revision, 1);
+
+    // New events are stored encoded (0013): the append (mig-alpha, key 1)
+    // and the new session (the next key, 5).
+    assert_eq!(old.encoded_events().await, [(1, 5), (5, 1)]);
+
+    // A redaction erases a message from the old event that carries it,
+    // which is stored encoded from then on, and the replay still holds
+    // every event in order.
+    let redacted = client
+        .redact_message(pb::RedactMessageRequest {
+            session_id: "mig-alpha".into(),
+            message_id: ALPHA_MESSAGES[2].into(),
+            reason: "pii".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("RedactMessage on an old message")
+        .into_inner();
+    assert_eq!(redacted.revision, 6);
+    assert_eq!(old.encoded_events().await, [(1, 2), (1, 5), (1, 6), (5, 1)]);
+    let events = replay(&mut client, "mig-alpha").await;
+    assert_eq!(
+        events.iter().map(|e| e.revision).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
+    let Some(Event::ExchangeAppended(exchange)) = &events[1].event else {
+        panic!("revision 2 is the first exchange: {:?}", events[1]);
+    };
+    let erased = &exchange.messages[0];
+    assert_eq!(erased.id, ALPHA_MESSAGES[2]);
+    assert!(erased.redacted);
+    assert_eq!(
+        erased.message.as_ref().map(|m| m.content.as_str()),
+        Some("")
+    );
+    assert_eq!(exchange.messages[1], alpha_messages()[3]);
+    assert!(!format!("{events:?}").contains("Book a flight"));
 }

@@ -51,7 +51,7 @@ use sessionstore_client::{Client, Exchange, NewSession};
 use super::ExportFormat;
 use crate::domain::transcript::rfc3339;
 use crate::domain::{Message, Timestamp, control};
-use crate::grpc::convert;
+use crate::wire;
 
 const FORMAT_V1: &str = "sessionstore.export.v1";
 const FORMAT_V2: &str = "sessionstore.export.v2";
@@ -416,7 +416,7 @@ async fn export_json(client: &Client, id: &str, out: &mut impl Write) -> anyhow:
             if !session.summary_message_id.is_empty() && stored.id == session.summary_message_id {
                 summary_sequence = Some(stored.sequence);
             }
-            let message = convert::message_from_pb(
+            let message = wire::message_from_pb(
                 stored.message.unwrap_or_default(),
                 &format!("messages[{index}].message"),
             )?;
@@ -473,7 +473,7 @@ async fn export_json(client: &Client, id: &str, out: &mut impl Write) -> anyhow:
                 cache_creation_input_tokens: call.cache_creation_input_tokens,
                 reasoning_tokens: call.reasoning_tokens,
                 usage_json: call.usage_json,
-                duration_micros: call.duration.as_ref().map_or(0, convert::duration_micros),
+                duration_micros: call.duration.as_ref().map_or(0, wire::duration_micros),
             })
         },
     )
@@ -717,7 +717,7 @@ pub(super) async fn import(
     let file = read_file(path)?;
     // Everything is checked before anything is written.
     let parts = plan(&file.messages, &file.provider_calls, |index| {
-        convert::message_to_pb(file.messages[index].message.clone()).encoded_len()
+        wire::message_to_pb(file.messages[index].message.clone()).encoded_len()
     })?;
     if let Some(sequence) = file.summary_sequence {
         anyhow::ensure!(
@@ -778,7 +778,7 @@ async fn replay(
         } else {
             exported.message.clone()
         };
-        convert::message_to_pb(message)
+        wire::message_to_pb(message)
     };
     let mut next = 0;
     let mut summary_id = None;
@@ -807,7 +807,7 @@ async fn replay(
                     cache_creation_input_tokens: call.cache_creation_input_tokens,
                     reasoning_tokens: call.reasoning_tokens,
                     usage_json: call.usage_json.clone(),
-                    duration: convert::duration_from_micros(call.duration_micros),
+                    duration: wire::duration_from_micros(call.duration_micros),
                     ..Default::default()
                 })
                 .responses(part.responses.clone().map(&body));
@@ -922,12 +922,12 @@ mod tests {
     #[test]
     fn times_round_trip_to_the_microsecond() {
         for micros in [0, 1, 1_738_324_800_123_456, 951_782_400_000_001] {
-            let wire = convert::timestamp(Timestamp(micros));
-            let text = time_text(&wire);
+            let stamp = wire::timestamp(Timestamp(micros));
+            let text = time_text(&stamp);
             assert_eq!(parse_time(&text), Some(micros), "{text}");
         }
         assert_eq!(
-            time_text(&convert::timestamp(Timestamp(1_738_324_800_123_456))),
+            time_text(&wire::timestamp(Timestamp(1_738_324_800_123_456))),
             "2025-01-31T12:00:00.123456Z"
         );
         assert_eq!(

@@ -17,7 +17,7 @@ use sessionstore_client::{
 
 use crate::domain::Timestamp;
 use crate::domain::transcript::{markdown_message, rfc3339};
-use crate::grpc::convert;
+use crate::wire;
 
 mod export;
 mod health;
@@ -710,7 +710,7 @@ async fn show(client: &Client, id: &str, out: &mut impl Write) -> anyhow::Result
         .await?;
     let mut index = 0;
     while let Some(message) = messages.next().await {
-        let message = convert::message_from_pb(message?, &format!("messages[{index}]"))?;
+        let message = wire::message_from_pb(message?, &format!("messages[{index}]"))?;
         index += 1;
         let section = markdown_message(&message, false);
         let (heading, body) = section.split_once('\n').unwrap_or((&section, ""));

@@ -7,7 +7,7 @@ use sessionstore_client::Client;
 use sessionstore_client::v1 as pb;
 
 use super::{cell, colour, paint, role_colour};
-use crate::grpc::convert;
+use crate::wire;
 
 /// One line per event: revision, kind and a short summary.
 pub(super) async fn watch(
@@ -128,7 +128,7 @@ fn event_name(event: &pb::session_event::Event) -> &'static str {
 fn summarize<'a>(on: bool, messages: impl Iterator<Item = &'a pb::Message>) -> String {
     messages
         .map(|m| {
-            let role = convert::message_from_pb(m.clone(), "message")
+            let role = wire::message_from_pb(m.clone(), "message")
                 .map(|m| m.role)
                 .ok();
             let name = m

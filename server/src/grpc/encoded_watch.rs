@@ -1,13 +1,14 @@
-//! WatchSession with each live event encoded once per session.
+//! WatchSession with each event encoded once.
 //!
 //! The generated service converts and encodes every message it sends. A
 //! session's event goes to each of its watchers, so with 1,000 watchers
 //! the same event was converted and encoded 1,000 times: a third of the
-//! watchers' replica's CPU in the 1,000-watcher benchmark (`perf`). The
-//! hub hands all of a session's watchers one [`Outgoing`] per event;
-//! [`EncodedWatch`] answers WatchSession calls itself, and the first
-//! watcher to send an event encodes it for the rest. Every other call goes
-//! to the generated service unchanged.
+//! watchers' replica's CPU in the 1,000-watcher benchmark (`perf`). An
+//! event is now encoded when it is written ([`EncodedEvent`]): the log
+//! stores that encoding, the hub hands all of a session's watchers the
+//! same bytes, and a replay frames what it reads from the log.
+//! [`EncodedWatch`] answers WatchSession calls itself; every other call
+//! goes to the generated service unchanged.
 //!
 //! The shared bytes are the whole gRPC message: the 5-byte prefix (not
 //! compressed, length) and the encoded `SessionEvent`. Tonic still reads
@@ -17,7 +18,7 @@
 //! a buffer of its own, and paid tonic's per-message work, before h2 wrote
 //! it.
 //!
-//! [`Outgoing`]: crate::watch::Outgoing
+//! [`EncodedEvent`]: crate::wire::EncodedEvent
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -36,7 +37,7 @@ use tonic::codegen::{BoxFuture, Service, StdError};
 use tonic::server::{Grpc, NamedService, ServerStreamingService};
 use tonic::{Request, Response, Status};
 
-use super::{BoxStream, SessionStoreService, convert, item_to_pb};
+use super::{BoxStream, SessionStoreService, item_to_pb};
 use crate::store::Store;
 use crate::watch::WatchItem;
 
@@ -139,7 +140,8 @@ impl<S: Store> ServerStreamingService<pb::WatchSessionRequest> for WatchCall<S> 
         let (service, slot) = (Arc::clone(&self.service), Arc::clone(&self.events));
         Box::pin(async move {
             let items = service.open_watch(request).await?;
-            let events: BoxStream<Bytes> = Box::pin(items.map(|item| item.map(|i| framed(&i))));
+            let events: BoxStream<Bytes> =
+                Box::pin(items.map(|item| item.and_then(|i| framed(&i))));
             *lock(&slot) = Some(events);
             Ok(Response::new(futures_util::stream::empty()))
         })
@@ -153,12 +155,13 @@ fn lock(slot: &Slot) -> std::sync::MutexGuard<'_, Option<BoxStream<Bytes>>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// `item` as a framed `SessionEvent` message. A live event is framed once
-/// for all of its session's watchers.
-fn framed(item: &WatchItem) -> Bytes {
+/// `item` as a framed `SessionEvent` message. An event was framed when it
+/// was written or read from the log, once for all of its session's
+/// watchers.
+fn framed(item: &WatchItem) -> Result<Bytes, Status> {
     match item {
-        WatchItem::Event(outgoing) => outgoing.encoded(|event| frame(&convert::event_to_pb(event))),
-        other => frame(&item_to_pb(other)),
+        WatchItem::Event(event) => Ok(event.framed()),
+        other => item_to_pb(other).map(|message| frame(&message)),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The gRPC edge: each handler validates and converts its request, calls one
-//! store or domain operation, and converts the answer. Only this module
-//! touches the generated `sessionstore.v1` types.
+//! store or domain operation, and converts the answer (through
+//! [`crate::wire`], which the store shares for the event log).
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -34,13 +34,13 @@ use crate::metrics::Metrics;
 use crate::read_ahead::{ReadAhead, ReadPage, Share, StreamBudget};
 use crate::store::{ExportStart, SearchQuery, SessionHandle, SharedStateWrite, Store};
 use crate::watch::{self, Hub, WatchItem, WatchOptions, WatchRequest};
+use crate::wire;
 
 mod encoded_watch;
 mod limits;
 mod targeted;
 mod transcript;
 
-pub mod convert;
 mod status;
 
 pub use encoded_watch::EncodedWatch;
@@ -134,7 +134,7 @@ fn expire_time(field: &str, time: Option<&prost_types::Timestamp>) -> Result<Tim
     match time {
         None => Ok(Timestamp(0)),
         Some(time) => {
-            let micros = convert::timestamp_micros(field, time)?;
+            let micros = wire::timestamp_micros(field, time)?;
             if micros < 0 {
                 return Err(Error::invalid(field, "must not be before 1970"));
             }
@@ -178,18 +178,18 @@ fn delta_cursors(cursors: &[pb::DeltaCursor]) -> Result<HashMap<String, i64>> {
 }
 
 /// One watch stream item as the protocol's `SessionEvent`.
-fn item_to_pb(item: &WatchItem) -> pb::SessionEvent {
+fn item_to_pb(item: &WatchItem) -> Result<pb::SessionEvent, Status> {
     use pb::session_event::Event;
-    match item {
-        WatchItem::Event(outgoing) => convert::event_to_pb(&outgoing.event),
+    Ok(match item {
+        WatchItem::Event(event) => event.to_pb()?,
         WatchItem::CaughtUp { revision } => {
-            convert::marker_to_pb(*revision, Event::CaughtUp(pb::CaughtUp {}))
+            wire::marker_to_pb(*revision, Event::CaughtUp(pb::CaughtUp {}))
         }
         WatchItem::Progress { revision } => {
-            convert::marker_to_pb(*revision, Event::Progress(pb::Progress {}))
+            wire::marker_to_pb(*revision, Event::Progress(pb::Progress {}))
         }
-        WatchItem::Ephemeral(ephemeral) => convert::ephemeral_to_pb(ephemeral),
-    }
+        WatchItem::Ephemeral(ephemeral) => wire::ephemeral_to_pb(ephemeral),
+    })
 }
 
 impl<S: Store> SessionStoreService<S> {
@@ -311,13 +311,13 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 system_prompt: req.system_prompt,
                 user: req.user,
                 metadata: req.metadata,
-                initial_history: convert::messages_from_pb(req.initial_history, "initial_history")?,
+                initial_history: wire::messages_from_pb(req.initial_history, "initial_history")?,
                 initial_state: req.initial_state.into_iter().collect(),
                 expire_time: expire_time("expire_time", req.expire_time.as_ref())?,
             };
             new.validate()?;
             let (session, _) = self.store.create_session(&tenant, new).await?;
-            Ok(convert::session_to_pb(session))
+            Ok(wire::session_to_pb(session))
         })
         .await
     }
@@ -331,7 +331,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         unary("GetSession", &req.session_id, async {
             require_session_id("session_id", &req.session_id)?;
             let session = self.store.get_session(&tenant, &req.session_id).await?;
-            Ok(convert::session_to_pb(session))
+            Ok(wire::session_to_pb(session))
         })
         .await
     }
@@ -394,7 +394,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 String::new()
             };
             Ok(pb::ListSessionsResponse {
-                sessions: sessions.into_iter().map(convert::summary_to_pb).collect(),
+                sessions: sessions.into_iter().map(wire::summary_to_pb).collect(),
                 next_page_token,
             })
         })
@@ -436,7 +436,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 .store
                 .update_session(&tenant, &session.id, patch)
                 .await?;
-            Ok(convert::session_to_pb(updated))
+            Ok(wire::session_to_pb(updated))
         })
         .await
     }
@@ -466,10 +466,10 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             limits::check_exchange(&self.options.limits, &req)?;
             let exchange = NewExchange {
                 session_id: req.session_id,
-                messages: convert::messages_from_pb(req.messages, "messages")?,
-                full_history: convert::messages_from_pb(req.full_history, "full_history")?,
-                provider_call: req.provider_call.map(convert::provider_call_from_pb),
-                response_messages: convert::messages_from_pb(
+                messages: wire::messages_from_pb(req.messages, "messages")?,
+                full_history: wire::messages_from_pb(req.full_history, "full_history")?,
+                provider_call: req.provider_call.map(wire::provider_call_from_pb),
+                response_messages: wire::messages_from_pb(
                     req.response_messages,
                     "response_messages",
                 )?,
@@ -479,7 +479,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 state_changes: req
                     .state_changes
                     .into_iter()
-                    .map(convert::state_change_from_pb)
+                    .map(wire::state_change_from_pb)
                     .collect(),
             };
             exchange.validate()?;
@@ -489,7 +489,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                     .metrics
                     .exchange_appended(appended.messages.len());
             }
-            Ok(convert::append_response_to_pb(revision, appended))
+            Ok(wire::append_response_to_pb(revision, appended))
         })
         .await
     }
@@ -504,7 +504,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         streaming("ExportHistory", &req.session_id.clone(), async {
             require_session_id("session_id", &req.session_id)?;
-            let target = convert::target_from_pb(req.target)?;
+            let target = wire::target_from_pb(req.target)?;
             let session = self.store.resolve(&tenant, &req.session_id).await?;
             // With a target, max_messages windows what the target's rules
             // leave, so the range starts where the request allows.
@@ -606,7 +606,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             Ok(pb::ListMessagesResponse {
                 messages: messages
                     .into_iter()
-                    .map(convert::stored_message_to_pb)
+                    .map(wire::stored_message_to_pb)
                     .collect(),
                 next_page_token,
             })
@@ -634,7 +634,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             Ok(pb::ListProviderCallsResponse {
                 provider_calls: calls
                     .into_iter()
-                    .map(|c| convert::provider_call_to_pb(c.call))
+                    .map(|c| wire::provider_call_to_pb(c.call))
                     .collect(),
                 next_page_token,
             })
@@ -650,7 +650,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
     ) -> Result<Response<Self::WatchSessionStream>, Status> {
         let items = self.open_watch(request).await?;
         Ok(Response::new(Box::pin(
-            items.map(|item| item.map(|item| item_to_pb(&item))),
+            items.map(|item| item.and_then(|item| item_to_pb(&item))),
         )))
     }
 
@@ -662,7 +662,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         unary("PublishDelta", &req.session_id.clone(), async {
             require_session_id("session_id", &req.session_id)?;
-            let content = convert::delta_from_pb(req.delta)?;
+            let content = wire::delta_from_pb(req.delta)?;
             validate_delta(&req.run_id, req.index, content.as_ref())?;
             let Some(content) = content else {
                 return Err(Error::invalid("text", "a delta needs text or a block"));
@@ -713,12 +713,12 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 .ok_or_else(|| Error::invalid("lease", "is required"))?;
             let control = control::BeginRun {
                 run_id: req.run_id.clone(),
-                lease_micros: convert::duration_micros(lease),
+                lease_micros: wire::duration_micros(lease),
             };
             let begun = self.control(&tenant, &req.session_id, control).await?;
             Ok(pb::BeginRunResponse {
                 revision: begun.revision,
-                expire_time: Some(convert::timestamp(begun.expire_time)),
+                expire_time: Some(wire::timestamp(begun.expire_time)),
             })
         })
         .await
@@ -781,7 +781,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 removed_messages: rolled
                     .removed
                     .into_iter()
-                    .map(convert::stored_message_to_pb)
+                    .map(wire::stored_message_to_pb)
                     .collect(),
             })
         })
@@ -801,14 +801,14 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             }
             let control = control::Edit {
                 message_id: req.message_id,
-                message: convert::message_from_pb_field(req.message, "message")?,
+                message: wire::message_from_pb_field(req.message, "message")?,
                 reason: req.reason,
                 run_id: req.run_id,
             };
             let edited = self.control(&tenant, &req.session_id, control).await?;
             Ok(pb::EditMessageResponse {
                 revision: edited.revision,
-                message: Some(convert::stored_message_to_pb(edited.message)),
+                message: Some(wire::stored_message_to_pb(edited.message)),
             })
         })
         .await
@@ -849,7 +849,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             };
             fork.validate()?;
             let (session, _) = self.store.fork_session(&tenant, fork).await?;
-            Ok(convert::session_to_pb(session))
+            Ok(wire::session_to_pb(session))
         })
         .await
     }
@@ -891,7 +891,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             };
             // A provider body without a target follows its own provider's
             // rules.
-            let target = match (convert::target_from_pb(req.target)?, format) {
+            let target = match (wire::target_from_pb(req.target)?, format) {
                 (None, transcript::Format::Body(body)) => {
                     Some(ExportTarget::provider_default(body.provider()))
                 }
@@ -936,7 +936,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                     expected_version: req.expected_version,
                 };
                 let entry = self.store.set_shared_state(&tenant, write).await?;
-                return Ok(convert::state_entry_to_pb(entry));
+                return Ok(wire::state_entry_to_pb(entry));
             }
             let control = control::SetState {
                 key: req.key,
@@ -944,7 +944,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 expected_version: req.expected_version,
             };
             let entry = self.control(&tenant, &req.session_id, control).await?;
-            Ok(convert::state_entry_to_pb(entry))
+            Ok(wire::state_entry_to_pb(entry))
         })
         .await
     }
@@ -963,13 +963,13 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                     .store
                     .get_shared_state(&tenant, &req.scope, &req.key)
                     .await?;
-                return Ok(convert::state_entry_to_pb(entry));
+                return Ok(wire::state_entry_to_pb(entry));
             }
             require_session_id("session_id", &req.session_id)?;
             check_state_key(&req.key)?;
             let session = self.store.resolve(&tenant, &req.session_id).await?;
             let entry = self.store.get_state(&session, &req.key).await?;
-            Ok(convert::state_entry_to_pb(entry))
+            Ok(wire::state_entry_to_pb(entry))
         })
         .await
     }
@@ -1016,10 +1016,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 String::new()
             };
             Ok(pb::ListStateResponse {
-                entries: entries
-                    .into_iter()
-                    .map(convert::state_entry_to_pb)
-                    .collect(),
+                entries: entries.into_iter().map(wire::state_entry_to_pb).collect(),
                 next_page_token,
             })
         })
@@ -1074,8 +1071,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             };
             let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
             let micros = |field: &str, time: Option<&prost_types::Timestamp>| {
-                time.map(|t| convert::timestamp_micros(field, t))
-                    .transpose()
+                time.map(|t| wire::timestamp_micros(field, t)).transpose()
             };
             let start = micros("start_time", req.start_time.as_ref())?;
             let end = micros("end_time", req.end_time.as_ref())?;
@@ -1130,7 +1126,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 String::new()
             };
             Ok(pb::SummarizeUsageResponse {
-                rows: rows.into_iter().map(convert::usage_row_to_pb).collect(),
+                rows: rows.into_iter().map(wire::usage_row_to_pb).collect(),
                 next_page_token,
             })
         })
@@ -1190,7 +1186,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 String::new()
             };
             Ok(pb::SearchMessagesResponse {
-                hits: hits.into_iter().map(convert::search_hit_to_pb).collect(),
+                hits: hits.into_iter().map(wire::search_hit_to_pb).collect(),
                 next_page_token,
             })
         })
@@ -1273,12 +1269,12 @@ fn export_stream(
         let mut chunk = pb::ExportHistoryResponse::default();
         let mut chunk_bytes = 0;
         if let Some(prompt) = prompt {
-            let message = convert::message_to_pb(prompt);
+            let message = wire::message_to_pb(prompt);
             chunk_bytes += message.encoded_len() + 8;
             chunk.messages.push(message);
         }
         while let Some(stored) = messages.next().await {
-            let message = convert::message_to_pb(stored?.message);
+            let message = wire::message_to_pb(stored?.message);
             let size = message.encoded_len() + 8;
             if !chunk.messages.is_empty() && chunk_bytes + size > EXPORT_CHUNK_BYTES {
                 yield std::mem::take(&mut chunk);

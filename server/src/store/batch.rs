@@ -40,6 +40,7 @@ use crate::domain::{
     AppendedExchange, Change, Error, Message, NewExchange, ProviderCall, Result, Session,
     SessionEvent, StoredMessage, Timestamp, control, ids,
 };
+use crate::wire::EncodedEvent;
 
 /// One request's outcome on this path.
 // One per request, moved once into its reply: boxing would only add an allocation.
@@ -477,8 +478,12 @@ fn append_one(
         update_time: now,
         replayed: false,
     };
-    let change = Change::ExchangeAppended(appended.clone());
-    rows.event(state.key, revision, now, encode(&change)?);
+    let event = EncodedEvent::new(SessionEvent {
+        revision,
+        time: now,
+        change: Change::ExchangeAppended(appended.clone()),
+    });
+    rows.event(state.key, revision, now, event.encoding().to_vec());
     if dialect == Dialect::Postgres {
         rows.hints.push(if exchange.run_id.is_empty() {
             format!("{}:{revision}", state.key)
@@ -495,11 +500,6 @@ fn append_one(
             revision,
         );
     }
-    let event = SessionEvent {
-        revision,
-        time: now,
-        change,
-    };
     Ok(Applied {
         reply: (revision, appended),
         events: vec![(state.key, Arc::new(event))],
@@ -578,12 +578,15 @@ impl Rows {
         self.changed.push((session_key, from, until));
     }
 
-    fn event(&mut self, session_key: i64, revision: i64, now: Timestamp, body: String) {
+    /// An event row: its encoding in `wire`, `body` left empty (see
+    /// [`super::ops::INSERT_EVENT`]).
+    fn event(&mut self, session_key: i64, revision: i64, now: Timestamp, encoding: Vec<u8>) {
         self.events.extend([
             Value::Int(session_key),
             Value::Int(revision),
             Value::Int(now.0),
-            Value::Text(body),
+            Value::Text(String::new()),
+            Value::Bytes(encoding),
         ]);
     }
 
@@ -701,8 +704,8 @@ impl Rows {
         update_sessions(&mut statements, dialect, &changed);
         insert(
             &mut statements,
-            &format!("{insert_into} events (session_key, revision, time, body) VALUES "),
-            4,
+            &format!("{insert_into} events (session_key, revision, time, body, wire) VALUES "),
+            5,
             self.events,
         );
         insert(

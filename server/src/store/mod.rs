@@ -17,6 +17,7 @@ use crate::domain::{
     SearchHit, Session, SessionEvent, SessionPatch, SessionQuery, SessionSummary, StateEntry,
     StoredMessage, Timestamp,
 };
+use crate::wire::EncodedEvent;
 
 mod batch;
 mod export;
@@ -233,7 +234,7 @@ pub struct ListedCall {
 /// The watch hub implements it.
 pub trait CommitSink: Send + Sync + 'static {
     /// `events` were committed, here, for the session with internal key `session_key`.
-    fn committed(&self, session_key: i64, events: &[Arc<SessionEvent>]);
+    fn committed(&self, session_key: i64, events: &[Arc<EncodedEvent>]);
 
     /// The session's head is at least `revision` (a commit somewhere,
     /// perhaps on another replica): watchers behind it should read the log.
@@ -388,13 +389,13 @@ pub trait Store: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<SessionEvent>>> + Send;
 
     /// Events as [`Store::read_events`], within `bound` (as
-    /// [`Store::read_messages_bounded`]).
+    /// [`Store::read_messages_bounded`]), in the form the log keeps them.
     fn read_events_bounded(
         &self,
         session_key: i64,
         after: i64,
         bound: ReadBound,
-    ) -> impl Future<Output = Result<Page<SessionEvent>>> + Send;
+    ) -> impl Future<Output = Result<Page<EncodedEvent>>> + Send;
 
     /// Applies a conversation-control change to a session as one revision
     /// (or none, when it changes nothing), answering its own kind of reply.

@@ -1,12 +1,13 @@
 //! Rows and their codecs: the column lists, reading sessions and messages
-//! from sqlx's rows or the SQLite engine's, and the JSON bodies. Shared by
-//! both backends' reads and writes.
+//! from sqlx's rows or the SQLite engine's, the JSON bodies, and event rows
+//! in either of their forms. Shared by both backends' reads and writes.
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::text::unescape;
-use crate::domain::{Error, Result, Session, StoredMessage, Timestamp};
+use crate::domain::{Change, Error, Result, Session, SessionEvent, StoredMessage, Timestamp};
+use crate::wire::EncodedEvent;
 
 pub fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(Error::storage)
@@ -14,6 +15,33 @@ pub fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
 
 pub fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T> {
     serde_json::from_str(text).map_err(Error::storage)
+}
+
+/// An event row as the log holds it: its encoding (`wire`), or, for an
+/// event written before the log kept encodings, its JSON (`body`), which
+/// is encoded here so every reader sees one form.
+pub fn logged_event(
+    revision: i64,
+    time: i64,
+    body: &str,
+    wire: Option<&[u8]>,
+) -> Result<EncodedEvent> {
+    match wire {
+        Some(wire) => EncodedEvent::stored(revision, wire),
+        None => Ok(EncodedEvent::new(SessionEvent {
+            revision,
+            time: Timestamp(time),
+            change: decode(body)?,
+        })),
+    }
+}
+
+/// The change an event row records, in either form (as [`logged_event`]).
+pub fn logged_change(body: &str, wire: Option<&[u8]>) -> Result<Change> {
+    match wire {
+        Some(wire) => Ok(EncodedEvent::stored(0, wire)?.decode()?.change),
+        None => decode(body),
+    }
 }
 
 /// Reads an escaped text column.

@@ -20,6 +20,7 @@ use super::ops::{
     DeleteSession, DeleteSharedState, EraseFinish, EraseMark, EraseRows, EraseTombstones,
     ForkSession, PurgeTombstones, SetSharedState, UpdateSession, Write,
 };
+use super::rows::logged_event;
 use super::rows::{
     MESSAGE_COLUMNS, SESSION_COLUMNS, decode, session_from_row, stored_message_from_row, text_col,
 };
@@ -38,6 +39,7 @@ use crate::domain::{
     StoredMessage, Timestamp,
 };
 use crate::domain::{control, search};
+use crate::wire::EncodedEvent;
 
 /// Sessions an erasure makes tombstones, or removes, per transaction.
 const ERASE_SESSIONS_PER_BATCH: i64 = 100;
@@ -95,7 +97,7 @@ pub(super) trait Backend: Send + Sync + 'static {
         session_key: i64,
         after: i64,
         bound: ReadBound,
-    ) -> BoxFuture<'a, Result<Page<SessionEvent>>> {
+    ) -> BoxFuture<'a, Result<Page<EncodedEvent>>> {
         Box::pin(events(pool, session_key, after, bound))
     }
 
@@ -211,7 +213,7 @@ pub(super) async fn messages(
         .bind(value)
         .bind(limit_param(bound.rows))
         .fetch(pool);
-    bounded(rows, bound, "body", |row| {
+    bounded(rows, bound, body_size, |row| {
         stored_message_from_row(row, &session.id)
     })
     .await
@@ -223,34 +225,49 @@ pub(super) async fn events(
     session_key: i64,
     after: i64,
     bound: ReadBound,
-) -> Result<Page<SessionEvent>> {
+) -> Result<Page<EncodedEvent>> {
     let rows = sqlx::query(
-        "SELECT revision, time, body FROM events WHERE session_key = $1 AND revision > $2 \
+        "SELECT revision, time, body, wire FROM events WHERE session_key = $1 AND revision > $2 \
          ORDER BY revision LIMIT $3",
     )
     .bind(session_key)
     .bind(after)
     .bind(limit_param(bound.rows))
     .fetch(pool);
-    bounded(rows, bound, "body", |row| {
-        let body: &str = row.try_get("body")?;
-        Ok(SessionEvent {
-            revision: row.try_get("revision")?,
-            time: Timestamp(row.try_get("time")?),
-            change: decode(body)?,
-        })
+    bounded(rows, bound, event_size, |row| {
+        let wire: Option<&[u8]> = row.try_get("wire")?;
+        logged_event(
+            row.try_get("revision")?,
+            row.try_get("time")?,
+            row.try_get("body")?,
+            wire,
+        )
     })
     .await
 }
 
-/// Consumes `rows` while `bound` admits them (measuring each by its
-/// `body` column), converting each with `convert`. Rows past the bound are
+/// The bytes a message row's body holds, as a [`ReadBound`] counts them.
+fn body_size(row: &AnyRow) -> Result<usize> {
+    Ok(row.try_get::<&str, _>("body")?.len())
+}
+
+/// The bytes an event row holds, as a [`ReadBound`] counts them.
+fn event_size(row: &AnyRow) -> Result<usize> {
+    let wire: Option<&[u8]> = row.try_get("wire")?;
+    Ok(match wire {
+        Some(wire) => wire.len(),
+        None => row.try_get::<&str, _>("body")?.len(),
+    })
+}
+
+/// Consumes `rows` while `bound` admits them (measuring each with
+/// `size`), converting each with `convert`. Rows past the bound are
 /// not taken from the stream: the rest of the result is discarded when the
 /// stream is dropped.
 async fn bounded<T>(
     mut rows: futures_core::stream::BoxStream<'_, std::result::Result<AnyRow, sqlx::Error>>,
     bound: ReadBound,
-    body: &str,
+    size: impl Fn(&AnyRow) -> Result<usize>,
     convert: impl Fn(&AnyRow) -> Result<T>,
 ) -> Result<Page<T>> {
     let mut page = Page {
@@ -259,7 +276,7 @@ async fn bounded<T>(
     };
     let mut bytes = 0;
     while let Some(row) = rows.try_next().await? {
-        let size = row.try_get::<&str, _>(body)?.len();
+        let size = size(&row)?;
         if !bound.admits(page.rows.len(), bytes, size) {
             page.cut = true;
             break;
@@ -555,8 +572,11 @@ impl Store for SqlStore {
         limit: usize,
     ) -> Result<Vec<SessionEvent>> {
         self.read_events_bounded(session_key, after, ReadBound::rows(limit))
-            .await
-            .map(Page::into_items)
+            .await?
+            .into_items()
+            .iter()
+            .map(EncodedEvent::decode)
+            .collect()
     }
 
     async fn read_events_bounded(
@@ -564,7 +584,7 @@ impl Store for SqlStore {
         session_key: i64,
         after: i64,
         bound: ReadBound,
-    ) -> Result<Page<SessionEvent>> {
+    ) -> Result<Page<EncodedEvent>> {
         let pool = &self.inner.pool;
         self.inner
             .backend

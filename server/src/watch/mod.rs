@@ -14,16 +14,16 @@
 //! watchers it has.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_core::Stream;
 use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 
-use crate::domain::{Change, Ephemeral, EphemeralKind, Error, Result, SessionEvent};
+use crate::domain::{Ephemeral, EphemeralKind, Error, Result};
 use crate::read_ahead::{PAGE_BYTES, ReadAhead, ReadPage, Share, StreamBudget};
 use crate::store::{CommitSink, ReadBound, SessionHandle, Store};
+use crate::wire::{Effect, EncodedEvent};
 
 mod runs;
 
@@ -42,7 +42,7 @@ const FETCH_CONCURRENCY: usize = 8;
 #[derive(Clone, Debug)]
 enum Live {
     /// A committed event, from this process.
-    Event(Arc<Outgoing>),
+    Event(Arc<EncodedEvent>),
     /// The head is at least this revision (a commit hint): read the log.
     Head(i64),
     /// A delta or discarded run.
@@ -187,7 +187,7 @@ impl Hub {
     /// Puts `events` (in revision order) on the session's channel, skipping
     /// what it already carried. At a gap the rest waits for the fetcher,
     /// which reads the log from the last revision carried.
-    fn deliver(&self, session_key: i64, events: &[Arc<SessionEvent>]) {
+    fn deliver(&self, session_key: i64, events: &[Arc<EncodedEvent>]) {
         let mut sessions = lock(&self.sessions);
         let Some(channel) = sessions.get_mut(&session_key) else {
             return;
@@ -202,8 +202,7 @@ impl Hub {
                 return;
             }
             channel.published = event.revision;
-            let outgoing = Arc::new(Outgoing::new(Arc::clone(event)));
-            if channel.sender.send(Live::Event(outgoing)).is_err() {
+            if channel.sender.send(Live::Event(Arc::clone(event))).is_err() {
                 sessions.remove(&session_key);
                 return;
             }
@@ -278,7 +277,7 @@ impl Hub {
             let page = store
                 .read_events_bounded(session_key, after, log_page())
                 .await;
-            let events: Vec<Arc<SessionEvent>> = match page {
+            let events: Vec<Arc<EncodedEvent>> = match page {
                 Ok(page) => page.into_items().into_iter().map(Arc::new).collect(),
                 Err(error) => {
                     tracing::warn!(%error, session_key, "cannot read events for watchers");
@@ -300,15 +299,12 @@ impl Hub {
 }
 
 impl CommitSink for Hub {
-    fn committed(&self, session_key: i64, events: &[Arc<SessionEvent>]) {
+    fn committed(&self, session_key: i64, events: &[Arc<EncodedEvent>]) {
         for event in events {
-            match &event.change {
-                Change::ExchangeAppended(appended) if !appended.run_id.is_empty() => {
-                    self.run_closed(session_key, &appended.run_id);
-                }
-                Change::RunEnded { run_id, .. } => self.run_closed(session_key, run_id),
-                Change::SessionDeleted => lock(&self.runs).close_session(session_key),
-                _ => {}
+            match &event.effect {
+                Effect::ClosesRun(run_id) => self.run_closed(session_key, run_id),
+                Effect::SessionDeleted => lock(&self.runs).close_session(session_key),
+                Effect::None => {}
             }
         }
         self.deliver(session_key, events);
@@ -360,35 +356,11 @@ impl Drop for Subscription {
     }
 }
 
-/// A committed event on its way to watchers, with room for its encoding.
-/// A live event is one value shared by all of its session's watchers, so
-/// the transport encodes it once, for the first watcher that sends it, and
-/// the others send the same bytes.
-#[derive(Debug)]
-pub struct Outgoing {
-    pub event: Arc<SessionEvent>,
-    encoded: OnceLock<Bytes>,
-}
-
-impl Outgoing {
-    pub fn new(event: Arc<SessionEvent>) -> Self {
-        Outgoing {
-            event,
-            encoded: OnceLock::new(),
-        }
-    }
-
-    /// The event as `encode` turns it into bytes, encoded on first use.
-    pub fn encoded(&self, encode: impl FnOnce(&SessionEvent) -> Bytes) -> Bytes {
-        self.encoded.get_or_init(|| encode(&self.event)).clone()
-    }
-}
-
 /// What a watch stream yields.
 #[derive(Clone, Debug)]
 pub enum WatchItem {
-    /// A committed change.
-    Event(Arc<Outgoing>),
+    /// A committed change, encoded once for all of its session's watchers.
+    Event(Arc<EncodedEvent>),
     /// Replay is done; `revision` is the last one replayed.
     CaughtUp { revision: i64 },
     /// The stream has been idle; `revision` is the head.
@@ -446,15 +418,9 @@ impl SentDeltas {
 
     /// A committed change that closes a run's partial output lets its
     /// indexes start over.
-    fn observe(&mut self, change: &Change) {
-        match change {
-            Change::ExchangeAppended(appended) => {
-                self.0.remove(&appended.run_id);
-            }
-            Change::RunEnded { run_id, .. } => {
-                self.0.remove(run_id);
-            }
-            _ => {}
+    fn observe(&mut self, effect: &Effect) {
+        if let Effect::ClosesRun(run_id) = effect {
+            self.0.remove(run_id);
         }
     }
 }
@@ -484,13 +450,10 @@ async fn still_open<S: Store>(
         let Some(last) = page.last().map(|e| e.revision) else {
             break;
         };
-        for event in &page {
-            let run = match &event.change {
-                Change::ExchangeAppended(appended) => appended.run_id.as_str(),
-                Change::RunEnded { run_id, .. } => run_id.as_str(),
-                _ => continue,
-            };
-            closed.insert(run.to_owned(), event.revision);
+        for event in page {
+            if let Effect::ClosesRun(run_id) = event.effect {
+                closed.insert(run_id, event.revision);
+            }
         }
         after = last;
     }
@@ -505,14 +468,14 @@ async fn still_open<S: Store>(
 }
 
 /// A session's events, a page at a time, for [`ReadAhead`].
-fn event_pages<S: Store>(store: S, session_key: i64) -> ReadPage<SessionEvent> {
+fn event_pages<S: Store>(store: S, session_key: i64) -> ReadPage<EncodedEvent> {
     Arc::new(move |after, bound| {
         let store = store.clone();
         Box::pin(async move { store.read_events_bounded(session_key, after, bound).await })
     })
 }
 
-fn revision_of(event: &SessionEvent) -> i64 {
+fn revision_of(event: &EncodedEvent) -> i64 {
     event.revision
 }
 
@@ -578,9 +541,9 @@ pub fn watch<S: Store>(
                 let mut events = ReadAhead::to_end(event_pages(store.clone(), session.key), revision_of, share, last);
                 while let Some(event) = events.next().await? {
                     last = event.revision;
-                    sent_deltas.observe(&event.change);
-                    let deleted = matches!(event.change, Change::SessionDeleted);
-                    yield WatchItem::Event(Arc::new(Outgoing::new(Arc::new(event))));
+                    sent_deltas.observe(&event.effect);
+                    let deleted = event.effect == Effect::SessionDeleted;
+                    yield WatchItem::Event(Arc::new(event));
                     if deleted {
                         return;
                     }
@@ -634,8 +597,8 @@ pub fn watch<S: Store>(
                         from_storage = true;
                     }
                 }
-                Ok(Live::Event(outgoing)) => {
-                    let revision = outgoing.event.revision;
+                Ok(Live::Event(event)) => {
+                    let revision = event.revision;
                     if revision <= last {
                         continue;
                     }
@@ -645,9 +608,9 @@ pub fn watch<S: Store>(
                         continue;
                     }
                     last = revision;
-                    sent_deltas.observe(&outgoing.event.change);
-                    let deleted = matches!(outgoing.event.change, Change::SessionDeleted);
-                    yield WatchItem::Event(outgoing);
+                    sent_deltas.observe(&event.effect);
+                    let deleted = event.effect == Effect::SessionDeleted;
+                    yield WatchItem::Event(event);
                     if deleted {
                         return;
                     }

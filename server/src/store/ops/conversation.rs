@@ -1,15 +1,16 @@
 //! Conversation control: run leases, rollback, edits, redaction.
 
-use super::{ControlSession, SessionRow, Tx, Write};
+use super::{ControlSession, Dialect, SessionRow, Tx, Write};
 use crate::domain::control::{
     Applier, BeginRun, CancelRun, ControlOp, DeleteState, Edit, Edited, EndRun, Redact, Rollback,
     RolledBack, RunBegun, SetState,
 };
 use crate::domain::{
-    Change, Error, Message, Result, StateEntry, StoredMessage, Timestamp, control,
+    Change, Error, Message, Result, SessionEvent, StateEntry, StoredMessage, Timestamp, control,
 };
-use crate::store::rows::{MESSAGE_COLUMNS, decode, encode, stored_message_from_row};
+use crate::store::rows::{MESSAGE_COLUMNS, logged_change, stored_message_from_row};
 use crate::store::text::escape;
+use crate::wire::EncodedEvent;
 
 impl<C: ControlOp> Write for ControlSession<C> {
     type Reply = C::Reply;
@@ -294,24 +295,40 @@ impl Tx<'_> {
         let marker = control::redacted(&old.message);
         self.replace_message(row, &old, &marker, true).await?;
         // Erase it from the event history too: every event that carries its
-        // content (its creation, and any edits).
+        // content (its creation, and any edits). An event's encoding holds
+        // the id's bytes as they are; the JSON of an event written before
+        // the log kept encodings holds it as text. A rewritten event is
+        // stored encoded.
         let pattern = format!("%{}%", old.id);
-        let events: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT revision, body FROM events WHERE session_key = $1 AND body LIKE $2",
-        )
+        let in_encoding = match self.dialect {
+            Dialect::Sqlite => "instr(wire, $3) > 0",
+            Dialect::Postgres => "position($3 in wire) > 0",
+        };
+        let events: Vec<(i64, i64, String, Option<Vec<u8>>)> = sqlx::query_as(&format!(
+            "SELECT revision, time, body, wire FROM events \
+             WHERE session_key = $1 AND (body LIKE $2 OR {in_encoding})"
+        ))
         .bind(row.key)
         .bind(pattern)
+        .bind(old.id.as_bytes())
         .fetch_all(&mut *self.conn)
         .await?;
-        for (revision, body) in events {
-            let mut change: Change = decode(&body)?;
+        for (revision, time, body, wire) in events {
+            let mut change = logged_change(&body, wire.as_deref())?;
             if control::scrub(&mut change, &old.id) {
-                sqlx::query("UPDATE events SET body = $1 WHERE session_key = $2 AND revision = $3")
-                    .bind(encode(&change)?)
-                    .bind(row.key)
-                    .bind(revision)
-                    .execute(&mut *self.conn)
-                    .await?;
+                let event = EncodedEvent::new(SessionEvent {
+                    revision,
+                    time: Timestamp(time),
+                    change,
+                });
+                sqlx::query(
+                    "UPDATE events SET body = '', wire = $1 WHERE session_key = $2 AND revision = $3",
+                )
+                .bind(event.encoding())
+                .bind(row.key)
+                .bind(revision)
+                .execute(&mut *self.conn)
+                .await?;
             }
         }
         let change = Change::MessageRedacted {

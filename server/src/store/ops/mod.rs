@@ -16,6 +16,7 @@ use crate::domain::{
     AppendedExchange, Change, Error, Fork, Message, NewExchange, NewSession, Result, Session,
     SessionEvent, SessionPatch, StoredMessage, Timestamp, control, ids,
 };
+use crate::wire::EncodedEvent;
 
 mod appends;
 mod conversation;
@@ -55,11 +56,16 @@ pub enum SearchWrites {
 pub const LOG_SEARCH: &str =
     "INSERT INTO search_log (session_key, from_sequence, until_sequence) VALUES ($1, $2, $3)";
 
+/// Records an event: its encoding in `wire`; `body`, where events written
+/// before the log kept encodings hold their JSON, stays empty.
+pub const INSERT_EVENT: &str =
+    "INSERT INTO events (session_key, revision, time, body, wire) VALUES ($1, $2, $3, '', $4)";
+
 /// What one applied write committed: its answer, and the events to
 /// publish, each with its session's internal key.
 pub struct Applied<T> {
     pub reply: T,
-    pub events: Vec<(i64, Arc<SessionEvent>)>,
+    pub events: Vec<(i64, Arc<EncodedEvent>)>,
 }
 
 /// An append's answer: the session's new revision and what was appended.
@@ -191,7 +197,7 @@ pub struct Tx<'c> {
     /// The time of every revision this request makes.
     now: Timestamp,
     /// The events this request recorded, with their session keys.
-    events: Vec<(i64, Arc<SessionEvent>)>,
+    events: Vec<(i64, Arc<EncodedEvent>)>,
 }
 
 impl Tx<'_> {
@@ -276,20 +282,18 @@ impl Tx<'_> {
             Change::RunEnded { run_id, .. } => format!("{session_key}:{revision}:{run_id}"),
             _ => format!("{session_key}:{revision}"),
         };
-        let event = SessionEvent {
+        let event = EncodedEvent::new(SessionEvent {
             revision,
             time: self.now,
             change,
-        };
-        sqlx::query(
-            "INSERT INTO events (session_key, revision, time, body) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(session_key)
-        .bind(revision)
-        .bind(self.now.0)
-        .bind(encode(&event.change)?)
-        .execute(&mut *self.conn)
-        .await?;
+        });
+        sqlx::query(INSERT_EVENT)
+            .bind(session_key)
+            .bind(revision)
+            .bind(self.now.0)
+            .bind(event.encoding())
+            .execute(&mut *self.conn)
+            .await?;
         if self.dialect == Dialect::Postgres {
             // Delivered at commit, to every replica's listener: a hint to
             // re-read the log, never the payload.

@@ -36,7 +36,8 @@ use super::sql::{self, Backend, close_pool};
 use super::writer::{Job, PendingAppend, enqueue};
 use super::{CommitSink, OpenError, Page, ReadBound, SessionHandle};
 use crate::domain::target::Origin;
-use crate::domain::{Result, SessionEvent, StoredMessage};
+use crate::domain::{Result, StoredMessage};
+use crate::wire::EncodedEvent;
 use engine::Engine;
 use writer::Queued;
 
@@ -138,7 +139,7 @@ impl Backend for Sqlite {
         session_key: i64,
         after: i64,
         bound: ReadBound,
-    ) -> BoxFuture<'a, Result<Page<SessionEvent>>> {
+    ) -> BoxFuture<'a, Result<Page<EncodedEvent>>> {
         match &self.engine {
             Some(engine) => Box::pin(engine.reads().events(session_key, after, bound)),
             None => Box::pin(sql::events(pool, session_key, after, bound)),

@@ -22,15 +22,16 @@ use rusqlite::Connection;
 
 use super::connections::{self, Role};
 use crate::domain::target::Origin;
-use crate::domain::{Error, Result, SessionEvent, StoredMessage, Timestamp};
-use crate::store::rows::{MessageRow, decode};
+use crate::domain::{Error, Result, StoredMessage};
+use crate::store::rows::{MessageRow, logged_event};
 use crate::store::sql::CALL_ORIGINS;
 use crate::store::text::unescape;
 use crate::store::{Page, ReadBound};
+use crate::wire::EncodedEvent;
 
 /// A session's events after a revision, in order (as `read_events`); its
 /// parameters written as [`unplanned`] does.
-pub(super) const EVENTS: &str = "SELECT revision, time, body FROM events \
+pub(super) const EVENTS: &str = "SELECT revision, time, body, wire FROM events \
      WHERE session_key = (?1 + 0) AND revision > (?2 + 0) ORDER BY revision LIMIT ?3";
 
 /// `sql` (PostgreSQL-style `$1`, `$2`, `$3`) for the engine, with `?1` and
@@ -120,7 +121,7 @@ impl EngineReads {
         session_key: i64,
         after: i64,
         bound: ReadBound,
-    ) -> Result<Page<SessionEvent>> {
+    ) -> Result<Page<EncodedEvent>> {
         let this = Arc::clone(self);
         let limit = i64::try_from(bound.rows).unwrap_or(i64::MAX);
         tokio::task::spawn_blocking(move || {
@@ -133,18 +134,21 @@ impl EngineReads {
                 };
                 let mut bytes = 0;
                 while let Some(row) = rows.next()? {
+                    // The encoding is copied once, from where SQLite holds it
+                    // into the framed event.
+                    let wire = row
+                        .get_ref(3)?
+                        .as_blob_or_null()
+                        .map_err(rusqlite::Error::from)?;
                     let body = row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
-                    if !bound.admits(page.rows.len(), bytes, body.len()) {
+                    let size = wire.map_or(body.len(), <[u8]>::len);
+                    if !bound.admits(page.rows.len(), bytes, size) {
                         page.cut = true;
                         break;
                     }
-                    bytes += body.len();
-                    let event = SessionEvent {
-                        revision: row.get(0)?,
-                        time: Timestamp(row.get(1)?),
-                        change: decode(body)?,
-                    };
-                    page.rows.push((event, body.len()));
+                    bytes += size;
+                    let event = logged_event(row.get(0)?, row.get(1)?, body, wire)?;
+                    page.rows.push((event, size));
                 }
                 Ok(page)
             })

@@ -1,5 +1,10 @@
 //! Conversions between the wire types (`sessionstore.v1`) and the domain.
-//! Incoming conversions validate and name the offending field.
+//! Incoming conversions validate and name the offending field. The event
+//! log stores events in this form too ([`EncodedEvent`]).
+
+mod event;
+
+pub use event::{Effect, EncodedEvent, event_from_pb};
 
 use sessionstore_client::v1 as pb;
 use sessionstore_client::v1::content_block::Block;
@@ -358,8 +363,13 @@ pub fn append_response_to_pb(
 }
 
 pub fn event_to_pb(event: &SessionEvent) -> pb::SessionEvent {
+    event_into_pb(event.clone())
+}
+
+/// As [`event_to_pb`], taking the event.
+pub fn event_into_pb(event: SessionEvent) -> pb::SessionEvent {
     use pb::session_event::Event;
-    let payload = match event.change.clone() {
+    let payload = match event.change {
         Change::SessionCreated {
             session,
             messages,

@@ -1,0 +1,574 @@
+//! A committed event in its protobuf form: what the event log stores and
+//! WatchSession sends.
+//!
+//! An event is encoded once, when it is written. The log keeps the
+//! `SessionEvent` message's encoding, the hub hands the same bytes to every
+//! watcher of the session, and a replay frames what it reads without
+//! decoding it. Only what a watch stream itself acts on (a deletion, the
+//! end of a run's partial output) is read out of the bytes, by a decode
+//! that skips everything else.
+
+use bytes::{BufMut as _, Bytes, BytesMut};
+use prost::Message as _;
+use sessionstore_client::v1 as pb;
+
+use super::{
+    event_into_pb, message_from_pb, provider_call_from_pb, state_change_from_pb, timestamp_micros,
+};
+use crate::domain::{
+    AppendedExchange, Change, Error, ProviderCall, Result, Session, SessionEvent, StateEntry,
+    StoredMessage, Timestamp,
+};
+
+/// Bytes before the encoding in a gRPC message: the compressed flag and
+/// the length.
+const PREFIX: usize = 5;
+
+/// A committed event, encoded as a `sessionstore.v1.SessionEvent` and
+/// framed as one gRPC message.
+#[derive(Clone, Debug)]
+pub struct EncodedEvent {
+    pub revision: i64,
+    /// What the event means for a watch stream.
+    pub effect: Effect,
+    /// Not compressed, the length (big-endian `u32`), then the encoding.
+    framed: Bytes,
+}
+
+/// What a watch stream does on an event beyond sending it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Nothing more.
+    None,
+    /// The run's partial output is closed (by its exchange, or its end):
+    /// its delta indexes start over.
+    ClosesRun(String),
+    /// The session is gone: the stream ends after this event.
+    SessionDeleted,
+}
+
+impl EncodedEvent {
+    /// Encodes `event` (as it is written).
+    pub fn new(event: SessionEvent) -> Self {
+        let effect = match &event.change {
+            Change::ExchangeAppended(appended) if !appended.run_id.is_empty() => {
+                Effect::ClosesRun(appended.run_id.clone())
+            }
+            Change::RunEnded { run_id, .. } => Effect::ClosesRun(run_id.clone()),
+            Change::SessionDeleted => Effect::SessionDeleted,
+            _ => Effect::None,
+        };
+        let revision = event.revision;
+        let message = event_into_pb(event);
+        let len = message.encoded_len();
+        let mut buf = BytesMut::with_capacity(PREFIX + len);
+        put_prefix(&mut buf, len);
+        // Cannot fail: the buffer has room for the whole message.
+        let _ = message.encode(&mut buf);
+        EncodedEvent {
+            revision,
+            effect,
+            framed: buf.freeze(),
+        }
+    }
+
+    /// The event at `revision` from the encoding the log stored.
+    pub fn stored(revision: i64, encoding: &[u8]) -> Result<Self> {
+        let outline = Outline::decode(encoding).map_err(Error::storage)?;
+        let effect = if outline.session_deleted.is_some() {
+            Effect::SessionDeleted
+        } else if let Some(run) = outline
+            .exchange_appended
+            .map(|e| e.run_id)
+            .or(outline.run_ended.map(|e| e.run_id))
+            .filter(|run_id| !run_id.is_empty())
+        {
+            Effect::ClosesRun(run)
+        } else {
+            Effect::None
+        };
+        let mut buf = BytesMut::with_capacity(PREFIX + encoding.len());
+        put_prefix(&mut buf, encoding.len());
+        buf.extend_from_slice(encoding);
+        Ok(EncodedEvent {
+            revision,
+            effect,
+            framed: buf.freeze(),
+        })
+    }
+
+    /// The `SessionEvent` encoding, as the log stores it.
+    pub fn encoding(&self) -> &[u8] {
+        self.framed.get(PREFIX..).unwrap_or_default()
+    }
+
+    /// The event as one gRPC message, shared, not copied.
+    pub fn framed(&self) -> Bytes {
+        self.framed.clone()
+    }
+
+    /// The event as the protocol's message.
+    pub fn to_pb(&self) -> Result<pb::SessionEvent> {
+        pb::SessionEvent::decode(self.encoding()).map_err(Error::storage)
+    }
+
+    /// The event as the domain's value.
+    pub fn decode(&self) -> Result<SessionEvent> {
+        event_from_pb(self.to_pb()?)
+    }
+}
+
+fn put_prefix(buf: &mut BytesMut, len: usize) {
+    buf.put_u8(0);
+    // An event is bounded by the request size limit, far below 4 GiB.
+    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+}
+
+/// The parts of a `SessionEvent` a watch stream acts on, by their field
+/// numbers in `messages.proto`; every other field is skipped undecoded.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Outline {
+    #[prost(message, optional, tag = "11")]
+    exchange_appended: Option<RunOf>,
+    #[prost(message, optional, tag = "13")]
+    session_deleted: Option<Nothing>,
+    #[prost(message, optional, tag = "19")]
+    run_ended: Option<RunEndedOf>,
+}
+
+/// `ExchangeAppended.run_id`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RunOf {
+    #[prost(string, tag = "3")]
+    run_id: String,
+}
+
+/// `RunEnded.run_id`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RunEndedOf {
+    #[prost(string, tag = "1")]
+    run_id: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Nothing {}
+
+/// What the log stored, not valid as the protocol defines it.
+#[derive(Debug, thiserror::Error)]
+#[error("a stored event is malformed: {0}")]
+struct Malformed(String);
+
+fn malformed(what: impl Into<String>) -> Error {
+    Error::storage(Malformed(what.into()))
+}
+
+/// A stored event back to the domain's value: the inverse of
+/// [`super::event_to_pb`] for every change the log holds.
+pub fn event_from_pb(event: pb::SessionEvent) -> Result<SessionEvent> {
+    use pb::session_event::Event;
+    let change = match event.event {
+        Some(Event::SessionCreated(created)) => Change::SessionCreated {
+            session: session_from_pb(created.session)?,
+            messages: stored_messages_from_pb(created.messages)?,
+            state: created
+                .initial_state
+                .into_iter()
+                .map(state_entry_from_pb)
+                .collect::<Result<_>>()?,
+        },
+        Some(Event::ExchangeAppended(appended)) => Change::ExchangeAppended(AppendedExchange {
+            messages: stored_messages_from_pb(appended.messages)?,
+            provider_call: appended
+                .provider_call
+                .map(stored_provider_call_from_pb)
+                .transpose()?,
+            run_id: appended.run_id,
+            next_sequence: appended.next_sequence,
+            state_changes: appended
+                .state_changes
+                .into_iter()
+                .map(state_change_from_pb)
+                .collect(),
+            // As the JSON form: never stored with the exchange.
+            update_time: Timestamp::default(),
+            replayed: false,
+        }),
+        Some(Event::SessionUpdated(updated)) => Change::SessionUpdated {
+            session: session_from_pb(updated.session)?,
+        },
+        Some(Event::SessionDeleted(_)) => Change::SessionDeleted,
+        Some(Event::RunBegun(begun)) => Change::RunBegun {
+            run_id: begun.run_id,
+            expire_time: time_from_pb(begun.expire_time.as_ref())?,
+        },
+        Some(Event::RunEnded(ended)) => Change::RunEnded {
+            run_id: ended.run_id,
+            expired: ended.expired,
+        },
+        Some(Event::RunCancelRequested(cancel)) => Change::RunCancelRequested {
+            run_id: cancel.run_id,
+            reason: cancel.reason,
+        },
+        Some(Event::RolledBack(rolled)) => Change::RolledBack {
+            after_sequence: rolled.after_sequence,
+            removed_message_ids: rolled.removed_message_ids,
+            next_sequence: rolled.next_sequence,
+            summary_cleared: rolled.summary_cleared,
+        },
+        Some(Event::MessageEdited(edited)) => Change::MessageEdited {
+            message: stored_message_from_pb(
+                edited
+                    .message
+                    .ok_or_else(|| malformed("an edit without its message"))?,
+            )?,
+            previous: message_from_pb(
+                edited
+                    .previous
+                    .ok_or_else(|| malformed("an edit without the previous message"))?,
+                "previous",
+            )
+            .map_err(|e| malformed(e.to_string()))?,
+            reason: edited.reason,
+        },
+        Some(Event::MessageRedacted(redacted)) => Change::MessageRedacted {
+            message_id: redacted.message_id,
+            sequence: redacted.sequence,
+            reason: redacted.reason,
+        },
+        Some(Event::StateChanged(state)) => Change::StateChanged {
+            key: state.key,
+            value: state.value,
+            version: state.version,
+            deleted: state.deleted,
+        },
+        Some(
+            Event::CaughtUp(_) | Event::Progress(_) | Event::Delta(_) | Event::RunDiscarded(_),
+        )
+        | None => return Err(malformed("not a change the log holds")),
+    };
+    Ok(SessionEvent {
+        revision: event.revision,
+        time: time_from_pb(event.time.as_ref())?,
+        change,
+    })
+}
+
+/// A stored time; unset is 0, as the domain has it.
+fn time_from_pb(time: Option<&prost_types::Timestamp>) -> Result<Timestamp> {
+    time.map_or(Ok(Timestamp(0)), |t| {
+        timestamp_micros("time", t)
+            .map(Timestamp)
+            .map_err(|e| malformed(e.to_string()))
+    })
+}
+
+fn session_from_pb(session: Option<pb::Session>) -> Result<Session> {
+    let session = session.ok_or_else(|| malformed("a session change without its session"))?;
+    Ok(Session {
+        id: session.id,
+        title: session.title,
+        system_prompt: session.system_prompt,
+        user: session.user,
+        metadata: session.metadata,
+        summary_message_id: session.summary_message_id,
+        revision: session.revision,
+        create_time: time_from_pb(session.create_time.as_ref())?,
+        update_time: time_from_pb(session.update_time.as_ref())?,
+        parent_session_id: session.parent_session_id,
+        parent_sequence: session.parent_sequence,
+        active_run_id: session.active_run_id,
+        run_expire_time: time_from_pb(session.run_expire_time.as_ref())?,
+        next_sequence: session.next_sequence,
+        expire_time: time_from_pb(session.expire_time.as_ref())?,
+    })
+}
+
+fn stored_messages_from_pb(messages: Vec<pb::StoredMessage>) -> Result<Vec<StoredMessage>> {
+    messages.into_iter().map(stored_message_from_pb).collect()
+}
+
+fn stored_message_from_pb(stored: pb::StoredMessage) -> Result<StoredMessage> {
+    let message = stored
+        .message
+        .ok_or_else(|| malformed("a stored message without its content"))?;
+    Ok(StoredMessage {
+        id: stored.id,
+        session_id: stored.session_id,
+        sequence: stored.sequence,
+        produced_by_call_id: stored.produced_by_call_id,
+        message: message_from_pb(message, "message").map_err(|e| malformed(e.to_string()))?,
+        create_time: time_from_pb(stored.create_time.as_ref())?,
+        redacted: stored.redacted,
+    })
+}
+
+/// A stored call, its server-assigned fields included.
+fn stored_provider_call_from_pb(call: pb::ProviderCall) -> Result<ProviderCall> {
+    let (id, session_id) = (call.id.clone(), call.session_id.clone());
+    let create_time = time_from_pb(call.create_time.as_ref())?;
+    Ok(ProviderCall {
+        id,
+        session_id,
+        create_time,
+        ..provider_call_from_pb(call)
+    })
+}
+
+fn state_entry_from_pb(entry: pb::StateEntry) -> Result<StateEntry> {
+    Ok(StateEntry {
+        scope: entry.scope,
+        key: entry.key,
+        value: entry.value,
+        version: entry.version,
+        update_time: time_from_pb(entry.update_time.as_ref())?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{ContentBlock, Message, Metadata, Role, StateChange, ToolCall};
+
+    fn message(id: &str, sequence: i64) -> StoredMessage {
+        StoredMessage {
+            id: id.into(),
+            session_id: "s".into(),
+            sequence,
+            produced_by_call_id: "call-1".into(),
+            message: Message {
+                role: Role::Assistant,
+                content: "a\0b \\ \"c\"".into(),
+                content_blocks: vec![
+                    ContentBlock::Thinking {
+                        thinking: "hmm".into(),
+                        signature: "sig".into(),
+                    },
+                    ContentBlock::RedactedThinking {
+                        data: "opaque".into(),
+                    },
+                    ContentBlock::Json {
+                        kind: "citation".into(),
+                        json: r#"{"b": 1, "a":  [ 2 ]}"#.into(),
+                    },
+                ],
+                tool_calls: vec![ToolCall {
+                    id: "t1".into(),
+                    name: "f".into(),
+                    arguments: r#"{"x":  1}"#.into(),
+                    signature: String::new(),
+                }],
+                tool_call_id: String::new(),
+                tool_error: false,
+                name: String::new(),
+                metadata: Metadata::from([("k".into(), "v\0".into())]),
+                incomplete: true,
+            },
+            create_time: Timestamp(1_700_000_000_123_456),
+            redacted: false,
+        }
+    }
+
+    fn session() -> Session {
+        Session {
+            id: "s".into(),
+            title: "t".into(),
+            system_prompt: "p".into(),
+            user: "u".into(),
+            metadata: Metadata::new(),
+            summary_message_id: String::new(),
+            revision: 3,
+            create_time: Timestamp(1),
+            update_time: Timestamp(2),
+            parent_session_id: "p".into(),
+            parent_sequence: 4,
+            active_run_id: "r".into(),
+            run_expire_time: Timestamp(5),
+            next_sequence: 6,
+            expire_time: Timestamp(0),
+        }
+    }
+
+    fn changes() -> Vec<Change> {
+        vec![
+            Change::SessionCreated {
+                session: session(),
+                messages: vec![message("m0", 0)],
+                state: vec![StateEntry {
+                    scope: String::new(),
+                    key: "k".into(),
+                    value: "v".into(),
+                    version: 1,
+                    update_time: Timestamp(7),
+                }],
+            },
+            Change::ExchangeAppended(AppendedExchange {
+                messages: vec![message("m1", 1), message("m2", 2)],
+                provider_call: Some(ProviderCall {
+                    id: "call-1".into(),
+                    session_id: "s".into(),
+                    request_id: "req".into(),
+                    provider: "openai".into(),
+                    model: "gpt".into(),
+                    prompt_tokens: 10,
+                    completion_tokens: 5,
+                    total_tokens: 15,
+                    cost_micros_usd: 3,
+                    create_time: Timestamp(8),
+                    cached_input_tokens: 2,
+                    usage_json: "{}".into(),
+                    duration_micros: 1_500_000,
+                    ..ProviderCall::default()
+                }),
+                run_id: "run-1".into(),
+                next_sequence: 3,
+                state_changes: vec![StateChange {
+                    scope: "shared".into(),
+                    key: "k".into(),
+                    value: String::new(),
+                    delete: true,
+                }],
+                update_time: Timestamp::default(),
+                replayed: false,
+            }),
+            Change::SessionUpdated { session: session() },
+            Change::SessionDeleted,
+            Change::RunBegun {
+                run_id: "run-2".into(),
+                expire_time: Timestamp(9),
+            },
+            Change::RunEnded {
+                run_id: "run-2".into(),
+                expired: true,
+            },
+            Change::RunCancelRequested {
+                run_id: "run-3".into(),
+                reason: "stop".into(),
+            },
+            Change::RolledBack {
+                after_sequence: 1,
+                removed_message_ids: vec!["m2".into()],
+                next_sequence: 2,
+                summary_cleared: true,
+            },
+            Change::MessageEdited {
+                message: message("m1", 1),
+                previous: message("m1", 1).message,
+                reason: "typo".into(),
+            },
+            Change::MessageRedacted {
+                message_id: "m1".into(),
+                sequence: 1,
+                reason: "pii".into(),
+            },
+            Change::StateChanged {
+                key: "k".into(),
+                value: "v".into(),
+                version: 4,
+                deleted: false,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_change_reads_back_from_its_encoding() -> Result<()> {
+        for (revision, change) in (1..).zip(changes()) {
+            let event = SessionEvent {
+                revision,
+                time: Timestamp(1_700_000_000_000_001),
+                change,
+            };
+            let encoded = EncodedEvent::new(event.clone());
+            assert_eq!(encoded.revision, revision);
+            let stored = EncodedEvent::stored(revision, encoded.encoding())?;
+            assert_eq!(stored.framed(), encoded.framed());
+            assert_eq!(stored.effect, encoded.effect, "{:?}", event.change);
+            assert_eq!(stored.decode()?, event);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_effect_is_read_without_decoding_the_rest() -> Result<()> {
+        let effects: Vec<Effect> = changes()
+            .into_iter()
+            .map(|change| {
+                let encoded = EncodedEvent::new(SessionEvent {
+                    revision: 1,
+                    time: Timestamp(1),
+                    change,
+                });
+                EncodedEvent::stored(1, encoded.encoding()).map(|e| e.effect)
+            })
+            .collect::<Result<_>>()?;
+        assert_eq!(
+            effects,
+            [
+                Effect::None,
+                Effect::ClosesRun("run-1".into()),
+                Effect::None,
+                Effect::SessionDeleted,
+                Effect::None,
+                Effect::ClosesRun("run-2".into()),
+                Effect::None,
+                Effect::None,
+                Effect::None,
+                Effect::None,
+                Effect::None,
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn an_exchange_without_a_run_closes_none() -> Result<()> {
+        let encoded = EncodedEvent::new(SessionEvent {
+            revision: 2,
+            time: Timestamp(1),
+            change: Change::ExchangeAppended(AppendedExchange {
+                messages: Vec::new(),
+                provider_call: None,
+                run_id: String::new(),
+                next_sequence: 0,
+                state_changes: Vec::new(),
+                update_time: Timestamp::default(),
+                replayed: false,
+            }),
+        });
+        assert_eq!(encoded.effect, Effect::None);
+        assert_eq!(
+            EncodedEvent::stored(2, encoded.encoding())?.effect,
+            Effect::None
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn the_frame_is_a_grpc_message() {
+        let encoded = EncodedEvent::new(SessionEvent {
+            revision: 1,
+            time: Timestamp(1),
+            change: Change::SessionDeleted,
+        });
+        let framed = encoded.framed();
+        let len = encoded.encoding().len();
+        assert_eq!(framed.len(), PREFIX + len);
+        assert_eq!(framed.first(), Some(&0));
+        assert_eq!(
+            framed.get(1..PREFIX),
+            Some(
+                u32::try_from(len)
+                    .unwrap_or(u32::MAX)
+                    .to_be_bytes()
+                    .as_slice()
+            )
+        );
+    }
+
+    #[test]
+    fn a_malformed_encoding_is_a_storage_error() {
+        assert!(matches!(
+            EncodedEvent::stored(1, &[0xff, 0xff, 0xff]),
+            Err(Error::Storage(_))
+        ));
+    }
+}
