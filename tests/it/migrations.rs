@@ -262,33 +262,25 @@ impl OldDatabase {
 
     /// The versions `_sqlx_migrations` records as applied, in order.
     async fn applied_versions(&self) -> Vec<(i64, bool)> {
-        let sql = "SELECT version, success FROM _sqlx_migrations ORDER BY version";
-        match self.dialect {
-            Dialect::Sqlite => {
-                let mut conn = sqlx::SqliteConnection::connect(&self.url)
-                    .await
-                    .expect("open the SQLite file");
-                sqlx::query_as(sql)
-                    .fetch_all(&mut conn)
-                    .await
-                    .expect("read _sqlx_migrations")
-            }
-            Dialect::Postgres => {
-                let mut conn = sqlx::PgConnection::connect(&self.url)
-                    .await
-                    .expect("connect to PostgreSQL");
-                sqlx::query_as(sql)
-                    .fetch_all(&mut conn)
-                    .await
-                    .expect("read _sqlx_migrations")
-            }
-        }
+        self.rows("SELECT version, success FROM _sqlx_migrations ORDER BY version")
+            .await
     }
 
     /// The events stored encoded (0013), as (session key, revision); the
     /// others hold the JSON an older server wrote.
     async fn encoded_events(&self) -> Vec<(i64, i64)> {
-        let sql = "SELECT session_key, revision FROM events WHERE wire IS NOT NULL ORDER BY 1, 2";
+        self.rows("SELECT session_key, revision FROM events WHERE wire IS NOT NULL ORDER BY 1, 2")
+            .await
+    }
+
+    /// The rows `sql` selects, read through a connection of its own.
+    async fn rows<T>(&self, sql: &str) -> Vec<T>
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
+            + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>
+            + Send
+            + Unpin,
+    {
         match self.dialect {
             Dialect::Sqlite => {
                 let mut conn = sqlx::SqliteConnection::connect(&self.url)
@@ -297,7 +289,7 @@ impl OldDatabase {
                 sqlx::query_as(sql)
                     .fetch_all(&mut conn)
                     .await
-                    .expect("read events")
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
             }
             Dialect::Postgres => {
                 let mut conn = sqlx::PgConnection::connect(&self.url)
@@ -306,7 +298,7 @@ impl OldDatabase {
                 sqlx::query_as(sql)
                     .fetch_all(&mut conn)
                     .await
-                    .expect("read events")
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
             }
         }
     }
