@@ -147,22 +147,19 @@ impl Rows {
             chat.create_time,
             chat.update_time(),
         ));
-        let created = format!(
-            "{{\"session_created\":{{\"session\":{{\"id\":{},\"title\":{},\"system_prompt\":\"\",\
-             \"user\":{},\"metadata\":{{}},\"summary_message_id\":\"\",\"revision\":1,\
-             \"create_time\":{t},\"update_time\":{t},\"parent_sequence\":0,\"run_expire_time\":0,\
-             \"next_sequence\":0}},\"messages\":[]}}}}",
-            js(&chat.id),
-            js(&chat.title),
-            js(&chat.user),
-            t = chat.create_time,
-        );
-        self.events.push(format!(
-            "({}, 1, {}, {})",
-            chat.key,
-            chat.create_time,
-            q(&created)
-        ));
+        let created = pb::session_event::Event::SessionCreated(pb::SessionCreated {
+            session: Some(pb::Session {
+                id: chat.id.clone(),
+                title: chat.title.clone(),
+                user: chat.user.clone(),
+                revision: 1,
+                create_time: Some(workload::timestamp(chat.create_time)),
+                update_time: Some(workload::timestamp(chat.create_time)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        self.event(chat, 1, chat.create_time, created);
     }
 
     /// Exchanges `range` of `chat`: its messages, calls, events and
@@ -189,7 +186,11 @@ impl Rows {
             PROMPT_TOKENS + COMPLETION_TOKENS,
         ));
         let mut stored = Vec::with_capacity(2);
-        for (offset, role, produced_by) in [(0, "user", ""), (1, "assistant", call_id.as_str())] {
+        let roles = [
+            (0, "user", pb::Role::User, ""),
+            (1, "assistant", pb::Role::Assistant, call_id.as_str()),
+        ];
+        for (offset, role, pb_role, produced_by) in roles {
             let sequence = sequence + offset;
             let id = format!("msg_{}", uuid::Uuid::now_v7().simple());
             let text = chat.text(sequence);
@@ -209,32 +210,39 @@ impl Rows {
                 self.search
                     .push(format!("({}, {sequence}, {})", chat.key, q(&text)));
             }
-            stored.push(format!(
-                "{{\"id\":{},\"session_id\":{},\"sequence\":{sequence},\"produced_by_call_id\":{},\
-                 \"message\":{body},\"create_time\":{time}}}",
-                js(&id),
-                js(&chat.id),
-                js(produced_by),
-            ));
+            stored.push(pb::StoredMessage {
+                id,
+                session_id: chat.id.clone(),
+                sequence,
+                produced_by_call_id: produced_by.to_owned(),
+                message: Some(pb::Message {
+                    role: pb_role.into(),
+                    content: text,
+                    ..Default::default()
+                }),
+                create_time: Some(workload::timestamp(time)),
+                redacted: false,
+            });
         }
-        let appended = format!(
-            "{{\"exchange_appended\":{{\"messages\":[{}],\"provider_call\":{{\"id\":{},\
-             \"session_id\":{},\"request_id\":{},\"provider\":\"{PROVIDER}\",\"model\":\"{MODEL}\",\
-             \"requested_provider\":\"\",\"requested_model\":\"\",\"prompt_tokens\":{PROMPT_TOKENS},\
-             \"completion_tokens\":{COMPLETION_TOKENS},\"total_tokens\":{},\
-             \"cost_micros_usd\":{COST_MICROS_USD},\"create_time\":{time}}},\"next_sequence\":{}}}}}",
-            stored.join(","),
-            js(&call_id),
-            js(&chat.id),
-            js(&request_id),
-            PROMPT_TOKENS + COMPLETION_TOKENS,
-            sequence + 2,
-        );
-        self.events.push(format!(
-            "({}, {revision}, {time}, {})",
-            chat.key,
-            q(&appended)
-        ));
+        let appended = pb::session_event::Event::ExchangeAppended(pb::ExchangeAppended {
+            messages: stored,
+            provider_call: Some(pb::ProviderCall {
+                id: call_id,
+                session_id: chat.id.clone(),
+                request_id: request_id.clone(),
+                provider: PROVIDER.into(),
+                model: MODEL.into(),
+                prompt_tokens: PROMPT_TOKENS,
+                completion_tokens: COMPLETION_TOKENS,
+                total_tokens: PROMPT_TOKENS + COMPLETION_TOKENS,
+                cost_micros_usd: COST_MICROS_USD,
+                create_time: Some(workload::timestamp(time)),
+                ..Default::default()
+            }),
+            next_sequence: sequence + 2,
+            ..Default::default()
+        });
+        self.event(chat, revision, time, appended);
         // The client's idempotency key (a UUIDv7) and a fingerprint of 32
         // bytes; no filled exchange is ever retried.
         let key = uuid::Uuid::now_v7();
@@ -248,6 +256,31 @@ impl Rows {
             "('{TENANT}', '{key}', {}, {fingerprint}, {revision})",
             chat.key
         ));
+    }
+
+    /// An event row as the server writes it (migration 0013): the
+    /// `SessionEvent` encoded in `wire`, `body` empty.
+    fn event(&mut self, chat: &Chat, revision: i64, time: i64, event: pb::session_event::Event) {
+        use prost::Message as _;
+        let encoded = pb::SessionEvent {
+            revision,
+            time: Some(workload::timestamp(time)),
+            event: Some(event),
+        }
+        .encode_to_vec();
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = String::with_capacity(2 * encoded.len());
+        for byte in encoded {
+            hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
+            hex.push(char::from(DIGITS[usize::from(byte & 15)]));
+        }
+        let literal = if self.postgres {
+            format!("'\\x{hex}'")
+        } else {
+            format!("X'{hex}'")
+        };
+        self.events
+            .push(format!("({}, {revision}, {time}, '', {literal})", chat.key));
     }
 
     /// Whether nothing is gathered.
@@ -293,10 +326,8 @@ impl Rows {
                 ") AS v (k, s, t)",
                 &mut self.search,
             ),
-            // Events in their JSON form, as servers before migration 0013
-            // wrote them (the server reads both forms; `verify` replays two).
             (
-                "INSERT INTO events (session_key, revision, time, body) VALUES ",
+                "INSERT INTO events (session_key, revision, time, body, wire) VALUES ",
                 "",
                 &mut self.events,
             ),
