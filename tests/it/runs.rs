@@ -1330,6 +1330,31 @@ async fn runs_and_leases_cross_replicas() {
     assert_text_delta(&next_change(&mut late).await, "m", 0, "marker", head + 1);
     assert_text_delta(&next_change(&mut on_b).await, "m", 0, "marker", head + 1);
 
+    // The run goes on after its exchange is answered: its next delta is
+    // buffered on B, never dropped by that exchange's closing hint (A sends
+    // the hint before it answers).
+    publish(&mut a, text_delta(&id, "z", 0, "next step")).await;
+    assert_text_delta(&next_change(&mut on_b).await, "z", 0, "next step", head + 1);
+    let mut joiner = watch_from(&mut b, &id, head + 1, true).await;
+    assert_eq!(through_caught_up(&mut joiner).await, (Vec::new(), head + 1));
+    let mut buffered = [
+        next_change(&mut joiner).await,
+        next_change(&mut joiner).await,
+    ];
+    buffered.sort_by_key(|event| as_delta(event).run_id.clone());
+    assert_text_delta(&buffered[0], "m", 0, "marker", head + 1);
+    assert_text_delta(&buffered[1], "z", 0, "next step", head + 1);
+    assert_eq!(discard(&mut a, &id, "z").await, head + 1);
+    assert_eq!(discard(&mut a, &id, "m").await, head + 1);
+    for _ in 0..2 {
+        let event = next_change(&mut on_b).await;
+        assert!(
+            matches!(event.event, Some(Event::RunDiscarded(_))),
+            "expected run_discarded, got {}: {event:?}",
+            event_kind(&event)
+        );
+    }
+
     // A lease taken through A holds on B.
     let begun = begin(&mut a, &id, "L", 60_000).await;
     assert_eq!(begun.revision, head + 2);
@@ -1369,7 +1394,7 @@ async fn runs_and_leases_cross_replicas() {
     assert!(!as_run_ended(&event).expired);
     assert_eq!(get(&mut a, &id).await.active_run_id, "");
 
-    drop((on_b, late, a, b));
+    drop((on_b, late, joiner, a, b));
     replicas.stop().await;
 }
 

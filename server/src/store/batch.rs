@@ -33,7 +33,7 @@ use sqlx::any::AnyArguments;
 use sqlx::query::Query;
 use sqlx::{Any, AnyConnection};
 
-use super::ops::{Appended, Applied, Dialect, NOTIFY_CHANNEL, SearchWrites};
+use super::ops::{Appended, Applied, Dialect, SearchWrites};
 use super::rows::{Columns, SESSION_COLUMNS, encode, search_rowid, session_from_row};
 use super::text::escape;
 use crate::domain::{
@@ -362,7 +362,7 @@ impl<'a> Run<'a> {
                     } else {
                         let inputs = inputs.unwrap_or_default();
                         Outcome::Done(append_one(
-                            state, tenant, exchange, inputs, now, dialect, search, &mut rows,
+                            state, tenant, exchange, inputs, now, search, &mut rows,
                         ))
                     }
                 }
@@ -402,7 +402,6 @@ fn append_one(
     exchange: &NewExchange,
     inputs: &[Message],
     now: Timestamp,
-    dialect: Dialect,
     search: SearchWrites,
     rows: &mut Rows,
 ) -> Result<Applied<Appended>> {
@@ -484,13 +483,6 @@ fn append_one(
         change: Change::ExchangeAppended(appended.clone()),
     });
     rows.event(state.key, revision, now, event.encoding().to_vec());
-    if dialect == Dialect::Postgres {
-        rows.hints.push(if exchange.run_id.is_empty() {
-            format!("{}:{revision}", state.key)
-        } else {
-            format!("{}:{revision}:{}", state.key, exchange.run_id)
-        });
-    }
     if !exchange.request_id.is_empty() {
         rows.idempotency_key(
             tenant,
@@ -519,7 +511,6 @@ struct Rows {
     changed: Vec<(i64, i64, i64)>,
     events: Vec<Value>,
     keys: Vec<Value>,
-    hints: Vec<String>,
 }
 
 impl Rows {
@@ -718,7 +709,7 @@ impl Rows {
             self.keys,
         );
         if dialect == Dialect::Postgres && !statements.is_empty() {
-            return vec![combined(statements, self.hints)];
+            return vec![combined(statements)];
         }
         statements
     }
@@ -727,9 +718,8 @@ impl Rows {
 /// PostgreSQL: a run's statements as one, so a run writes in one round
 /// trip. Each becomes a data-modifying `WITH` query (PostgreSQL runs them
 /// all; the tables they write have no foreign keys to check, migration
-/// 0012), and the statement's own `SELECT` sends the commit hints,
-/// delivered at commit to every replica's listener.
-fn combined(statements: Vec<Statement>, hints: Vec<String>) -> Statement {
+/// 0012). The commit hints are sent after the commit (`postgres/hints.rs`).
+fn combined(statements: Vec<Statement>) -> Statement {
     let mut sql = String::from("WITH ");
     let mut params = Vec::new();
     for (number, statement) in statements.into_iter().enumerate() {
@@ -742,15 +732,7 @@ fn combined(statements: Vec<Statement>, hints: Vec<String>) -> Statement {
         ));
         params.extend(statement.params);
     }
-    if hints.is_empty() {
-        sql.push_str(" SELECT 1");
-    } else {
-        sql.push_str(&format!(
-            " SELECT pg_notify('{NOTIFY_CHANNEL}', hint) FROM (VALUES {}) AS hints (hint)",
-            placeholders_from(params.len() + 1, hints.len(), 1)
-        ));
-        params.extend(hints.into_iter().map(Value::Text));
-    }
+    sql.push_str(" SELECT 1");
     Statement { sql, params }
 }
 
@@ -1145,8 +1127,8 @@ mod tests {
         let sql = &writes[0].sql;
         assert!(sql.contains("idempotency_keys"), "{sql}");
         assert!(
-            sql.contains("pg_notify"),
-            "the commit hints go with it: {sql}"
+            !sql.contains("pg_notify"),
+            "the commit hints are sent after the commit: {sql}"
         );
     }
 

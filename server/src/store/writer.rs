@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::CommitSink;
 use super::ops::{self, AppendExchange, Applied, Dialect, SearchWrites, Write};
 use crate::domain::{Error, Result};
+use crate::wire::EncodedEvent;
 
 /// A write on its way to the database, and where its caller waits.
 pub(super) struct Pending<W: Write> {
@@ -141,6 +142,9 @@ impl<W: Write> Job for Pending<W> {
 
 /// An applied write waiting for its transaction's outcome.
 pub(super) trait Settle: Send + 'static {
+    /// The events the write records, with their sessions' internal keys.
+    fn events(&self) -> &[(i64, Arc<EncodedEvent>)];
+
     /// The transaction committed: answers, publishing the events first.
     fn committed(self: Box<Self>, sink: &dyn CommitSink);
 
@@ -157,6 +161,10 @@ struct Done<W: Write> {
 }
 
 impl<W: Write> Settle for Done<W> {
+    fn events(&self) -> &[(i64, Arc<EncodedEvent>)] {
+        &self.applied.events
+    }
+
     fn committed(self: Box<Self>, sink: &dyn CommitSink) {
         let Done { pending, applied } = *self;
         pending.answer(sink, Ok(applied));

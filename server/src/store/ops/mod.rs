@@ -28,9 +28,6 @@ mod sweeps;
 pub use erase::{EraseFinish, EraseMark, EraseRows, EraseTombstones};
 pub use state::{DeleteSharedState, SetSharedState};
 
-/// The PostgreSQL channel carrying commit hints (`"<session key>:<revision>"`).
-pub const NOTIFY_CHANNEL: &str = "sessionstore_commits";
-
 /// Which SQL dialect a connection speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dialect {
@@ -274,14 +271,6 @@ impl Tx<'_> {
         revision: i64,
         change: Change,
     ) -> Result<()> {
-        let hint = match &change {
-            // Other replicas drop the buffered deltas of a run that closed.
-            Change::ExchangeAppended(appended) if !appended.run_id.is_empty() => {
-                format!("{session_key}:{revision}:{}", appended.run_id)
-            }
-            Change::RunEnded { run_id, .. } => format!("{session_key}:{revision}:{run_id}"),
-            _ => format!("{session_key}:{revision}"),
-        };
         let event = EncodedEvent::new(SessionEvent {
             revision,
             time: self.now,
@@ -294,15 +283,6 @@ impl Tx<'_> {
             .bind(event.encoding())
             .execute(&mut *self.conn)
             .await?;
-        if self.dialect == Dialect::Postgres {
-            // Delivered at commit, to every replica's listener: a hint to
-            // re-read the log, never the payload.
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(NOTIFY_CHANNEL)
-                .bind(hint)
-                .execute(&mut *self.conn)
-                .await?;
-        }
         self.events.push((session_key, Arc::new(event)));
         Ok(())
     }

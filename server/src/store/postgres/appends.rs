@@ -5,10 +5,11 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyPool, Connection as _};
+use sqlx::{Any, AnyPool, Executor as _};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::hints;
 use super::writes::write;
 use crate::domain::{Error, NewExchange};
 use crate::store::ops::{Dialect, SearchWrites};
@@ -161,13 +162,21 @@ async fn commit_appends(
                 Some(connection) => connection,
                 None => held.insert(pool.acquire().await?),
             };
-            let mut tx = connection.begin().await?;
-            let outcomes = batch::append_all(&mut tx, Dialect::Postgres, search, &requests).await?;
+            // A plain BEGIN rather than sqlx's transaction, which would
+            // end with a COMMIT of its own: the commit hints share the
+            // COMMIT's round trip (`hints::commit`).
+            connection.execute("BEGIN").await?;
+            let outcomes =
+                batch::append_all(connection, Dialect::Postgres, search, &requests).await?;
             if jobs.iter().any(PendingAppend::abandoned) {
-                tx.rollback().await?;
+                connection.execute("ROLLBACK").await?;
                 return Ok(None);
             }
-            tx.commit().await?;
+            let hints = hints::of(outcomes.iter().flat_map(|outcome| match outcome {
+                batch::Outcome::Done(Ok(applied)) => applied.events.as_slice(),
+                _ => &[],
+            }));
+            hints::commit(connection, &hints).await?;
             Ok::<_, sqlx::Error>(Some(outcomes))
         }
         .await;
@@ -176,7 +185,7 @@ async fn commit_appends(
             Ok(None) => continue,
             Err(error) => {
                 // It may be the connection that failed.
-                *held = None;
+                release(held);
                 let error = Error::from(error);
                 // An unreachable database (or a full disk) fails every
                 // append alike: answer them now rather than each after its
@@ -222,5 +231,18 @@ async fn commit_appends(
         if !job.abandoned() {
             write(pool, sink.as_ref(), search, Box::new(job)).await;
         }
+    }
+}
+
+/// Gives the writer's connection back after a failed batch, its
+/// transaction perhaps still open: rolled back, in the background, and
+/// returned to the pool if it still answers, closed if not.
+fn release(held: &mut Option<PoolConnection<Any>>) {
+    if let Some(mut connection) = held.take() {
+        tokio::spawn(async move {
+            if connection.execute("ROLLBACK").await.is_err() {
+                connection.close_on_drop();
+            }
+        });
     }
 }

@@ -10,9 +10,9 @@ use sqlx::{AnyPool, Row};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::hints;
 use crate::domain::{Ephemeral, Result, Timestamp};
 use crate::store::once::TakeOnce;
-use crate::store::ops::NOTIFY_CHANNEL;
 use crate::store::{CommitSink, rows};
 
 /// The channel carrying ephemeral changes between replicas.
@@ -99,27 +99,6 @@ pub(super) async fn send_ephemeral(
     Ok(())
 }
 
-/// A parsed commit hint: `"<key>:<revision>"`, optionally `":<closed run id>"`.
-#[derive(Debug, PartialEq, Eq)]
-struct Hint<'a> {
-    session_key: i64,
-    revision: i64,
-    closed_run: Option<&'a str>,
-}
-
-fn parse_hint(payload: &str) -> Option<Hint<'_>> {
-    let (key, rest) = payload.split_once(':')?;
-    let (revision, closed_run) = match rest.split_once(':') {
-        Some((revision, run)) => (revision, Some(run)),
-        None => (rest, None),
-    };
-    Some(Hint {
-        session_key: key.parse().ok()?,
-        revision: revision.parse().ok()?,
-        closed_run,
-    })
-}
-
 /// What the listener task needs.
 struct Listening {
     url: String,
@@ -131,7 +110,7 @@ struct Listening {
 
 impl Listening {
     fn on_commit(&self, payload: &str) {
-        let Some(hint) = parse_hint(payload) else {
+        let Some(hint) = hints::parse(payload) else {
             tracing::warn!(payload, "malformed commit hint");
             return;
         };
@@ -240,7 +219,7 @@ async fn listen(listening: Listening, mut closing: watch::Receiver<bool>) {
 async fn subscribe(url: &str) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect(url).await?;
     listener
-        .listen_all([NOTIFY_CHANNEL, EPHEMERAL_CHANNEL])
+        .listen_all([hints::CHANNEL, EPHEMERAL_CHANNEL])
         .await?;
     Ok(listener)
 }
@@ -271,23 +250,5 @@ async fn resync(pool: &AnyPool, sink: &dyn CommitSink) {
             }
             Err(error) => tracing::warn!(%error, "cannot re-read watched session heads"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Hint, parse_hint};
-
-    #[test]
-    fn hints_parse() {
-        let hint = |session_key, revision, closed_run| Hint {
-            session_key,
-            revision,
-            closed_run,
-        };
-        assert_eq!(parse_hint("12:34"), Some(hint(12, 34, None)));
-        assert_eq!(parse_hint("12:34:run:1"), Some(hint(12, 34, Some("run:1"))));
-        assert_eq!(parse_hint("12"), None);
-        assert_eq!(parse_hint("a:1"), None);
     }
 }

@@ -7,7 +7,9 @@
 //! deadlock) retries from the start and then sees the winner's row.
 //!
 //! Every committed revision also sends `NOTIFY sessionstore_commits,
-//! '<key>:<revision>'` — a hint, never the payload. Each replica LISTENs on
+//! '<key>:<revision>'` — a hint, never the payload — right after its
+//! transaction commits and before its caller is answered (`hints.rs` says
+//! why not inside the transaction). Each replica LISTENs on
 //! one dedicated connection and tells its hub that a session's head moved;
 //! watchers then read the event log from their own last revision. Lost
 //! hints cannot lose events: after every (re)connection, and every
@@ -39,6 +41,7 @@ use listen::Listener;
 use search::SearchIndex;
 
 mod appends;
+mod hints;
 mod listen;
 mod search;
 mod writes;

@@ -1,7 +1,10 @@
 //! PostgreSQL's general write path: each write a transaction of its own
-//! on the pool, retried from the start when it loses a race.
+//! on the pool, retried from the start when it loses a race, and its
+//! commit hints sent after it commits.
 
-use sqlx::AnyPool;
+use sqlx::{AnyPool, Connection as _};
+
+use super::hints;
 
 use crate::domain::Error;
 use crate::store::ops::{Dialect, SearchWrites};
@@ -21,13 +24,24 @@ pub(super) async fn write(
 ) {
     let mut attempt = 1;
     loop {
-        let mut tx = match pool.begin().await {
+        let mut conn = match pool.acquire().await {
+            Ok(conn) => conn,
+            Err(error) => return job.fail(Error::from(error)),
+        };
+        let mut tx = match conn.begin().await {
             Ok(tx) => tx,
             Err(error) => return job.fail(Error::from(error)),
         };
         let error = match job.apply(&mut tx, Dialect::Postgres, search).await {
             Ok(settle) => match tx.commit().await {
-                Ok(()) => return settle.committed(sink),
+                Ok(()) => {
+                    let hints = hints::of(settle.events());
+                    if !hints::send(&mut conn, &hints).await {
+                        // It may be the connection that failed.
+                        conn.close_on_drop();
+                    }
+                    return settle.committed(sink);
+                }
                 Err(error) => {
                     job = settle.again();
                     Error::from(error)

@@ -1,0 +1,216 @@
+//! Commit hints: `NOTIFY sessionstore_commits, '<key>:<revision>'` for
+//! each committed event (`'<key>:<revision>:<run id>'` when it closes a
+//! run's partial output), telling every replica's listener that a
+//! session's head moved. A hint, never the payload: watchers read the log.
+//!
+//! A writer sends the hints of a transaction right after it commits, and
+//! answers its callers after that. Not inside the transaction: PostgreSQL
+//! serialises the commits of transactions that notify (they take one lock
+//! before their commit record and keep it until that record is flushed),
+//! so writers that notify as they commit wait for each other's disk flush
+//! instead of sharing one. A statement that only notifies writes no data,
+//! so PostgreSQL does not wait for its commit record to reach the disk, and
+//! holds the lock for microseconds. The append writers send the hints in
+//! the same round trip as their `COMMIT` ([`commit`]); the general path,
+//! whose transaction sqlx ends, sends them in one of their own ([`send`]).
+//!
+//! Sent before the answers, a run's closing hint still reaches the other
+//! replicas before any delta its caller publishes after the answer. A hint
+//! that is lost (the connection failed just after the commit, the replica
+//! stopped) loses no event: listeners re-read the watched sessions' heads
+//! every `recheck_interval`.
+
+use std::sync::Arc;
+
+use futures_util::StreamExt as _;
+use sqlx::{AnyConnection, Executor as _};
+
+use crate::wire::{Effect, EncodedEvent};
+
+/// The channel carrying commit hints.
+pub(super) const CHANNEL: &str = "sessionstore_commits";
+
+/// Hints per statement.
+const HINTS_PER_STATEMENT: usize = 1000;
+
+/// The hints of `events`, committed: (internal session key, event).
+pub(super) fn of<'a>(
+    events: impl IntoIterator<Item = &'a (i64, Arc<EncodedEvent>)>,
+) -> Vec<String> {
+    events
+        .into_iter()
+        .map(|(session_key, event)| hint(*session_key, event))
+        .collect()
+}
+
+/// Commits `conn`'s open transaction (begun with a plain `BEGIN`) and
+/// sends `hints` in the same round trip: `COMMIT; SELECT pg_notify(…)` as
+/// one simple query. `Err` only if the commit failed; a failure of the
+/// hints after it is logged, as in [`send`].
+pub(super) async fn commit(conn: &mut AnyConnection, hints: &[String]) -> Result<(), sqlx::Error> {
+    let mut sql = String::from("COMMIT");
+    for chunk in hints.chunks(HINTS_PER_STATEMENT) {
+        sql.push_str("; ");
+        sql.push_str(&statement(chunk));
+    }
+    let mut results = conn.execute_many(sql.as_str());
+    // The first result is the commit's; PostgreSQL runs nothing after a
+    // statement that fails.
+    match results.next().await {
+        Some(Ok(_)) => {}
+        Some(Err(error)) => return Err(error),
+        None => return Err(sqlx::Error::Protocol("COMMIT went unanswered".into())),
+    }
+    while let Some(result) = results.next().await {
+        if let Err(error) = result {
+            lost(&error);
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Sends `hints` on `conn`, outside any transaction. `false` if that
+/// failed: the connection may be broken.
+pub(super) async fn send(conn: &mut AnyConnection, hints: &[String]) -> bool {
+    for chunk in hints.chunks(HINTS_PER_STATEMENT) {
+        if let Err(error) = conn.execute(statement(chunk).as_str()).await {
+            lost(&error);
+            return false;
+        }
+    }
+    true
+}
+
+fn lost(error: &sqlx::Error) {
+    tracing::warn!(
+        %error,
+        "cannot send commit hints; other replicas find the commits at their next recheck"
+    );
+}
+
+/// One statement sending `hints`, as literals: it shares a simple query
+/// (which takes no parameters) with the `COMMIT` before it.
+fn statement(hints: &[String]) -> String {
+    let values: Vec<String> = hints
+        .iter()
+        .map(|hint| format!("({})", literal(hint)))
+        .collect();
+    format!(
+        "SELECT pg_notify('{CHANNEL}', hint) FROM (VALUES {}) AS hints (hint)",
+        values.join(", ")
+    )
+}
+
+/// `text` as an escape string constant (`E'…'`), which reads the same
+/// whatever `standard_conforming_strings` says.
+fn literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 4);
+    out.push_str("E'");
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("''"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// The hint of `event`, committed in the session with internal key
+/// `session_key`.
+fn hint(session_key: i64, event: &EncodedEvent) -> String {
+    match &event.effect {
+        // Other replicas drop the buffered deltas of a run that closed.
+        // (A notification's payload cannot hold U+0000: such a run's hint
+        // says only that the head moved.)
+        Effect::ClosesRun(run_id) if !run_id.contains('\0') => {
+            format!("{session_key}:{}:{run_id}", event.revision)
+        }
+        _ => format!("{session_key}:{}", event.revision),
+    }
+}
+
+/// A parsed commit hint.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Hint<'a> {
+    pub session_key: i64,
+    pub revision: i64,
+    pub closed_run: Option<&'a str>,
+}
+
+pub(super) fn parse(payload: &str) -> Option<Hint<'_>> {
+    let (key, rest) = payload.split_once(':')?;
+    let (revision, closed_run) = match rest.split_once(':') {
+        Some((revision, run)) => (revision, Some(run)),
+        None => (rest, None),
+    };
+    Some(Hint {
+        session_key: key.parse().ok()?,
+        revision: revision.parse().ok()?,
+        closed_run,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Hint, hint, literal, parse, statement};
+    use crate::domain::{Change, SessionEvent, Timestamp};
+    use crate::wire::EncodedEvent;
+
+    #[test]
+    fn hints_parse() {
+        let hint = |session_key, revision, closed_run| Hint {
+            session_key,
+            revision,
+            closed_run,
+        };
+        assert_eq!(parse("12:34"), Some(hint(12, 34, None)));
+        assert_eq!(parse("12:34:run:1"), Some(hint(12, 34, Some("run:1"))));
+        assert_eq!(parse("12"), None);
+        assert_eq!(parse("a:1"), None);
+    }
+
+    #[test]
+    fn a_hint_names_the_run_its_event_closes() {
+        let event = |revision, change| {
+            EncodedEvent::new(SessionEvent {
+                revision,
+                time: Timestamp(1),
+                change,
+            })
+        };
+        let ended = event(
+            7,
+            Change::RunEnded {
+                run_id: "run:1".into(),
+                expired: false,
+            },
+        );
+        assert_eq!(hint(12, &ended), "12:7:run:1");
+        assert_eq!(
+            parse(&hint(12, &ended)).and_then(|h| h.closed_run),
+            Some("run:1")
+        );
+        assert_eq!(hint(12, &event(8, Change::SessionDeleted)), "12:8");
+        let unsendable = event(
+            9,
+            Change::RunEnded {
+                run_id: "run\0".into(),
+                expired: true,
+            },
+        );
+        assert_eq!(hint(12, &unsendable), "12:9");
+    }
+
+    #[test]
+    fn hints_are_quoted_as_escape_strings() {
+        assert_eq!(literal("1:2:run"), "E'1:2:run'");
+        assert_eq!(literal(r"1:2:it's a \ run"), r"E'1:2:it''s a \\ run'");
+        assert_eq!(
+            statement(&["1:2".into(), "3:4".into()]),
+            "SELECT pg_notify('sessionstore_commits', hint) FROM (VALUES (E'1:2'), (E'3:4')) AS hints (hint)"
+        );
+    }
+}
