@@ -391,7 +391,7 @@ impl RawExchange {
                 ],
             ),
         };
-        let mut writes = vec![
+        vec![
             (
                 INSERT_CALL,
                 vec![
@@ -449,15 +449,7 @@ impl RawExchange {
                     Int(revision + 1),
                 ],
             ),
-        ];
-        if engine == Engine::Postgres {
-            // The commit hint every replica listens for.
-            writes.push((
-                "SELECT pg_notify('sessionstore_commits', $1)",
-                vec![Text(format!("{key}:{}", revision + 1))],
-            ));
-        }
-        writes
+        ]
     }
 }
 
@@ -472,22 +464,38 @@ async fn sqlx_sqlite_append(pool: &SqlitePool, session: &str, seed: u64) -> anyh
     Ok(())
 }
 
-/// The raw transaction through sqlx on PostgreSQL.
+/// The raw transaction through sqlx on PostgreSQL. Its commit hint, which
+/// every replica listens for, goes in the COMMIT's round trip, after it, as
+/// the server sends it.
 async fn sqlx_postgres_append(pool: &PgPool, session: &str, seed: u64) -> anyhow::Result<()> {
-    let mut tx = pool.begin().await?;
-    sqlx_statements::<sqlx::Postgres>(&mut tx, Engine::Postgres, session, seed).await?;
-    tx.commit().await?;
+    use sqlx::Executor as _;
+    let mut conn = pool.acquire().await?;
+    conn.execute("BEGIN").await?;
+    let written =
+        sqlx_statements::<sqlx::Postgres>(&mut conn, Engine::Postgres, session, seed).await;
+    let (key, revision) = match written {
+        Ok(written) => written,
+        Err(error) => {
+            conn.execute("ROLLBACK").await?;
+            return Err(error);
+        }
+    };
+    conn.execute(
+        format!("COMMIT; SELECT pg_notify('sessionstore_commits', '{key}:{revision}')").as_str(),
+    )
+    .await?;
     Ok(())
 }
 
 /// The raw transaction's statements, inside the caller's transaction: the
-/// session read, then [`RawExchange::writes`].
+/// session read, then [`RawExchange::writes`]. Returns the session's key
+/// and its new revision.
 async fn sqlx_statements<DB: sqlx::Database>(
     conn: &mut DB::Connection,
     engine: Engine,
     session: &str,
     seed: u64,
-) -> anyhow::Result<()>
+) -> anyhow::Result<(i64, i64)>
 where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
@@ -498,7 +506,7 @@ where
     (i64, i64, i64): for<'r> sqlx::FromRow<'r, DB::Row>,
 {
     let x = RawExchange::new(seed);
-    let row = sqlx::query_as(select_session(engine))
+    let row: (i64, i64, i64) = sqlx::query_as(select_session(engine))
         .bind(TENANT)
         .bind(session)
         .fetch_one(&mut *conn)
@@ -507,7 +515,7 @@ where
         let query = args.into_iter().fold(sqlx::query(sql), bind);
         query.execute(&mut *conn).await?;
     }
-    Ok(())
+    Ok((row.0, row.1 + 1))
 }
 
 /// The raw transaction through the SQLite engine itself (rusqlite), with
