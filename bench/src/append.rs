@@ -5,8 +5,9 @@
 //! statement per table, as a hand-rolled store would: read and (on
 //! PostgreSQL) lock the session row, insert the provider call, the two
 //! messages, their full-text rows, update the session's counters, insert
-//! the event and the idempotency key (and, on PostgreSQL, the commit hint
-//! every replica listens for), commit. One transaction per exchange.
+//! the event and the idempotency key, commit (and, on PostgreSQL, send the
+//! commit hint every replica listens for in the COMMIT's round trip, after
+//! it, as the server does). One transaction per exchange.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
