@@ -139,20 +139,34 @@ pub async fn service(
     spread: Spread,
     timing: Timing,
 ) -> anyhow::Result<Run> {
+    service_across(&[server], clients, spread, timing).await
+}
+
+/// The same through several replicas of one database: client `i` talks to
+/// `servers[i % servers.len()]`, and the servers' CPU is summed.
+pub async fn service_across(
+    servers: &[&Server],
+    clients: usize,
+    spread: Spread,
+    timing: Timing,
+) -> anyhow::Result<Run> {
+    let first = *servers.first().context("no server to append through")?;
     let mut workers = Vec::with_capacity(clients);
     for worker in 0..clients {
         workers.push(ServiceWriter {
-            client: server.connect().await?,
+            client: servers[worker % servers.len()].connect().await?,
             session: spread.session(worker),
             seed: seed_base(worker),
         });
     }
-    let mut searcher = server.connect().await?;
-    // The server's CPU is read when the measured window opens and again
+    let mut searcher = first.connect().await?;
+    let cpu_time =
+        || -> anyhow::Result<Duration> { servers.iter().map(|server| server.cpu_time()).sum() };
+    // The servers' CPU is read when the measured window opens and again
     // once the search below has waited for the index.
     let cpu_at_window = async {
         tokio::time::sleep(timing.warmup).await;
-        server.cpu_time()
+        cpu_time()
     };
     let (run, cpu_before) = tokio::join!(run_load(workers, timing), cpu_at_window);
     let mut run = run?;
@@ -171,13 +185,13 @@ pub async fn service(
         })
         .await;
     match searched {
-        Err(status) if server.search_off && status.code() == tonic::Code::FailedPrecondition => {}
+        Err(status) if first.search_off && status.code() == tonic::Code::FailedPrecondition => {}
         other => {
             other.context("SearchMessages after the run")?;
         }
     }
     run.window += began.elapsed();
-    run.server_cpu = Some(server.cpu_time()?.saturating_sub(cpu_before?));
+    run.server_cpu = Some(cpu_time()?.saturating_sub(cpu_before?));
     Ok(run)
 }
 

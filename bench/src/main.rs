@@ -95,6 +95,9 @@ enum Bench {
     Usage,
     Erase,
     Scale,
+    /// Appends through one replica and through two of one PostgreSQL
+    /// database (only when asked for).
+    Replicas,
 }
 
 /// Sizes and durations of one run.
@@ -351,6 +354,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
             (Bench::Usage, "usage"),
             (Bench::Erase, "erase"),
             (Bench::Scale, "scale"),
+            (Bench::Replicas, "replicas"),
         ];
         for (group, name) in groups.into_iter().filter(|(group, _)| plan.runs(*group)) {
             let db = fresh_database(backend, postgres, name).await?;
@@ -363,6 +367,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
                 Bench::Usage => usage_benchmarks(&plan, &binary, db, &mut report).await,
                 Bench::Erase => erase_benchmarks(&plan, &binary, db, &mut report).await,
                 Bench::Scale => scale_benchmarks(&plan, &binary, db, &mut report).await,
+                Bench::Replicas => replicas_benchmarks(&plan, &binary, db, &mut report).await,
                 // The others run on the main database above, or on none.
                 _ => Ok(()),
             })
@@ -482,6 +487,49 @@ async fn search_off_benchmarks(
         *best = best.max(service.per_second.median);
     }
     server.stop().await;
+    Ok(())
+}
+
+/// Appends through one replica, then through two on the same PostgreSQL
+/// database (each client talks to one of them), many sessions, search on:
+/// what several replicas' writers cost each other in the database (their
+/// commits, and their commit hints), which one replica cannot show.
+async fn replicas_benchmarks(
+    plan: &Plan,
+    binary: &Path,
+    db: &Database,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    if !db.is_postgres() {
+        return Ok(());
+    }
+    let backend = db.backend();
+    eprintln!("== append on {backend}, one replica and two");
+    let a = Server::start(binary, &db.url(), &[]).await?;
+    let b = Server::start(binary, &db.url(), &[]).await?;
+    let max_clients = plan.clients.iter().copied().max().unwrap_or(1);
+    append::prepare(&a, db, max_clients, plan.prefill).await?;
+    db.analyze().await?;
+    for &clients in &plan.clients {
+        for (subject, servers) in [
+            ("sessionstore, one replica", vec![&a]),
+            ("sessionstore, two replicas", vec![&a, &b]),
+        ] {
+            let mut runs = Vec::new();
+            for _ in 0..plan.repeat {
+                runs.push(
+                    append::service_across(&servers, clients, Writers::Many, plan.timing).await?,
+                );
+            }
+            let service = Throughput::of(runs);
+            let case = format!("{clients} clients, {}", Writers::Many.label());
+            let (rate, cpu) = service_figures(backend, subject, &case, &service);
+            report.push(rate);
+            report.extend(cpu);
+        }
+    }
+    b.stop().await;
+    a.stop().await;
     Ok(())
 }
 
