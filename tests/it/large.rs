@@ -231,7 +231,9 @@ async fn the_sqlite_wal_stays_bounded_under_steady_writes() {
         });
     }
     // Watch the WAL's size while the writers go on, until it shrinks (it
-    // started over and was cut back) or they are done.
+    // started over past its size limit and was cut back) or they are done.
+    // Started over below the limit, it is written over in place: its size
+    // then stays what it reached, well under what was written.
     let mut largest = 0;
     let mut shrank = false;
     let mut looks = tokio::time::interval(std::time::Duration::from_millis(10));
