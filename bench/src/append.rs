@@ -195,6 +195,58 @@ pub async fn service_across(
     Ok(run)
 }
 
+/// A gRPC client sending the exchanges [`ServiceWriter`] sends, each
+/// spoiled at its very end (a state change in a malformed scope), so the
+/// server decodes, converts and checks all of it and then answers
+/// INVALID_ARGUMENT without touching the database.
+struct RejectedWriter {
+    client: SessionStoreClient<Channel>,
+    session: String,
+    seed: u64,
+}
+
+impl Worker for RejectedWriter {
+    async fn op(&mut self) -> anyhow::Result<()> {
+        self.seed += 1;
+        let mut request = workload::exchange(&self.session, self.seed);
+        request.state_changes.push(pb::StateChange {
+            scope: "not a scope".to_owned(),
+            key: "k".to_owned(),
+            value: "v".to_owned(),
+            ..Default::default()
+        });
+        match self.client.append_exchange(request).await {
+            Err(status) if status.code() == tonic::Code::InvalidArgument => Ok(()),
+            Err(status) => Err(anyhow::anyhow!("AppendExchange: {status}")),
+            Ok(_) => anyhow::bail!("AppendExchange of a malformed scope was accepted"),
+        }
+    }
+}
+
+/// The server's floor for an append: `clients` clients (many sessions),
+/// each on its own connection, sending exchanges of the same size that
+/// the server decodes and checks in full, then rejects. What it costs per
+/// call is gRPC, HTTP/2, decoding and the checks: everything an append
+/// does but the store.
+pub async fn rejected(server: &Server, clients: usize, timing: Timing) -> anyhow::Result<Run> {
+    let mut workers = Vec::with_capacity(clients);
+    for worker in 0..clients {
+        workers.push(RejectedWriter {
+            client: server.connect().await?,
+            session: Spread::Many.session(worker),
+            seed: seed_base(worker),
+        });
+    }
+    let cpu_before = async {
+        tokio::time::sleep(timing.warmup).await;
+        server.cpu_time()
+    };
+    let (run, cpu_before) = tokio::join!(run_load(workers, timing), cpu_before);
+    let mut run = run?;
+    run.server_cpu = Some(server.cpu_time()?.saturating_sub(cpu_before?));
+    Ok(run)
+}
+
 /// Distinct text per worker and run.
 fn seed_base(worker: usize) -> u64 {
     let nanos = std::time::SystemTime::now()

@@ -669,10 +669,14 @@ async fn append_case(
 ) -> anyhow::Result<()> {
     let backend = db.backend();
     let (mut service, mut raw, mut engine) = (Vec::new(), Vec::new(), Vec::new());
+    let mut rejected = Vec::new();
     // Interleaved, so drift (a growing database, a busy neighbour) falls on
-    // all three alike.
+    // all of them alike.
     for _ in 0..plan.repeat {
         service.push(append::service(server, clients, writers, plan.timing).await?);
+        if writers == Writers::Many {
+            rejected.push(append::rejected(server, clients, plan.timing).await?);
+        }
         raw.push(append::raw_sqlx(db, clients, writers, plan.timing).await?);
         if !db.is_postgres() {
             engine.push(append::raw_engine(db, clients, writers, plan.timing).await?);
@@ -715,6 +719,14 @@ async fn append_case(
     }
     report.push(figure);
     report.extend(cpu);
+    if !rejected.is_empty() {
+        // The server's floor: the same requests, decoded and checked in
+        // full, then rejected before the store.
+        let rejected = Throughput::of(rejected);
+        let (rate, cpu) = service_figures(backend, "rejected (floor)", &case, &rejected);
+        report.push(rate);
+        report.extend(cpu);
+    }
     if writers == Writers::Many {
         let best = best_append.entry((backend, Search::On)).or_insert(0.0);
         *best = best.max(service.per_second.median);
