@@ -262,6 +262,73 @@ async fn the_sqlite_wal_stays_bounded_under_steady_writes() {
     );
 }
 
+/// Once writes pause, the SQLite WAL file gives its space back: it is cut
+/// to zero bytes, and everything acknowledged before is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_wal_is_cut_to_zero_once_writes_pause() {
+    const APPENDS: usize = 40;
+    const HALF: usize = 96 * 1024;
+    let storage = Storage::new(Backend::File).await;
+    let wal = std::path::PathBuf::from(format!(
+        "{}-wal",
+        storage.url.trim_start_matches("sqlite://")
+    ));
+    let server = TestServer::start_on(storage, |_| {}).await;
+    let mut client = server.client().await;
+    let session = create(&mut client, "ses_quiet_wal").await.id;
+    let mut largest = 0;
+    for index in 0..APPENDS {
+        client
+            .append_exchange(pb::AppendExchangeRequest {
+                session_id: session.clone(),
+                messages: vec![user(&body(&format!("q{index}"), HALF))],
+                provider_call: Some(call("gpt-large", 100_000, 100_000, 1)),
+                response_messages: vec![assistant(&body(&format!("a{index}"), HALF))],
+                ..Default::default()
+            })
+            .await
+            .expect("append");
+        largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+    }
+    assert!(
+        largest > 6 << 20,
+        "the WAL reached only {largest} bytes; the test needs it above 4 MiB"
+    );
+    // Quiet now: within seconds the file is cut to zero bytes.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut looks = tokio::time::interval(std::time::Duration::from_millis(50));
+    loop {
+        looks.tick().await;
+        let size = std::fs::metadata(&wal).map_or(0, |m| m.len());
+        if size == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the WAL still holds {size} bytes 20 s after the last write"
+        );
+    }
+    let (messages, _) = export_checked(
+        &mut client,
+        pb::ExportHistoryRequest {
+            session_id: session.clone(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(messages.len(), 2 * APPENDS);
+    // Writes go on as before, on a WAL that starts again from nothing.
+    client
+        .append_exchange(pb::AppendExchangeRequest {
+            session_id: session.clone(),
+            messages: vec![user("after the pause")],
+            ..Default::default()
+        })
+        .await
+        .expect("append after the pause");
+    assert!(std::fs::metadata(&wal).map_or(0, |m| m.len()) > 0);
+}
+
 /// Writers for the search-log tests: on SQLite each append run logs a
 /// range per session, so this many appends log about as many rows.
 const LOG_CLIENTS: usize = 8;

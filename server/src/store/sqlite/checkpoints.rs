@@ -23,6 +23,17 @@
 //! file, and without step 1 that sync flushed everything the earlier
 //! checkpoints had copied, holding the writer for ~150 ms.
 //!
+//! **Giving the WAL's space back.** Under load the WAL file keeps its size
+//! when it starts over (up to [`WAL_SIZE_LIMIT`]), so that it is written
+//! over in place. Once writes pause, that space serves nothing: when the
+//! WAL has been wholly copied back and not written for [`QUIET`], and the
+//! file is larger than [`KEEP_QUIET_WAL`], this thread cuts it to zero
+//! bytes with a `TRUNCATE` checkpoint. That takes the write lock, but with
+//! nothing left to copy it holds it only for the cut; it never waits: a
+//! writer or a reader still on the WAL turns it away at once (this
+//! connection has no busy timeout), and it is tried again at the next
+//! interval.
+//!
 //! The sync goes through this thread's own SQLite connection's handle of
 //! the file, not a descriptor of its own: closing any descriptor of a file
 //! drops every POSIX lock the process holds on it, SQLite's included.
@@ -33,7 +44,9 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ffi};
 
-use super::appends::{Checkpointed, WalCheckpoints};
+use super::appends::{self, Checkpointed, WalCheckpoints};
+#[cfg(doc)]
+use super::connections::WAL_SIZE_LIMIT;
 use crate::store::OpenError;
 use crate::store::fault::{self, DiskSpace};
 use crate::store::once::TakeOnce;
@@ -44,6 +57,13 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 /// WAL frames (pages; 4 KiB each by default) past which the engine is
 /// asked to checkpoint, so that the WAL starts over.
 pub(super) const RESTART_FRAMES: i64 = 4096;
+
+/// How long the WAL must go unwritten before its file is cut to zero.
+const QUIET: Duration = Duration::from_secs(1);
+
+/// The WAL file size (bytes) kept while writes pause: what SQLite's own
+/// automatic checkpoints would let it reach (1,000 pages of 4 KiB).
+const KEEP_QUIET_WAL: u64 = 4 << 20;
 
 /// The checkpointer thread's handle.
 pub(super) struct Checkpointer {
@@ -86,6 +106,9 @@ fn run(
     // After a checkpoint that found the disk full, the next waits as long
     // as writes make background work wait.
     let mut full_at: Option<Instant> = None;
+    let wal = conn.path().map(|path| format!("{path}-wal"));
+    // The WAL's frame count while it is wholly copied back, and since when.
+    let mut quiet: Option<(i64, Instant)> = None;
     while let Err(RecvTimeoutError::Timeout) = stopping.recv_timeout(CHECKPOINT_INTERVAL) {
         // A checkpoint grows the database file: it waits while writes find
         // the disk full, so freed space goes to them first.
@@ -105,6 +128,21 @@ fn run(
                 continue;
             }
         };
+        if !copied.complete() || copied.wal_frames == 0 {
+            quiet = None;
+        } else {
+            match quiet {
+                // Wholly copied back, as at the last interval: no write
+                // since, so nothing to start over.
+                Some((frames, since)) if frames == copied.wal_frames => {
+                    if since.elapsed() >= QUIET && cut_quiet_wal(conn, wal.as_deref()) {
+                        quiet = None;
+                    }
+                    continue;
+                }
+                _ => quiet = Some((copied.wal_frames, Instant::now())),
+            }
+        }
         if copied.wal_frames < RESTART_FRAMES {
             continue;
         }
@@ -125,6 +163,29 @@ fn run(
             Some(Err(error)) => tracing::warn!(%error, "WAL checkpoint on the writer failed"),
             // The engine has stopped: the store is closing.
             None => return,
+        }
+    }
+}
+
+/// Cuts the WAL file, wholly copied back and unwritten for [`QUIET`], to
+/// zero bytes if it is larger than [`KEEP_QUIET_WAL`]; whether it did.
+fn cut_quiet_wal(conn: &Connection, wal: Option<&str>) -> bool {
+    let size = wal
+        .and_then(|wal| std::fs::metadata(wal).ok())
+        .map_or(0, |meta| meta.len());
+    if size <= KEEP_QUIET_WAL {
+        return false;
+    }
+    match appends::truncated(conn, "main") {
+        Ok(true) => {
+            tracing::debug!(bytes = size, "cut the quiet WAL to zero bytes");
+            true
+        }
+        // A writer or a reader on the WAL: again at the next interval.
+        Ok(false) => false,
+        Err(error) => {
+            tracing::debug!(%error, "cannot cut the quiet WAL");
+            false
         }
     }
 }

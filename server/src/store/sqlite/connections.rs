@@ -131,7 +131,8 @@ pub(super) enum Role {
     /// (`batch.rs`, `OR FAIL`). Deletes, and their cascades, go through
     /// sqlx's connections, which keep the checks.
     Appends,
-    /// The checkpointer thread (`checkpoints.rs`): checkpoints only.
+    /// The checkpointer thread (`checkpoints.rs`): checkpoints only, never
+    /// waiting for a lock.
     Checkpoints,
     /// The search indexer (`search.rs`), with the search file attached.
     /// `search.synchronous = FULL`: the log rows an applied id covers are
@@ -167,7 +168,9 @@ pub(super) fn engine(path: &Path, role: Role) -> rusqlite::Result<Connection> {
             conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
         }
         Role::Checkpoints => {
-            // Its `PASSIVE` checkpoints never wait for a lock.
+            // Its `PASSIVE` checkpoints never wait for a lock, and its
+            // `TRUNCATE` ones must not: no busy timeout.
+            conn.busy_timeout(Duration::ZERO)?;
             conn.execute_batch("PRAGMA wal_autocheckpoint = 0")?;
             conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
         }
