@@ -113,21 +113,39 @@ async fn ceiling_search(db: &Database) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A gRPC client appending exchanges to one session.
+/// A gRPC client appending exchanges to one session; or, `rejected`,
+/// sending each spoiled at its very end (a state change in a malformed
+/// scope), so the server decodes, converts and checks all of it and then
+/// answers INVALID_ARGUMENT without touching the database.
 struct ServiceWriter {
     client: SessionStoreClient<Channel>,
     session: String,
     seed: u64,
+    rejected: bool,
 }
 
 impl Worker for ServiceWriter {
     async fn op(&mut self) -> anyhow::Result<()> {
         self.seed += 1;
-        self.client
-            .append_exchange(workload::exchange(&self.session, self.seed))
-            .await
-            .context("AppendExchange")?;
-        Ok(())
+        let mut request = workload::exchange(&self.session, self.seed);
+        if !self.rejected {
+            self.client
+                .append_exchange(request)
+                .await
+                .context("AppendExchange")?;
+            return Ok(());
+        }
+        request.state_changes.push(pb::StateChange {
+            scope: "not a scope".to_owned(),
+            key: "k".to_owned(),
+            value: "v".to_owned(),
+            ..Default::default()
+        });
+        match self.client.append_exchange(request).await {
+            Err(status) if status.code() == tonic::Code::InvalidArgument => Ok(()),
+            Err(status) => Err(anyhow::anyhow!("AppendExchange: {status}")),
+            Ok(_) => anyhow::bail!("AppendExchange of a malformed scope was accepted"),
+        }
     }
 }
 
@@ -157,6 +175,7 @@ pub async fn service_across(
             client: servers[worker % servers.len()].connect().await?,
             session: spread.session(worker),
             seed: seed_base(worker),
+            rejected: false,
         });
     }
     let mut searcher = first.connect().await?;
@@ -195,34 +214,6 @@ pub async fn service_across(
     Ok(run)
 }
 
-/// A gRPC client sending the exchanges [`ServiceWriter`] sends, each
-/// spoiled at its very end (a state change in a malformed scope), so the
-/// server decodes, converts and checks all of it and then answers
-/// INVALID_ARGUMENT without touching the database.
-struct RejectedWriter {
-    client: SessionStoreClient<Channel>,
-    session: String,
-    seed: u64,
-}
-
-impl Worker for RejectedWriter {
-    async fn op(&mut self) -> anyhow::Result<()> {
-        self.seed += 1;
-        let mut request = workload::exchange(&self.session, self.seed);
-        request.state_changes.push(pb::StateChange {
-            scope: "not a scope".to_owned(),
-            key: "k".to_owned(),
-            value: "v".to_owned(),
-            ..Default::default()
-        });
-        match self.client.append_exchange(request).await {
-            Err(status) if status.code() == tonic::Code::InvalidArgument => Ok(()),
-            Err(status) => Err(anyhow::anyhow!("AppendExchange: {status}")),
-            Ok(_) => anyhow::bail!("AppendExchange of a malformed scope was accepted"),
-        }
-    }
-}
-
 /// The server's floor for an append: `clients` clients (many sessions),
 /// each on its own connection, sending exchanges of the same size that
 /// the server decodes and checks in full, then rejects. What it costs per
@@ -231,10 +222,11 @@ impl Worker for RejectedWriter {
 pub async fn rejected(server: &Server, clients: usize, timing: Timing) -> anyhow::Result<Run> {
     let mut workers = Vec::with_capacity(clients);
     for worker in 0..clients {
-        workers.push(RejectedWriter {
+        workers.push(ServiceWriter {
             client: server.connect().await?,
             session: Spread::Many.session(worker),
             seed: seed_base(worker),
+            rejected: true,
         });
     }
     let cpu_before = async {

@@ -190,6 +190,30 @@ crate::backend_tests!(
     oversized_single_message_exports,
 );
 
+/// Half an exchange of the WAL tests, in bytes.
+const WAL_HALF: usize = 96 * 1024;
+
+/// A server on a fresh SQLite file, and the path of that file's WAL.
+async fn file_server() -> (TestServer, std::path::PathBuf) {
+    let storage = Storage::new(Backend::File).await;
+    let wal = std::path::PathBuf::from(format!(
+        "{}-wal",
+        storage.url.trim_start_matches("sqlite://")
+    ));
+    (TestServer::start_on(storage, |_| {}).await, wal)
+}
+
+/// An exchange of two [`WAL_HALF`]-byte messages and a call, marked `tag`.
+fn large_exchange(session: &str, tag: &str) -> pb::AppendExchangeRequest {
+    pb::AppendExchangeRequest {
+        session_id: session.to_owned(),
+        messages: vec![user(&body(&format!("q{tag}"), WAL_HALF))],
+        provider_call: Some(call("gpt-large", 100_000, 100_000, 1)),
+        response_messages: vec![assistant(&body(&format!("a{tag}"), WAL_HALF))],
+        ..Default::default()
+    }
+}
+
 /// Under steady writes from several clients the SQLite WAL starts over and
 /// stays bounded: checkpoints from beside the writer alone never caught up
 /// with the WAL's end, and the file grew with every write.
@@ -200,13 +224,7 @@ async fn the_sqlite_wal_stays_bounded_under_steady_writes() {
 
     const CLIENTS: usize = 4;
     const MOST_APPENDS: usize = 1_200;
-    const HALF: usize = 96 * 1024;
-    let storage = Storage::new(Backend::File).await;
-    let wal = std::path::PathBuf::from(format!(
-        "{}-wal",
-        storage.url.trim_start_matches("sqlite://")
-    ));
-    let server = TestServer::start_on(storage, |_| {}).await;
+    let (server, wal) = file_server().await;
     let mut client = server.client().await;
     let appended = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -217,13 +235,7 @@ async fn the_sqlite_wal_stays_bounded_under_steady_writes() {
         writers.spawn(async move {
             let mut index = 0;
             while !stop.load(Ordering::Relaxed) && appended.load(Ordering::Relaxed) < MOST_APPENDS {
-                let request = pb::AppendExchangeRequest {
-                    session_id: session.clone(),
-                    messages: vec![user(&body(&format!("q{writer}.{index}"), HALF))],
-                    provider_call: Some(call("gpt-large", 100_000, 100_000, 1)),
-                    response_messages: vec![assistant(&body(&format!("a{writer}.{index}"), HALF))],
-                    ..Default::default()
-                };
+                let request = large_exchange(&session, &format!("{writer}.{index}"));
                 client.append_exchange(request).await.expect("append");
                 appended.fetch_add(1, Ordering::Relaxed);
                 index += 1;
@@ -255,7 +267,7 @@ async fn the_sqlite_wal_stays_bounded_under_steady_writes() {
     while let Some(done) = writers.join_next().await {
         done.expect("writer");
     }
-    let written = appended.load(Ordering::Relaxed) * 2 * HALF;
+    let written = appended.load(Ordering::Relaxed) * 2 * WAL_HALF;
     assert!(
         shrank || largest < written as u64 / 2,
         "{written} bytes of messages written, and the WAL grew to {largest} bytes without being cut back"
@@ -267,25 +279,13 @@ async fn the_sqlite_wal_stays_bounded_under_steady_writes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sqlite_wal_is_cut_to_zero_once_writes_pause() {
     const APPENDS: usize = 40;
-    const HALF: usize = 96 * 1024;
-    let storage = Storage::new(Backend::File).await;
-    let wal = std::path::PathBuf::from(format!(
-        "{}-wal",
-        storage.url.trim_start_matches("sqlite://")
-    ));
-    let server = TestServer::start_on(storage, |_| {}).await;
+    let (server, wal) = file_server().await;
     let mut client = server.client().await;
     let session = create(&mut client, "ses_quiet_wal").await.id;
     let mut largest = 0;
     for index in 0..APPENDS {
         client
-            .append_exchange(pb::AppendExchangeRequest {
-                session_id: session.clone(),
-                messages: vec![user(&body(&format!("q{index}"), HALF))],
-                provider_call: Some(call("gpt-large", 100_000, 100_000, 1)),
-                response_messages: vec![assistant(&body(&format!("a{index}"), HALF))],
-                ..Default::default()
-            })
+            .append_exchange(large_exchange(&session, &index.to_string()))
             .await
             .expect("append");
         largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
