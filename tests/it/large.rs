@@ -274,38 +274,51 @@ async fn the_sqlite_wal_stays_bounded_under_steady_writes() {
     );
 }
 
-/// Once writes pause, the SQLite WAL file gives its space back: it is cut
-/// to zero bytes, and everything acknowledged before is still there.
+/// Once writes pause, the SQLite WAL files (the database's and the search
+/// file's) give their space back: each is cut to zero bytes, and
+/// everything acknowledged before is still there and found.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sqlite_wal_is_cut_to_zero_once_writes_pause() {
-    const APPENDS: usize = 40;
+    const APPENDS: usize = 80;
     let (server, wal) = file_server().await;
+    let search_wal = wal.with_file_name(format!(
+        "{}-search-wal",
+        wal.file_name()
+            .and_then(|name| name.to_str())
+            .and_then(|name| name.strip_suffix("-wal"))
+            .expect("a WAL file name")
+    ));
     let mut client = server.client().await;
     let session = create(&mut client, "ses_quiet_wal").await.id;
-    let mut largest = 0;
+    let size = |path: &std::path::Path| std::fs::metadata(path).map_or(0, |m| m.len());
+    let (mut largest, mut largest_search) = (0, 0);
     for index in 0..APPENDS {
         client
             .append_exchange(large_exchange(&session, &index.to_string()))
             .await
             .expect("append");
-        largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+        largest = largest.max(size(&wal));
+        largest_search = largest_search.max(size(&search_wal));
     }
-    assert!(
-        largest > 6 << 20,
-        "the WAL reached only {largest} bytes; the test needs it above 4 MiB"
-    );
-    // Quiet now: within seconds the file is cut to zero bytes.
+    for (file, reached) in [(&wal, largest), (&search_wal, largest_search)] {
+        assert!(
+            reached > 5 << 20,
+            "{} reached only {reached} bytes; the test needs it above 4 MiB",
+            file.display()
+        );
+    }
+    // Quiet now: within seconds both files are cut to zero bytes.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut looks = tokio::time::interval(std::time::Duration::from_millis(50));
     loop {
         looks.tick().await;
-        let size = std::fs::metadata(&wal).map_or(0, |m| m.len());
-        if size == 0 {
+        let (left, search_left) = (size(&wal), size(&search_wal));
+        if left == 0 && search_left == 0 {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the WAL still holds {size} bytes 20 s after the last write"
+            "20 s after the last write the WAL still holds {left} bytes, the search file's {search_left}"
         );
     }
     let (messages, _) = export_checked(
@@ -317,6 +330,7 @@ async fn the_sqlite_wal_is_cut_to_zero_once_writes_pause() {
     )
     .await;
     assert_eq!(messages.len(), 2 * APPENDS);
+    assert_eq!(found(&server, &format!("a{}", APPENDS - 1)).await, 1);
     // Writes go on as before, on a WAL that starts again from nothing.
     client
         .append_exchange(pb::AppendExchangeRequest {

@@ -59,11 +59,11 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 pub(super) const RESTART_FRAMES: i64 = 4096;
 
 /// How long the WAL must go unwritten before its file is cut to zero.
-const QUIET: Duration = Duration::from_secs(1);
+pub(super) const QUIET: Duration = Duration::from_secs(1);
 
 /// The WAL file size (bytes) kept while writes pause: what SQLite's own
 /// automatic checkpoints would let it reach (1,000 pages of 4 KiB).
-const KEEP_QUIET_WAL: u64 = 4 << 20;
+pub(super) const KEEP_QUIET_WAL: u64 = 4 << 20;
 
 /// The checkpointer thread's handle.
 pub(super) struct Checkpointer {
@@ -135,7 +135,7 @@ fn run(
                 // Wholly copied back, as at the last interval: no write
                 // since, so nothing to start over.
                 Some((frames, since)) if frames == copied.wal_frames => {
-                    if since.elapsed() >= QUIET && cut_quiet_wal(conn, wal.as_deref()) {
+                    if since.elapsed() >= QUIET && cut_quiet_wal(conn, "main", wal.as_deref()) {
                         quiet = None;
                     }
                     continue;
@@ -167,18 +167,19 @@ fn run(
     }
 }
 
-/// Cuts the WAL file, wholly copied back and unwritten for [`QUIET`], to
-/// zero bytes if it is larger than [`KEEP_QUIET_WAL`]; whether it did.
-fn cut_quiet_wal(conn: &Connection, wal: Option<&str>) -> bool {
+/// Cuts the WAL file `wal` of `schema`, unwritten for [`QUIET`], to zero
+/// bytes if it is larger than [`KEEP_QUIET_WAL`]; whether it did. `conn`
+/// must not wait for locks (no busy timeout).
+pub(super) fn cut_quiet_wal(conn: &Connection, schema: &str, wal: Option<&str>) -> bool {
     let size = wal
         .and_then(|wal| std::fs::metadata(wal).ok())
         .map_or(0, |meta| meta.len());
     if size <= KEEP_QUIET_WAL {
         return false;
     }
-    match appends::truncated(conn, "main") {
+    match appends::truncated(conn, schema) {
         Ok(true) => {
-            tracing::debug!(bytes = size, "cut the quiet WAL to zero bytes");
+            tracing::debug!(schema, bytes = size, "cut the quiet WAL to zero bytes");
             true
         }
         // A writer or a reader on the WAL: again at the next interval.

@@ -54,6 +54,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension};
 use tokio::sync::watch;
 
+use super::{checkpoints, connections};
 use crate::domain::{Error, Message, Result, control};
 use crate::store::OpenError;
 use crate::store::fault::{self, DiskSpace};
@@ -388,6 +389,12 @@ fn run(
 ) {
     // Log rows per pass: fewer after a pass that found the disk full.
     let mut rows = PASS_ROWS;
+    // When a pass last applied rows, until the search file's WAL has been
+    // given back after it.
+    let mut applied_at: Option<Instant> = None;
+    let wal = conn
+        .path()
+        .map(|path| format!("{}-wal", search_path(Path::new(path)).display()));
     loop {
         if waits.stopping() {
             return;
@@ -409,6 +416,7 @@ fn run(
             })) => {
                 applied.store(through, Ordering::Release);
                 progress.send_replace(Progress::Applied { through, cleared });
+                applied_at = Some(Instant::now());
                 rows = (rows * 2).min(PASS_ROWS);
                 // A pass cut short goes on at once.
                 Some(cut)
@@ -428,12 +436,39 @@ fn run(
             // Whatever is logged meanwhile goes in the next pass.
             Some(false) => waits.gather(),
             None => {
+                if applied_at.is_some_and(|at| at.elapsed() >= checkpoints::QUIET)
+                    && cut_quiet_wal(conn, wal.as_deref())
+                {
+                    applied_at = None;
+                }
                 if !waits.idle() {
                     return;
                 }
             }
         }
     }
+}
+
+/// Once indexing pauses, gives the search file's WAL space back as the
+/// checkpointer does the database's: cut to zero bytes if larger than
+/// [`checkpoints::KEEP_QUIET_WAL`], without waiting for a search still
+/// reading it (tried again at the next idle wake-up). Whether it is done
+/// with (cut, or small enough to keep).
+fn cut_quiet_wal(conn: &Connection, wal: Option<&str>) -> bool {
+    let size = wal
+        .and_then(|wal| std::fs::metadata(wal).ok())
+        .map_or(0, |meta| meta.len());
+    if size <= checkpoints::KEEP_QUIET_WAL {
+        return true;
+    }
+    if conn.busy_timeout(Duration::ZERO).is_err() {
+        return false;
+    }
+    let cut = checkpoints::cut_quiet_wal(conn, "search", wal);
+    if let Err(error) = conn.busy_timeout(connections::BUSY_TIMEOUT) {
+        tracing::warn!(%error, "cannot set the search indexer's busy timeout back");
+    }
+    cut
 }
 
 /// What a pass applied.
