@@ -191,9 +191,9 @@ pub(super) fn cut_quiet_wal(conn: &Connection, schema: &str, wal: Option<&str>) 
     }
 }
 
-/// `fsync`s the database file through `conn`'s own handle of it. The one
-/// `unsafe` in the workspace: rusqlite has no safe call for it, and a
-/// descriptor of our own would drop SQLite's locks when closed (above).
+/// `fsync`s the database file through `conn`'s own handle of it. `unsafe`
+/// (as is `wal_writes.rs`, the VFS): rusqlite has no safe call for it, and
+/// a descriptor of our own would drop SQLite's locks when closed (above).
 #[allow(unsafe_code)]
 fn sync_database_file(conn: &Connection) -> rusqlite::Result<()> {
     let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OpenFlags};
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Executor as _};
 
-use super::search;
+use super::{search, wal_writes};
 use crate::store::OpenError;
 
 /// The size (bytes) the WAL file is cut back to when it starts over: above
@@ -157,10 +157,15 @@ pub(super) enum Role {
 /// `path`, configured for `role`. Without SQLite's per-connection mutex:
 /// one thread uses it at a time.
 pub(super) fn engine(path: &Path, role: Role) -> rusqlite::Result<Connection> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = match role {
+        // The two connections that write the most frames gather them
+        // (`wal_writes.rs`).
+        Role::Appends | Role::Search => {
+            Connection::open_with_flags_and_vfs(path, flags, wal_writes::vfs()?)?
+        }
+        _ => Connection::open_with_flags(path, flags)?,
+    };
     match role {
         Role::Appends => {
             conn.execute_batch(SHARED)?;

@@ -47,6 +47,9 @@ pub(super) mod connections;
 mod engine;
 mod reads;
 mod search;
+// A VFS for the WAL files of the busiest writers: FFI, so `unsafe`.
+#[allow(unsafe_code)]
+mod wal_writes;
 mod writer;
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");

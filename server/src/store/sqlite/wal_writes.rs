@@ -1,0 +1,538 @@
+//! A VFS that writes a transaction's WAL frames in a few large writes.
+//!
+//! SQLite writes each WAL frame with two `pwrite`s, its 24-byte header and
+//! then the page, and a frame straddles two pages of the file, so each
+//! frame costs the kernel two calls and three page updates. An append of
+//! many sessions dirties about ten pages, so about twenty calls: with
+//! search off, a fifth of the server's CPU went to them (BENCHMARKS.md).
+//!
+//! This VFS is the platform's default VFS with one difference: a WAL file
+//! opened through it gathers consecutive writes in a buffer and hands them
+//! to the default VFS as one write. The buffer is written:
+//! - when the page of a **commit frame** arrives (a commit frame's header
+//!   holds the database's size in pages; every other frame's holds 0).
+//!   SQLite publishes a transaction's frames in the WAL index only after
+//!   writing that page, so no reader can look for a frame that is not in
+//!   the file yet, and the append thread's syncer, which `fdatasync`s the
+//!   WAL after `COMMIT` returns, covers every frame of the commit. The
+//!   write's error, if any (a full disk), is the page write's, so the
+//!   `COMMIT` fails as it did before;
+//! - when it holds [`GATHER_BYTES`] (a transaction larger than that);
+//! - before a write that does not follow the buffered bytes;
+//! - before anything else touches the file: a read, its size, a truncate,
+//!   a sync, a file control, closing it.
+//!
+//! Nothing else changes: the same bytes reach the same offsets before the
+//! same points, so durability and what readers see are as with the
+//! default VFS. Other files (the database, the search file) are the
+//! default VFS's own. Only the connections that write most open through it
+//! (the append thread and the search indexer, `connections.rs`).
+
+use std::ffi::{c_char, c_int, c_void};
+use std::ptr;
+use std::sync::OnceLock;
+
+use rusqlite::ffi;
+
+/// The VFS's registered name.
+pub(super) const NAME: &str = "sessionstore-gathered-wal";
+const NAME_C: &std::ffi::CStr = c"sessionstore-gathered-wal";
+
+/// The most bytes gathered before they are written.
+const GATHER_BYTES: usize = 1 << 20;
+
+/// The most bytes handed to the default VFS in one write: the unix VFS
+/// writes at most 128 KiB - 1 bytes a call (and reports a disk full for
+/// more).
+const MAX_WRITE: usize = 124 << 10;
+
+/// The size of a WAL frame's header.
+const FRAME_HEADER: usize = 24;
+
+/// Registers the VFS (once per process) and returns its name for
+/// `Connection::open_with_flags_and_vfs`.
+pub(super) fn vfs() -> rusqlite::Result<&'static str> {
+    static REGISTERED: OnceLock<c_int> = OnceLock::new();
+    // SAFETY: `register` runs once; see there.
+    let rc = *REGISTERED.get_or_init(|| unsafe { register() });
+    if rc == ffi::SQLITE_OK {
+        Ok(NAME)
+    } else {
+        Err(rusqlite::Error::SqliteFailure(
+            ffi::Error::new(rc),
+            Some("cannot register the WAL-gathering VFS".into()),
+        ))
+    }
+}
+
+/// A WAL file opened through this VFS: SQLite's file handle (its methods
+/// are [`METHODS`]), the default VFS's handle, which lives in the same
+/// allocation right after this struct, and what is gathered.
+#[repr(C)]
+struct WalFile {
+    file: ffi::sqlite3_file,
+    inner: *mut ffi::sqlite3_file,
+    gathered: Gathered,
+}
+
+/// Where the default VFS's file handle starts in SQLite's allocation.
+const INNER_OFFSET: usize = size_of::<WalFile>().next_multiple_of(16);
+
+/// Writes not yet handed on: `bytes` belong at `start` in the file.
+#[derive(Default)]
+struct Gathered {
+    start: i64,
+    bytes: Vec<u8>,
+    /// The last write was a commit frame's header: its page comes next.
+    commit_page_next: bool,
+}
+
+impl Gathered {
+    /// Where the gathered bytes end in the file.
+    fn end(&self) -> i64 {
+        // A buffer is at most GATHER_BYTES and a page past it.
+        self.start + self.bytes.len() as i64
+    }
+}
+
+/// Registers a copy of the default VFS whose `xOpen` is [`open`], with the
+/// default VFS in `pAppData` and room for a [`WalFile`] before its file
+/// handles.
+///
+/// # Safety
+/// Call once: the registered struct is leaked, as SQLite keeps it for the
+/// process's life.
+unsafe fn register() -> c_int {
+    // SAFETY: sqlite3_vfs_find initializes SQLite and returns the default
+    // VFS (or null), which SQLite never frees.
+    let base = unsafe { ffi::sqlite3_vfs_find(ptr::null()) };
+    // SAFETY: non-null, it points at a registered VFS.
+    let Some(base_vfs) = (unsafe { base.as_ref() }) else {
+        return ffi::SQLITE_ERROR;
+    };
+    let Some(size) = usize::try_from(base_vfs.szOsFile)
+        .ok()
+        .and_then(|inner| inner.checked_add(INNER_OFFSET))
+        .and_then(|size| c_int::try_from(size).ok())
+    else {
+        return ffi::SQLITE_ERROR;
+    };
+    // The default VFS's other functions are called with this struct: those
+    // of the platforms' VFSes read at most `mxPathname` from it (copied),
+    // and `xOpen`, which reads `pAppData`, is called with the default VFS.
+    let vfs = Box::leak(Box::new(ffi::sqlite3_vfs {
+        szOsFile: size,
+        pNext: ptr::null_mut(),
+        zName: NAME_C.as_ptr(),
+        pAppData: base.cast(),
+        xOpen: Some(open),
+        ..*base_vfs
+    }));
+    // SAFETY: `vfs` is valid for the process's life.
+    unsafe { ffi::sqlite3_vfs_register(vfs, 0) }
+}
+
+/// Opens a file through the default VFS: a WAL file inside a [`WalFile`],
+/// any other file as the default VFS's own.
+unsafe extern "C" fn open(
+    vfs: *mut ffi::sqlite3_vfs,
+    name: *const c_char,
+    file: *mut ffi::sqlite3_file,
+    flags: c_int,
+    out_flags: *mut c_int,
+) -> c_int {
+    // SAFETY: `vfs` is the struct `register` leaked; its `pAppData` is the
+    // default VFS.
+    let base = unsafe { (*vfs).pAppData.cast::<ffi::sqlite3_vfs>() };
+    // SAFETY: as above.
+    let Some(base_open) = (unsafe { (*base).xOpen }) else {
+        return ffi::SQLITE_ERROR;
+    };
+    if flags & ffi::SQLITE_OPEN_WAL == 0 {
+        // SAFETY: `file` has room for at least the default VFS's handle.
+        return unsafe { base_open(base, name, file, flags, out_flags) };
+    }
+    // SAFETY: SQLite allocated `szOsFile` bytes at `file`, 8-aligned: a
+    // WalFile, then the default VFS's handle at INNER_OFFSET.
+    let inner = unsafe { file.cast::<u8>().add(INNER_OFFSET) }.cast::<ffi::sqlite3_file>();
+    // SAFETY: `inner` has room for the default VFS's handle.
+    let rc = unsafe {
+        (*inner).pMethods = ptr::null();
+        base_open(base, name, inner, flags, out_flags)
+    };
+    if rc != ffi::SQLITE_OK {
+        // SQLite closes a file that failed to open only if its methods are
+        // set: ours stay unset, so close the default VFS's handle here.
+        // SAFETY: `inner`'s methods, if set, are the default VFS's.
+        unsafe {
+            if let Some(close) = (*inner).pMethods.as_ref().and_then(|m| m.xClose) {
+                close(inner);
+            }
+            (*file).pMethods = ptr::null();
+        }
+        return rc;
+    }
+    // SAFETY: `file` has room for a WalFile, which SQLite never touches but
+    // through METHODS; it is dropped in `close`.
+    unsafe {
+        ptr::write(
+            file.cast::<WalFile>(),
+            WalFile {
+                file: ffi::sqlite3_file { pMethods: &METHODS },
+                inner,
+                gathered: Gathered::default(),
+            },
+        );
+    }
+    ffi::SQLITE_OK
+}
+
+static METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
+    iVersion: 3,
+    xClose: Some(close),
+    xRead: Some(read),
+    xWrite: Some(write),
+    xTruncate: Some(truncate),
+    xSync: Some(sync),
+    xFileSize: Some(file_size),
+    xLock: Some(lock),
+    xUnlock: Some(unlock),
+    xCheckReservedLock: Some(check_reserved_lock),
+    xFileControl: Some(file_control),
+    xSectorSize: Some(sector_size),
+    xDeviceCharacteristics: Some(device_characteristics),
+    xShmMap: Some(shm_map),
+    xShmLock: Some(shm_lock),
+    xShmBarrier: Some(shm_barrier),
+    xShmUnmap: Some(shm_unmap),
+    xFetch: Some(fetch),
+    xUnfetch: Some(unfetch),
+};
+
+/// The [`WalFile`] SQLite calls a method of.
+///
+/// # Safety
+/// `file` must be a handle [`open`] filled in as a WalFile, used by one
+/// thread at a time (SQLite's contract for a file handle).
+unsafe fn wal<'a>(file: *mut ffi::sqlite3_file) -> &'a mut WalFile {
+    // SAFETY: see above.
+    unsafe { &mut *file.cast::<WalFile>() }
+}
+
+/// The default VFS's methods for `wal`'s file.
+fn inner_methods(wal: &WalFile) -> &'static ffi::sqlite3_io_methods {
+    // SAFETY: `inner` was opened successfully, so its methods are set, to
+    // a table the default VFS keeps for the process's life.
+    unsafe { &*(*wal.inner).pMethods }
+}
+
+/// Writes what is gathered, in as few calls as the default VFS takes.
+fn flush(wal: &mut WalFile) -> c_int {
+    let Some(write) = inner_methods(wal).xWrite else {
+        return ffi::SQLITE_IOERR_WRITE;
+    };
+    let mut rc = ffi::SQLITE_OK;
+    let mut offset = wal.gathered.start;
+    for chunk in wal.gathered.bytes.chunks(MAX_WRITE) {
+        // A chunk is at most MAX_WRITE bytes.
+        let amount = chunk.len() as c_int;
+        // SAFETY: `inner` is open; `chunk` holds `amount` bytes.
+        rc = unsafe { write(wal.inner, chunk.as_ptr().cast(), amount, offset) };
+        if rc != ffi::SQLITE_OK {
+            break;
+        }
+        offset += i64::from(amount);
+    }
+    // Written or failed, they are not written again: after a failed write
+    // SQLite writes the frames anew, if at all.
+    wal.gathered.bytes.clear();
+    wal.gathered.commit_page_next = false;
+    rc
+}
+
+unsafe extern "C" fn write(
+    file: *mut ffi::sqlite3_file,
+    data: *const c_void,
+    amount: c_int,
+    offset: i64,
+) -> c_int {
+    // SAFETY: SQLite calls with its WalFile.
+    let wal = unsafe { wal(file) };
+    let Ok(len) = usize::try_from(amount) else {
+        return ffi::SQLITE_IOERR_WRITE;
+    };
+    // SAFETY: SQLite passes `amount` readable bytes at `data`.
+    let data = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) };
+    if !wal.gathered.bytes.is_empty() && offset != wal.gathered.end() {
+        let rc = flush(wal);
+        if rc != ffi::SQLITE_OK {
+            return rc;
+        }
+    }
+    let gathered = &mut wal.gathered;
+    if gathered.bytes.is_empty() {
+        gathered.start = offset;
+    }
+    gathered.bytes.extend_from_slice(data);
+    let commit_page = std::mem::take(&mut gathered.commit_page_next);
+    if len == FRAME_HEADER {
+        // Bytes 4..8 of a frame header: the database's size in pages after
+        // a commit, 0 in every other frame.
+        gathered.commit_page_next = data[4..8] != [0; 4];
+    }
+    if commit_page || gathered.bytes.len() >= GATHER_BYTES {
+        return flush(wal);
+    }
+    ffi::SQLITE_OK
+}
+
+unsafe extern "C" fn close(file: *mut ffi::sqlite3_file) -> c_int {
+    // SAFETY: SQLite calls with its WalFile, and never again after this.
+    let wal = unsafe { wal(file) };
+    let flushed = flush(wal);
+    let closed = match inner_methods(wal).xClose {
+        // SAFETY: `inner` is open; closed once, here.
+        Some(close) => unsafe { close(wal.inner) },
+        None => ffi::SQLITE_OK,
+    };
+    // SAFETY: written in `open`, dropped once, here.
+    unsafe { ptr::drop_in_place(&raw mut wal.gathered) };
+    if flushed == ffi::SQLITE_OK {
+        closed
+    } else {
+        flushed
+    }
+}
+
+unsafe extern "C" fn read(
+    file: *mut ffi::sqlite3_file,
+    data: *mut c_void,
+    amount: c_int,
+    offset: i64,
+) -> c_int {
+    // SAFETY: SQLite calls with its WalFile.
+    let wal = unsafe { wal(file) };
+    let rc = flush(wal);
+    if rc != ffi::SQLITE_OK {
+        return rc;
+    }
+    match inner_methods(wal).xRead {
+        // SAFETY: forwarded as SQLite passed it.
+        Some(read) => unsafe { read(wal.inner, data, amount, offset) },
+        None => ffi::SQLITE_IOERR_READ,
+    }
+}
+
+unsafe extern "C" fn truncate(file: *mut ffi::sqlite3_file, size: i64) -> c_int {
+    // SAFETY: SQLite calls with its WalFile.
+    let wal = unsafe { wal(file) };
+    let rc = flush(wal);
+    if rc != ffi::SQLITE_OK {
+        return rc;
+    }
+    match inner_methods(wal).xTruncate {
+        // SAFETY: forwarded as SQLite passed it.
+        Some(truncate) => unsafe { truncate(wal.inner, size) },
+        None => ffi::SQLITE_IOERR_TRUNCATE,
+    }
+}
+
+unsafe extern "C" fn sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
+    // SAFETY: SQLite calls with its WalFile.
+    let wal = unsafe { wal(file) };
+    let rc = flush(wal);
+    if rc != ffi::SQLITE_OK {
+        return rc;
+    }
+    match inner_methods(wal).xSync {
+        // SAFETY: forwarded as SQLite passed it.
+        Some(sync) => unsafe { sync(wal.inner, flags) },
+        None => ffi::SQLITE_IOERR_FSYNC,
+    }
+}
+
+unsafe extern "C" fn file_size(file: *mut ffi::sqlite3_file, size: *mut i64) -> c_int {
+    // SAFETY: SQLite calls with its WalFile.
+    let wal = unsafe { wal(file) };
+    let rc = flush(wal);
+    if rc != ffi::SQLITE_OK {
+        return rc;
+    }
+    match inner_methods(wal).xFileSize {
+        // SAFETY: forwarded as SQLite passed it.
+        Some(file_size) => unsafe { file_size(wal.inner, size) },
+        None => ffi::SQLITE_IOERR_FSTAT,
+    }
+}
+
+unsafe extern "C" fn file_control(
+    file: *mut ffi::sqlite3_file,
+    op: c_int,
+    arg: *mut c_void,
+) -> c_int {
+    // SAFETY: SQLite calls with its WalFile.
+    let wal = unsafe { wal(file) };
+    let rc = flush(wal);
+    if rc != ffi::SQLITE_OK {
+        return rc;
+    }
+    match inner_methods(wal).xFileControl {
+        // SAFETY: forwarded as SQLite passed it.
+        Some(file_control) => unsafe { file_control(wal.inner, op, arg) },
+        None => ffi::SQLITE_NOTFOUND,
+    }
+}
+
+unsafe extern "C" fn fetch(
+    file: *mut ffi::sqlite3_file,
+    offset: i64,
+    amount: c_int,
+    pages: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: SQLite calls with its WalFile.
+    let wal = unsafe { wal(file) };
+    let rc = flush(wal);
+    if rc != ffi::SQLITE_OK {
+        return rc;
+    }
+    match inner_methods(wal).xFetch {
+        // SAFETY: forwarded as SQLite passed it.
+        Some(fetch) => unsafe { fetch(wal.inner, offset, amount, pages) },
+        None => {
+            // SAFETY: SQLite passes a pointer to store the mapping in.
+            unsafe { *pages = ptr::null_mut() };
+            ffi::SQLITE_OK
+        }
+    }
+}
+
+/// The methods that touch no file contents, handed on as they are.
+macro_rules! forward {
+    ($(fn $name:ident($($arg:ident: $ty:ty),*) -> c_int = $method:ident or $missing:expr;)*) => {
+        $(
+            unsafe extern "C" fn $name(file: *mut ffi::sqlite3_file $(, $arg: $ty)*) -> c_int {
+                // SAFETY: SQLite calls with its WalFile.
+                let wal = unsafe { wal(file) };
+                match inner_methods(wal).$method {
+                    // SAFETY: forwarded as SQLite passed it.
+                    Some(method) => unsafe { method(wal.inner $(, $arg)*) },
+                    None => $missing,
+                }
+            }
+        )*
+    };
+}
+
+forward! {
+    fn lock(level: c_int) -> c_int = xLock or ffi::SQLITE_OK;
+    fn unlock(level: c_int) -> c_int = xUnlock or ffi::SQLITE_OK;
+    fn check_reserved_lock(reserved: *mut c_int) -> c_int = xCheckReservedLock or ffi::SQLITE_OK;
+    fn sector_size() -> c_int = xSectorSize or 4096;
+    fn device_characteristics() -> c_int = xDeviceCharacteristics or 0;
+    fn shm_map(page: c_int, page_size: c_int, extend: c_int, mapped: *mut *mut c_void) -> c_int
+        = xShmMap or ffi::SQLITE_IOERR_SHMMAP;
+    fn shm_lock(offset: c_int, count: c_int, flags: c_int) -> c_int
+        = xShmLock or ffi::SQLITE_IOERR_SHMLOCK;
+    fn shm_unmap(delete: c_int) -> c_int = xShmUnmap or ffi::SQLITE_OK;
+    fn unfetch(offset: i64, page: *mut c_void) -> c_int = xUnfetch or ffi::SQLITE_OK;
+}
+
+unsafe extern "C" fn shm_barrier(file: *mut ffi::sqlite3_file) {
+    // SAFETY: SQLite calls with its WalFile.
+    let wal = unsafe { wal(file) };
+    if let Some(barrier) = inner_methods(wal).xShmBarrier {
+        // SAFETY: forwarded as SQLite passed it.
+        unsafe { barrier(wal.inner) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::{Connection, OpenFlags};
+
+    use super::*;
+
+    fn through_vfs(path: &std::path::Path) -> rusqlite::Result<Connection> {
+        let conn = Connection::open_with_flags_and_vfs(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+            vfs()?,
+        )?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+             PRAGMA wal_autocheckpoint = 0; PRAGMA cache_size = 10",
+        )?;
+        Ok(conn)
+    }
+
+    fn rows(conn: &Connection) -> rusqlite::Result<(i64, i64)> {
+        conn.query_row(
+            "SELECT count(*), coalesce(sum(length(body)), 0) FROM t",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+    }
+
+    #[test]
+    fn what_a_commit_wrote_is_in_the_wal_file_when_it_returns() -> rusqlite::Result<()> {
+        let dir = std::env::temp_dir().join(format!("sessionstore-wal-vfs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+        let path = dir.join("db.sqlite");
+        let writer = through_vfs(&path)?;
+        writer.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")?;
+        // A reader through the default VFS, with its own file handles.
+        let reader = Connection::open(&path)?;
+
+        // Small commits, one after the other: each is seen at once.
+        for round in 1..=50_i64 {
+            writer.execute("INSERT INTO t (body) VALUES (zeroblob(300))", [])?;
+            assert_eq!(rows(&reader)?, (round, round * 300));
+        }
+        // A transaction larger than what is gathered at once, and larger
+        // than the page cache (so SQLite spills frames before the commit
+        // and reads some back).
+        writer.execute_batch(
+            "BEGIN; \
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000) \
+             INSERT INTO t (body) SELECT randomblob(1500) FROM n; \
+             UPDATE t SET body = zeroblob(1500) WHERE id > 50 AND id % 7 = 0; \
+             COMMIT",
+        )?;
+        assert_eq!(rows(&reader)?, (2050, 50 * 300 + 2000 * 1500));
+        // A rolled-back transaction leaves nothing, and the next commit
+        // writes over its frames.
+        writer.execute_batch(
+            "BEGIN; \
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 500) \
+             INSERT INTO t (body) SELECT randomblob(2000) FROM n; \
+             ROLLBACK",
+        )?;
+        writer.execute("INSERT INTO t (body) VALUES (zeroblob(10))", [])?;
+        assert_eq!(rows(&reader)?, (2051, 50 * 300 + 2000 * 1500 + 10));
+        // Checkpointed and started over: the WAL is written from its start.
+        writer.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        writer.execute("INSERT INTO t (body) VALUES (zeroblob(20))", [])?;
+        assert_eq!(rows(&reader)?, (2052, 50 * 300 + 2000 * 1500 + 30));
+        drop(reader);
+
+        // What a process that stopped without checkpointing left in the
+        // WAL: a fresh connection recovers it from the file alone.
+        writer.execute_batch("PRAGMA integrity_check")?;
+        let wal = dir.join("db.sqlite-wal");
+        let copy = dir.join("copy.sqlite");
+        std::fs::copy(&path, &copy)
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+        std::fs::copy(&wal, dir.join("copy.sqlite-wal"))
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+        let recovered = Connection::open(&copy)?;
+        assert_eq!(rows(&recovered)?, (2052, 50 * 300 + 2000 * 1500 + 30));
+        let check: String = recovered.query_row("PRAGMA integrity_check", [], |row| row.get(0))?;
+        assert_eq!(check, "ok");
+        drop(recovered);
+        drop(writer);
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }
+}
