@@ -9,14 +9,17 @@
 //! This VFS is the platform's default VFS with one difference: a WAL file
 //! opened through it gathers consecutive writes in a buffer and hands them
 //! to the default VFS as one write. The buffer is written:
-//! - when the page of a **commit frame** arrives (a commit frame's header
-//!   holds the database's size in pages; every other frame's holds 0).
-//!   SQLite publishes a transaction's frames in the WAL index only after
-//!   writing that page, so no reader can look for a frame that is not in
-//!   the file yet, and the append thread's syncer, which `fdatasync`s the
-//!   WAL after `COMMIT` returns, covers every frame of the commit. The
-//!   write's error, if any (a full disk), is the page write's, so the
-//!   `COMMIT` fails as it did before;
+//! - when the header of a **commit frame** arrives (it holds the
+//!   database's size in pages; every other frame's holds 0), and again
+//!   when its page does. SQLite publishes a transaction's frames in the
+//!   WAL index only after writing them, the commit frame last (or, when
+//!   the transaction wrote pages over frames it had spilled earlier,
+//!   after rewriting the checksums of the frames after those, the commit
+//!   frame's header last), so no reader can look for a frame that is not
+//!   in the file yet, and the append thread's syncer, which `fdatasync`s
+//!   the WAL after `COMMIT` returns, covers every frame of the commit. A
+//!   failed write's error (a full disk) is that of SQLite's write of the
+//!   header or the page, so the `COMMIT` fails as it did before;
 //! - when it holds [`GATHER_BYTES`] (a transaction larger than that);
 //! - before a write that does not follow the buffered bytes;
 //! - before anything else touches the file: a read, its size, a truncate,
@@ -244,9 +247,10 @@ fn flush(wal: &mut WalFile) -> c_int {
         offset += i64::from(amount);
     }
     // Written or failed, they are not written again: after a failed write
-    // SQLite writes the frames anew, if at all.
+    // SQLite writes the frames anew, if at all. (`commit_page_next` stays:
+    // a commit frame's header written here still has its page to come,
+    // which must be written at once too.)
     wal.gathered.bytes.clear();
-    wal.gathered.commit_page_next = false;
     rc
 }
 
@@ -275,12 +279,17 @@ unsafe extern "C" fn write(
     }
     gathered.bytes.extend_from_slice(data);
     let commit_page = std::mem::take(&mut gathered.commit_page_next);
-    if len == FRAME_HEADER {
-        // Bytes 4..8 of a frame header: the database's size in pages after
-        // a commit, 0 in every other frame.
-        gathered.commit_page_next = data[4..8] != [0; 4];
+    // Bytes 4..8 of a frame header: the database's size in pages after a
+    // commit, 0 in every other frame.
+    let commit_header = len == FRAME_HEADER && data[4..8] != [0; 4];
+    if commit_header {
+        // Its page, if it comes next, is written at once too. The header
+        // is written now: SQLite may also rewrite a commit frame's header
+        // alone, as a transaction's last write (new checksums, after it
+        // wrote pages over frames it had spilled).
+        gathered.commit_page_next = true;
     }
-    if commit_page || gathered.bytes.len() >= GATHER_BYTES {
+    if commit_header || commit_page || gathered.bytes.len() >= GATHER_BYTES {
         return flush(wal);
     }
     ffi::SQLITE_OK
@@ -301,85 +310,6 @@ unsafe extern "C" fn close(file: *mut ffi::sqlite3_file) -> c_int {
         closed
     } else {
         flushed
-    }
-}
-
-unsafe extern "C" fn read(
-    file: *mut ffi::sqlite3_file,
-    data: *mut c_void,
-    amount: c_int,
-    offset: i64,
-) -> c_int {
-    // SAFETY: SQLite calls with its WalFile.
-    let wal = unsafe { wal(file) };
-    let rc = flush(wal);
-    if rc != ffi::SQLITE_OK {
-        return rc;
-    }
-    match inner_methods(wal).xRead {
-        // SAFETY: forwarded as SQLite passed it.
-        Some(read) => unsafe { read(wal.inner, data, amount, offset) },
-        None => ffi::SQLITE_IOERR_READ,
-    }
-}
-
-unsafe extern "C" fn truncate(file: *mut ffi::sqlite3_file, size: i64) -> c_int {
-    // SAFETY: SQLite calls with its WalFile.
-    let wal = unsafe { wal(file) };
-    let rc = flush(wal);
-    if rc != ffi::SQLITE_OK {
-        return rc;
-    }
-    match inner_methods(wal).xTruncate {
-        // SAFETY: forwarded as SQLite passed it.
-        Some(truncate) => unsafe { truncate(wal.inner, size) },
-        None => ffi::SQLITE_IOERR_TRUNCATE,
-    }
-}
-
-unsafe extern "C" fn sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
-    // SAFETY: SQLite calls with its WalFile.
-    let wal = unsafe { wal(file) };
-    let rc = flush(wal);
-    if rc != ffi::SQLITE_OK {
-        return rc;
-    }
-    match inner_methods(wal).xSync {
-        // SAFETY: forwarded as SQLite passed it.
-        Some(sync) => unsafe { sync(wal.inner, flags) },
-        None => ffi::SQLITE_IOERR_FSYNC,
-    }
-}
-
-unsafe extern "C" fn file_size(file: *mut ffi::sqlite3_file, size: *mut i64) -> c_int {
-    // SAFETY: SQLite calls with its WalFile.
-    let wal = unsafe { wal(file) };
-    let rc = flush(wal);
-    if rc != ffi::SQLITE_OK {
-        return rc;
-    }
-    match inner_methods(wal).xFileSize {
-        // SAFETY: forwarded as SQLite passed it.
-        Some(file_size) => unsafe { file_size(wal.inner, size) },
-        None => ffi::SQLITE_IOERR_FSTAT,
-    }
-}
-
-unsafe extern "C" fn file_control(
-    file: *mut ffi::sqlite3_file,
-    op: c_int,
-    arg: *mut c_void,
-) -> c_int {
-    // SAFETY: SQLite calls with its WalFile.
-    let wal = unsafe { wal(file) };
-    let rc = flush(wal);
-    if rc != ffi::SQLITE_OK {
-        return rc;
-    }
-    match inner_methods(wal).xFileControl {
-        // SAFETY: forwarded as SQLite passed it.
-        Some(file_control) => unsafe { file_control(wal.inner, op, arg) },
-        None => ffi::SQLITE_NOTFOUND,
     }
 }
 
@@ -406,13 +336,21 @@ unsafe extern "C" fn fetch(
     }
 }
 
-/// The methods that touch no file contents, handed on as they are.
+/// The methods handed on to the default VFS: those marked `flushed` write
+/// what is gathered first (they read or change the file), the others touch
+/// no file contents.
 macro_rules! forward {
-    ($(fn $name:ident($($arg:ident: $ty:ty),*) -> c_int = $method:ident or $missing:expr;)*) => {
+    ($(fn $name:ident($($arg:ident: $ty:ty),*) $($flushed:ident)? = $method:ident or $missing:expr;)*) => {
         $(
             unsafe extern "C" fn $name(file: *mut ffi::sqlite3_file $(, $arg: $ty)*) -> c_int {
                 // SAFETY: SQLite calls with its WalFile.
                 let wal = unsafe { wal(file) };
+                $(
+                    let $flushed = flush(wal);
+                    if $flushed != ffi::SQLITE_OK {
+                        return $flushed;
+                    }
+                )?
                 match inner_methods(wal).$method {
                     // SAFETY: forwarded as SQLite passed it.
                     Some(method) => unsafe { method(wal.inner $(, $arg)*) },
@@ -424,17 +362,22 @@ macro_rules! forward {
 }
 
 forward! {
-    fn lock(level: c_int) -> c_int = xLock or ffi::SQLITE_OK;
-    fn unlock(level: c_int) -> c_int = xUnlock or ffi::SQLITE_OK;
-    fn check_reserved_lock(reserved: *mut c_int) -> c_int = xCheckReservedLock or ffi::SQLITE_OK;
-    fn sector_size() -> c_int = xSectorSize or 4096;
-    fn device_characteristics() -> c_int = xDeviceCharacteristics or 0;
-    fn shm_map(page: c_int, page_size: c_int, extend: c_int, mapped: *mut *mut c_void) -> c_int
+    fn read(data: *mut c_void, amount: c_int, offset: i64) flushed
+        = xRead or ffi::SQLITE_IOERR_READ;
+    fn truncate(size: i64) flushed = xTruncate or ffi::SQLITE_IOERR_TRUNCATE;
+    fn sync(flags: c_int) flushed = xSync or ffi::SQLITE_IOERR_FSYNC;
+    fn file_size(size: *mut i64) flushed = xFileSize or ffi::SQLITE_IOERR_FSTAT;
+    fn file_control(op: c_int, arg: *mut c_void) flushed = xFileControl or ffi::SQLITE_NOTFOUND;
+    fn lock(level: c_int) = xLock or ffi::SQLITE_OK;
+    fn unlock(level: c_int) = xUnlock or ffi::SQLITE_OK;
+    fn check_reserved_lock(reserved: *mut c_int) = xCheckReservedLock or ffi::SQLITE_OK;
+    fn sector_size() = xSectorSize or 4096;
+    fn device_characteristics() = xDeviceCharacteristics or 0;
+    fn shm_map(page: c_int, page_size: c_int, extend: c_int, mapped: *mut *mut c_void)
         = xShmMap or ffi::SQLITE_IOERR_SHMMAP;
-    fn shm_lock(offset: c_int, count: c_int, flags: c_int) -> c_int
-        = xShmLock or ffi::SQLITE_IOERR_SHMLOCK;
-    fn shm_unmap(delete: c_int) -> c_int = xShmUnmap or ffi::SQLITE_OK;
-    fn unfetch(offset: i64, page: *mut c_void) -> c_int = xUnfetch or ffi::SQLITE_OK;
+    fn shm_lock(offset: c_int, count: c_int, flags: c_int) = xShmLock or ffi::SQLITE_IOERR_SHMLOCK;
+    fn shm_unmap(delete: c_int) = xShmUnmap or ffi::SQLITE_OK;
+    fn unfetch(offset: i64, page: *mut c_void) = xUnfetch or ffi::SQLITE_OK;
 }
 
 unsafe extern "C" fn shm_barrier(file: *mut ffi::sqlite3_file) {
@@ -473,34 +416,68 @@ mod tests {
         )
     }
 
+    fn io(error: std::io::Error) -> rusqlite::Error {
+        rusqlite::Error::ToSqlConversionFailure(error.into())
+    }
+
+    /// What a fresh connection recovers from copies of the database file
+    /// and its WAL alone (as after a `kill -9`: without the WAL index,
+    /// checking every frame's checksum), and whether the copy is intact.
+    fn recovered(dir: &std::path::Path, step: usize) -> rusqlite::Result<((i64, i64), String)> {
+        let copy = dir.join(format!("copy-{step}.sqlite"));
+        std::fs::copy(dir.join("db.sqlite"), &copy).map_err(io)?;
+        std::fs::copy(
+            dir.join("db.sqlite-wal"),
+            dir.join(format!("copy-{step}.sqlite-wal")),
+        )
+        .map_err(io)?;
+        let conn = Connection::open(&copy)?;
+        let check = conn.query_row("PRAGMA integrity_check", [], |row| row.get(0))?;
+        Ok((rows(&conn)?, check))
+    }
+
     #[test]
     fn what_a_commit_wrote_is_in_the_wal_file_when_it_returns() -> rusqlite::Result<()> {
         let dir = std::env::temp_dir().join(format!("sessionstore-wal-vfs-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
-        let path = dir.join("db.sqlite");
-        let writer = through_vfs(&path)?;
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let writer = through_vfs(&dir.join("db.sqlite"))?;
         writer.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")?;
         // A reader through the default VFS, with its own file handles.
-        let reader = Connection::open(&path)?;
+        let reader = Connection::open(dir.join("db.sqlite"))?;
+        let mut expected = (0, 0);
+        let mut step = 0;
+        let mut check = |expected: (i64, i64)| -> rusqlite::Result<()> {
+            assert_eq!(rows(&reader)?, expected, "read beside the writer");
+            step += 1;
+            assert_eq!(
+                recovered(&dir, step)?,
+                (expected, "ok".to_owned()),
+                "recovered from the files"
+            );
+            Ok(())
+        };
 
-        // Small commits, one after the other: each is seen at once.
-        for round in 1..=50_i64 {
+        // Small commits, one after the other.
+        for _ in 0..20 {
             writer.execute("INSERT INTO t (body) VALUES (zeroblob(300))", [])?;
-            assert_eq!(rows(&reader)?, (round, round * 300));
+            expected = (expected.0 + 1, expected.1 + 300);
+            check(expected)?;
         }
-        // A transaction larger than what is gathered at once, and larger
-        // than the page cache (so SQLite spills frames before the commit
-        // and reads some back).
+        // A transaction larger than what is gathered at once, and than the
+        // page cache: SQLite spills frames before the commit, reads some
+        // back, writes pages it spilled again over their frames, and then
+        // rewrites the checksums of the frames after them, the commit
+        // frame's header last.
         writer.execute_batch(
             "BEGIN; \
              WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000) \
              INSERT INTO t (body) SELECT randomblob(1500) FROM n; \
-             UPDATE t SET body = zeroblob(1500) WHERE id > 50 AND id % 7 = 0; \
+             UPDATE t SET body = zeroblob(1500) WHERE id > 20 AND id % 7 = 0; \
              COMMIT",
         )?;
-        assert_eq!(rows(&reader)?, (2050, 50 * 300 + 2000 * 1500));
+        expected = (expected.0 + 2000, expected.1 + 2000 * 1500);
+        check(expected)?;
         // A rolled-back transaction leaves nothing, and the next commit
         // writes over its frames.
         writer.execute_batch(
@@ -510,27 +487,13 @@ mod tests {
              ROLLBACK",
         )?;
         writer.execute("INSERT INTO t (body) VALUES (zeroblob(10))", [])?;
-        assert_eq!(rows(&reader)?, (2051, 50 * 300 + 2000 * 1500 + 10));
+        expected = (expected.0 + 1, expected.1 + 10);
+        check(expected)?;
         // Checkpointed and started over: the WAL is written from its start.
         writer.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         writer.execute("INSERT INTO t (body) VALUES (zeroblob(20))", [])?;
-        assert_eq!(rows(&reader)?, (2052, 50 * 300 + 2000 * 1500 + 30));
-        drop(reader);
-
-        // What a process that stopped without checkpointing left in the
-        // WAL: a fresh connection recovers it from the file alone.
-        writer.execute_batch("PRAGMA integrity_check")?;
-        let wal = dir.join("db.sqlite-wal");
-        let copy = dir.join("copy.sqlite");
-        std::fs::copy(&path, &copy)
-            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
-        std::fs::copy(&wal, dir.join("copy.sqlite-wal"))
-            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
-        let recovered = Connection::open(&copy)?;
-        assert_eq!(rows(&recovered)?, (2052, 50 * 300 + 2000 * 1500 + 30));
-        let check: String = recovered.query_row("PRAGMA integrity_check", [], |row| row.get(0))?;
-        assert_eq!(check, "ok");
-        drop(recovered);
+        expected = (expected.0 + 1, expected.1 + 20);
+        check(expected)?;
         drop(writer);
         let _ = std::fs::remove_dir_all(&dir);
         Ok(())
