@@ -8,7 +8,8 @@
 //!
 //! This VFS is the platform's default VFS with one difference: a WAL file
 //! opened through it gathers consecutive writes in a buffer and hands them
-//! to the default VFS as one write. The buffer is written:
+//! to the default VFS in writes of up to [`MAX_WRITE`] bytes. The buffer
+//! is written:
 //! - when the header of a **commit frame** arrives (it holds the
 //!   database's size in pages; every other frame's holds 0), and again
 //!   when its page does. SQLite publishes a transaction's frames in the
@@ -23,13 +24,20 @@
 //! - when it holds [`GATHER_BYTES`] (a transaction larger than that);
 //! - before a write that does not follow the buffered bytes;
 //! - before anything else touches the file: a read, its size, a truncate,
-//!   a sync, a file control, closing it.
+//!   a sync, a file control, closing it;
+//! - when the connection gives up the WAL's write lock, which SQLite does
+//!   through the database file (the VFS links each WAL file with its
+//!   database file). A transaction larger than the page cache spills
+//!   frames before its commit; if it rolls back, those frames (past the
+//!   WAL's end, never read) are written then, while the lock is still
+//!   held, and never later, when another connection may have committed
+//!   frames at the same offsets.
 //!
 //! Nothing else changes: the same bytes reach the same offsets before the
 //! same points, so durability and what readers see are as with the
-//! default VFS. Other files (the database, the search file) are the
-//! default VFS's own. Only the connections that write most open through it
-//! (the append thread and the search indexer, `connections.rs`).
+//! default VFS. Other files (the database, the search file) go through
+//! unchanged. Only the connections that write most open through it (the
+//! append thread and the search indexer, `connections.rs`).
 
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr;
@@ -68,13 +76,24 @@ pub(super) fn vfs() -> rusqlite::Result<&'static str> {
     }
 }
 
-/// A WAL file opened through this VFS: SQLite's file handle (its methods
-/// are [`METHODS`]), the default VFS's handle, which lives in the same
-/// allocation right after this struct, and what is gathered.
+/// A file opened through this VFS: SQLite's file handle (its methods are
+/// [`METHODS`]), the default VFS's handle, which lives in the same
+/// allocation right after this struct, and, for a WAL file, what is
+/// gathered.
 #[repr(C)]
 struct WalFile {
     file: ffi::sqlite3_file,
     inner: *mut ffi::sqlite3_file,
+    /// A WAL file: its writes are gathered. Any other file's go on as
+    /// they come.
+    is_wal: bool,
+    /// A WAL file's database file, and a database file's WAL file, while
+    /// both are open through this VFS (null otherwise). When a write
+    /// transaction ends, SQLite unlocks the WAL's write lock through the
+    /// database file; what its WAL file still holds then (frames of a
+    /// transaction that spilled pages and rolled back) is written before
+    /// the lock is given up, never later over another writer's frames.
+    partner: *mut WalFile,
     gathered: Gathered,
 }
 
@@ -135,8 +154,8 @@ unsafe fn register() -> c_int {
     unsafe { ffi::sqlite3_vfs_register(vfs, 0) }
 }
 
-/// Opens a file through the default VFS: a WAL file inside a [`WalFile`],
-/// any other file as the default VFS's own.
+/// Opens a file through the default VFS, inside a [`WalFile`]; a WAL file
+/// is linked with its database file.
 unsafe extern "C" fn open(
     vfs: *mut ffi::sqlite3_vfs,
     name: *const c_char,
@@ -151,15 +170,12 @@ unsafe extern "C" fn open(
     let Some(base_open) = (unsafe { (*base).xOpen }) else {
         return ffi::SQLITE_ERROR;
     };
-    if flags & ffi::SQLITE_OPEN_WAL == 0 {
-        // SAFETY: `file` has room for at least the default VFS's handle.
-        return unsafe { base_open(base, name, file, flags, out_flags) };
-    }
     // SAFETY: SQLite allocated `szOsFile` bytes at `file`, 8-aligned: a
     // WalFile, then the default VFS's handle at INNER_OFFSET.
     let inner = unsafe { file.cast::<u8>().add(INNER_OFFSET) }.cast::<ffi::sqlite3_file>();
     // SAFETY: `inner` has room for the default VFS's handle.
     let rc = unsafe {
+        (*file).pMethods = ptr::null();
         (*inner).pMethods = ptr::null();
         base_open(base, name, inner, flags, out_flags)
     };
@@ -171,10 +187,23 @@ unsafe extern "C" fn open(
             if let Some(close) = (*inner).pMethods.as_ref().and_then(|m| m.xClose) {
                 close(inner);
             }
-            (*file).pMethods = ptr::null();
         }
         return rc;
     }
+    let is_wal = flags & ffi::SQLITE_OPEN_WAL != 0;
+    let database = if is_wal && !name.is_null() {
+        // SAFETY: for a WAL file SQLite passes a name from which it finds
+        // the database file's handle (null if none).
+        unsafe { ffi::sqlite3_database_file_object(name) }.cast::<WalFile>()
+    } else {
+        ptr::null_mut()
+    };
+    // SAFETY: the database file, if opened through this VFS (its methods
+    // are ours), is a WalFile, open while its WAL is.
+    let database = match unsafe { database.as_mut() } {
+        Some(database) if ptr::eq(database.file.pMethods, &METHODS) => database,
+        _ => ptr::null_mut(),
+    };
     // SAFETY: `file` has room for a WalFile, which SQLite never touches but
     // through METHODS; it is dropped in `close`.
     unsafe {
@@ -183,9 +212,14 @@ unsafe extern "C" fn open(
             WalFile {
                 file: ffi::sqlite3_file { pMethods: &METHODS },
                 inner,
+                is_wal,
+                partner: database,
                 gathered: Gathered::default(),
             },
         );
+        if let Some(database) = database.as_mut() {
+            database.partner = file.cast();
+        }
     }
     ffi::SQLITE_OK
 }
@@ -262,6 +296,13 @@ unsafe extern "C" fn write(
 ) -> c_int {
     // SAFETY: SQLite calls with its WalFile.
     let wal = unsafe { wal(file) };
+    if !wal.is_wal {
+        return match inner_methods(wal).xWrite {
+            // SAFETY: forwarded as SQLite passed it.
+            Some(write) => unsafe { write(wal.inner, data, amount, offset) },
+            None => ffi::SQLITE_IOERR_WRITE,
+        };
+    }
     let Ok(len) = usize::try_from(amount) else {
         return ffi::SQLITE_IOERR_WRITE;
     };
@@ -299,6 +340,11 @@ unsafe extern "C" fn close(file: *mut ffi::sqlite3_file) -> c_int {
     // SAFETY: SQLite calls with its WalFile, and never again after this.
     let wal = unsafe { wal(file) };
     let flushed = flush(wal);
+    // SAFETY: a partner is open (each unlinks the other when it closes)
+    // and used by this connection's thread alone.
+    if let Some(partner) = unsafe { wal.partner.as_mut() } {
+        partner.partner = ptr::null_mut();
+    }
     let closed = match inner_methods(wal).xClose {
         // SAFETY: `inner` is open; closed once, here.
         Some(close) => unsafe { close(wal.inner) },
@@ -375,9 +421,36 @@ forward! {
     fn device_characteristics() = xDeviceCharacteristics or 0;
     fn shm_map(page: c_int, page_size: c_int, extend: c_int, mapped: *mut *mut c_void)
         = xShmMap or ffi::SQLITE_IOERR_SHMMAP;
-    fn shm_lock(offset: c_int, count: c_int, flags: c_int) = xShmLock or ffi::SQLITE_IOERR_SHMLOCK;
     fn shm_unmap(delete: c_int) = xShmUnmap or ffi::SQLITE_OK;
     fn unfetch(offset: i64, page: *mut c_void) = xUnfetch or ffi::SQLITE_OK;
+}
+
+/// The WAL's write lock: the first of the WAL index's locks.
+const WAL_WRITE_LOCK: c_int = 0;
+
+unsafe extern "C" fn shm_lock(
+    file: *mut ffi::sqlite3_file,
+    offset: c_int,
+    count: c_int,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: SQLite calls with its WalFile.
+    let database = unsafe { wal(file) };
+    if flags & ffi::SQLITE_SHM_UNLOCK != 0 && offset == WAL_WRITE_LOCK {
+        // A write transaction ends (committed: nothing is gathered any
+        // more; rolled back: frames past the WAL's end may be). Written
+        // while the lock is still held; a failure is of no consequence,
+        // as no reader ever looks past the WAL's end.
+        // SAFETY: the partner is open, on this connection's thread.
+        if let Some(wal) = unsafe { database.partner.as_mut() } {
+            flush(wal);
+        }
+    }
+    match inner_methods(database).xShmLock {
+        // SAFETY: forwarded as SQLite passed it.
+        Some(lock) => unsafe { lock(database.inner, offset, count, flags) },
+        None => ffi::SQLITE_IOERR_SHMLOCK,
+    }
 }
 
 unsafe extern "C" fn shm_barrier(file: *mut ffi::sqlite3_file) {
@@ -495,6 +568,51 @@ mod tests {
         expected = (expected.0 + 1, expected.1 + 20);
         check(expected)?;
         drop(writer);
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }
+
+    #[test]
+    fn frames_of_a_rolled_back_transaction_never_land_on_later_commits() -> rusqlite::Result<()> {
+        let dir =
+            std::env::temp_dir().join(format!("sessionstore-wal-vfs-undo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let ours = through_vfs(&dir.join("db.sqlite"))?;
+        ours.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")?;
+        // Another writer through the default VFS (as sqlx's connections).
+        let other = Connection::open(dir.join("db.sqlite"))?;
+        other.execute_batch("PRAGMA busy_timeout = 5000")?;
+        let mut expected = (0, 0);
+        for round in 0..5 {
+            // All of the WAL copied back: the rollback below then reads
+            // nothing from the WAL (it rereads page 1 from the database).
+            ours.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+            // A transaction that spills frames (beyond the small cache),
+            // some of them still gathered when it rolls back.
+            ours.execute_batch(&format!(
+                "BEGIN; \
+                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {}) \
+                 INSERT INTO t (body) SELECT randomblob(1000) FROM n; \
+                 ROLLBACK",
+                300 + 97 * round
+            ))?;
+            // The other writer commits where those frames were...
+            other.execute("INSERT INTO t (body) VALUES (zeroblob(700))", [])?;
+            expected = (expected.0 + 1, expected.1 + 700);
+            // ...and ours commits after it.
+            ours.execute("INSERT INTO t (body) VALUES (zeroblob(50))", [])?;
+            expected = (expected.0 + 1, expected.1 + 50);
+            assert_eq!(rows(&other)?, expected, "read beside the writers");
+            let check: String = other.query_row("PRAGMA integrity_check", [], |row| row.get(0))?;
+            assert_eq!(check, "ok");
+            assert_eq!(
+                recovered(&dir, round)?,
+                (expected, "ok".to_owned()),
+                "recovered"
+            );
+        }
+        drop(ours);
         let _ = std::fs::remove_dir_all(&dir);
         Ok(())
     }
