@@ -5,7 +5,7 @@
 //! export for a target sends (`domain::target`); rendering changes
 //! nothing else about them.
 //!
-//! Each message is taken apart into [`Piece`]s in the order the body
+//! Each message is taken apart into pieces (`Piece`) in the order the body
 //! sends them: when its `content_blocks` hold a text block, the blocks
 //! (its `content` repeats them); otherwise its reasoning blocks, then its
 //! `content` as one text, then its other blocks; then its `tool_calls`. A
