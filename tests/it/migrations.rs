@@ -317,6 +317,24 @@ impl OldDatabase {
         .expect("read pg_constraint")
     }
 
+    /// The indexes on `table`, by name, sorted.
+    async fn indexes(&self, table: &str) -> Vec<String> {
+        let sql = match self.dialect {
+            Dialect::Sqlite => format!(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = '{table}' \
+                 ORDER BY name"
+            ),
+            Dialect::Postgres => {
+                format!("SELECT indexname FROM pg_indexes WHERE tablename = '{table}' ORDER BY 1")
+            }
+        };
+        self.rows::<(String,)>(&sql)
+            .await
+            .into_iter()
+            .map(|(name,)| name)
+            .collect()
+    }
+
     /// The real binary serving this database (it migrates it first).
     async fn serve(&self, log_dir: &std::path::Path) -> ServerProcess {
         ServerProcess::start(
@@ -909,7 +927,38 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
             old.tables_with_foreign_keys().await,
             ["run_cancels", "session_metadata", "session_state"]
         );
+        // 0014: a call's key is its session's and ordinal, no other
+        // index than usage's.
+        assert_eq!(
+            old.indexes("provider_calls").await,
+            [
+                "provider_calls_by_tenant_time",
+                "provider_calls_by_user_time",
+                "provider_calls_pkey"
+            ]
+        );
+        assert_eq!(
+            old.rows::<(String,)>("SELECT pg_get_indexdef('provider_calls_pkey'::regclass)")
+                .await,
+            [(
+                "CREATE UNIQUE INDEX provider_calls_pkey ON public.provider_calls \
+               USING btree (session_key, ordinal)"
+                    .to_owned(),
+            )]
+        );
     }
+    // 0014: no index on the sessions' update_time for the sweeps alone;
+    // tombstones have their own.
+    let session_indexes = old.indexes("sessions").await;
+    assert!(
+        !session_indexes
+            .iter()
+            .any(|name| name == "sessions_by_idle")
+            && session_indexes
+                .iter()
+                .any(|name| name == "sessions_tombstones_by_time"),
+        "{session_indexes:?}"
+    );
 
     // Sessions, whole; none expires.
     for expected in [

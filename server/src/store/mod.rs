@@ -499,7 +499,8 @@ pub trait Store: Clone + Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<SweepCandidate>>> + Send;
 
-    /// Live sessions with no revision since `before`, oldest first, at most `limit`.
+    /// Live sessions with no revision since `before`, at most `limit`:
+    /// tenant by tenant (in order), each tenant's oldest first.
     fn idle_sessions(
         &self,
         before: Timestamp,

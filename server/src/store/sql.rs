@@ -879,13 +879,45 @@ impl Store for SqlStore {
     }
 
     async fn idle_sessions(&self, before: Timestamp, limit: usize) -> Result<Vec<SweepCandidate>> {
-        self.candidates(
-            "SELECT tenant, id FROM sessions WHERE deleted = 0 AND update_time < $1 \
-             ORDER BY update_time LIMIT $2",
-            before,
-            limit,
+        // No index orders every tenant's sessions by update_time: appends
+        // would write one more entry each (migration 0014). The listing
+        // index orders each tenant's, so the tenants are walked in order
+        // (one index probe each, through the live-id index) and each one's
+        // idle sessions read oldest first, until `limit`.
+        let tenants: Vec<String> = sqlx::query_scalar(
+            "WITH RECURSIVE tenants (tenant) AS ( \
+                 SELECT MIN(tenant) FROM sessions WHERE deleted = 0 \
+                 UNION ALL \
+                 SELECT (SELECT MIN(s.tenant) FROM sessions s \
+                         WHERE s.deleted = 0 AND s.tenant > tenants.tenant) \
+                 FROM tenants WHERE tenants.tenant IS NOT NULL) \
+             SELECT tenant FROM tenants WHERE tenant IS NOT NULL",
         )
-        .await
+        .fetch_all(&self.inner.pool)
+        .await?;
+        let mut idle = Vec::new();
+        for tenant in tenants {
+            let left = limit.saturating_sub(idle.len());
+            if left == 0 {
+                break;
+            }
+            let rows = sqlx::query(
+                "SELECT tenant, id FROM sessions WHERE tenant = $1 AND deleted = 0 \
+                 AND update_time < $2 ORDER BY update_time, id LIMIT $3",
+            )
+            .bind(tenant)
+            .bind(before.0)
+            .bind(limit_param(left))
+            .fetch_all(&self.inner.pool)
+            .await?;
+            for row in &rows {
+                idle.push(SweepCandidate {
+                    tenant: text_col(row, "tenant")?,
+                    id: text_col(row, "id")?,
+                });
+            }
+        }
+        Ok(idle)
     }
 
     async fn expired_sessions(&self, now: Timestamp, limit: usize) -> Result<Vec<SweepCandidate>> {

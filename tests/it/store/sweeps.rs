@@ -236,6 +236,46 @@ async fn idle_sessions_are_found_oldest_first_and_deleted_only_while_idle(backen
     create(&store, "old").await;
     assert!(stored(&store, "old").await.is_empty());
     assert_ne!(store.resolve(TENANT, "old").await.unwrap().key, key);
+
+    // Several tenants: each one's idle sessions, oldest first, tenant by
+    // tenant in order, until the limit. (No index orders all tenants'
+    // sessions by time: appends would write it.)
+    for (tenant, id) in [
+        ("zeta", "z1"),
+        ("alpha", "a1"),
+        ("zeta", "z2"),
+        ("alpha", "a2"),
+    ] {
+        let new = NewSession {
+            id: Some(id.to_owned()),
+            user: "u".into(),
+            ..Default::default()
+        };
+        store.create_session(tenant, new).await.unwrap();
+    }
+    let everyone = store.idle_sessions(from_now(MINUTE), 10).await.unwrap();
+    let mut tenants: Vec<&str> = [TENANT, "alpha", "zeta"].into();
+    tenants.sort_unstable();
+    let expected: Vec<SweepCandidate> = tenants
+        .iter()
+        .flat_map(|tenant| match *tenant {
+            "alpha" => vec![candidate("alpha", "a1"), candidate("alpha", "a2")],
+            "zeta" => vec![candidate("zeta", "z1"), candidate("zeta", "z2")],
+            _ => vec![candidate(TENANT, "new"), candidate(TENANT, "old")],
+        })
+        .collect();
+    assert_eq!(everyone, expected);
+    assert_eq!(
+        store.idle_sessions(from_now(MINUTE), 3).await.unwrap(),
+        expected[..3]
+    );
+    // A cutoff before the other tenants' sessions were made: only the
+    // older ones.
+    assert_eq!(
+        store.idle_sessions(cutoff, 10).await.unwrap(),
+        Vec::<SweepCandidate>::new(),
+        "nothing but the deleted session was idle at the first cutoff"
+    );
     store.close().await;
 }
 
