@@ -114,7 +114,7 @@ impl Write for EraseRows {
                 "session_key, revision",
                 "AND t.revision < (SELECT s.revision FROM sessions s WHERE s.key = t.session_key)",
             ),
-            ("provider_calls", "ordinal", ""),
+            ("provider_calls", call_key(tx.dialect), ""),
             ("idempotency_keys", "tenant, request_id", ""),
             ("session_state", "session_key, key", ""),
         ];
@@ -235,4 +235,13 @@ fn sha256_hex(text: &str) -> String {
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect()
+}
+
+/// A provider call's key: its row id on SQLite (`ordinal`), the primary key
+/// `(session_key, ordinal)` on PostgreSQL (migration 0014).
+fn call_key(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => "ordinal",
+        Dialect::Postgres => "session_key, ordinal",
+    }
 }
