@@ -946,6 +946,15 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
                     .to_owned(),
             )]
         );
+        // 0015: a message's words stay in its search row.
+        assert_eq!(
+            old.rows::<(String,)>(
+                "SELECT attstorage::text FROM pg_attribute \
+                 WHERE attrelid = 'message_search'::regclass AND attname = 'words'"
+            )
+            .await,
+            [("m".to_owned(),)]
+        );
     }
     // 0014: no index on the sessions' update_time for the sweeps alone;
     // tombstones have their own.

@@ -1,0 +1,11 @@
+-- Each message's search row keeps its `tsvector` in the row itself. About
+-- 2 KB for a 1,000-character message (its words and their positions),
+-- which the default storage moved out to the TOAST table: every indexed
+-- message wrote two TOAST chunks and their index entries besides its row,
+-- a dozen WAL records per exchange, and every search hit read them back.
+-- `MAIN` still compresses, and moves a value out of the row only when the
+-- row would not fit on a page otherwise (a very long message's words).
+--
+-- Catalog change only: rows written before keep their storage until they
+-- are written again.
+ALTER TABLE message_search ALTER COLUMN words SET STORAGE MAIN;
