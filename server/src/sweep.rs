@@ -38,6 +38,20 @@ fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
+/// The longest wait between two looks for idle sessions.
+const IDLE_SCAN_MAX: Duration = Duration::from_secs(60);
+
+/// How often to look for idle sessions: a hundredth of the idle age,
+/// within the sweep interval and [`IDLE_SCAN_MAX`]. Finding them reads the
+/// listing index once per tenant (no index orders every tenant's sessions
+/// by time: appends would write it), so with many tenants a look is not
+/// free, and retention measured in days gains nothing from one a second.
+fn idle_scan_interval(options: &SweepOptions) -> Option<Duration> {
+    options
+        .max_idle_age
+        .map(|age| (age / 100).clamp(options.interval, IDLE_SCAN_MAX.max(options.interval)))
+}
+
 /// Runs until `closing` turns true.
 pub async fn run<S: Store>(
     store: S,
@@ -47,6 +61,8 @@ pub async fn run<S: Store>(
 ) {
     let mut ticks = tokio::time::interval(options.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let idle_every = idle_scan_interval(&options);
+    let mut idle_next = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = closing.changed() => return,
@@ -55,13 +71,31 @@ pub async fn run<S: Store>(
         if *closing.borrow() {
             return;
         }
-        sweep_once(&store, &options).await;
+        let now = tokio::time::Instant::now();
+        let look_for_idle = idle_every.is_some() && now >= idle_next;
+        let idle_found = sweep_pass(&store, &options, look_for_idle).await;
+        if let Some(every) = idle_every.filter(|_| look_for_idle) {
+            // A full batch leaves more to delete: look again next tick.
+            idle_next = if idle_found >= BATCH {
+                now
+            } else {
+                now + every
+            };
+        }
         hub.prune_runs(RUN_IDLE);
     }
 }
 
-/// One pass; errors are logged and retried at the next tick.
+/// One pass, idle sessions included; errors are logged and retried at
+/// the next tick.
 pub async fn sweep_once<S: Store>(store: &S, options: &SweepOptions) {
+    sweep_pass(store, options, true).await;
+}
+
+/// One pass, looking for idle sessions only if `look_for_idle`; how many
+/// idle sessions it found.
+async fn sweep_pass<S: Store>(store: &S, options: &SweepOptions, look_for_idle: bool) -> usize {
+    let mut idle_found = 0;
     let now = Timestamp::now();
     match store.expired_leases(now, BATCH).await {
         Ok(expired) => {
@@ -95,10 +129,11 @@ pub async fn sweep_once<S: Store>(store: &S, options: &SweepOptions) {
         }
         Err(error) => tracing::warn!(%error, "cannot look for expired sessions"),
     }
-    if let Some(max_idle_age) = options.max_idle_age {
+    if let Some(max_idle_age) = options.max_idle_age.filter(|_| look_for_idle) {
         let before = Timestamp(now.0.saturating_sub(micros(max_idle_age)));
         match store.idle_sessions(before, BATCH).await {
             Ok(idle) => {
+                idle_found = idle.len();
                 for session in idle {
                     match store
                         .delete_idle(&session.tenant, &session.id, before)
@@ -120,5 +155,43 @@ pub async fn sweep_once<S: Store>(store: &S, options: &SweepOptions) {
     let before = Timestamp(now.0.saturating_sub(micros(TOMBSTONE_AGE)));
     if let Err(error) = store.purge_tombstones(before, BATCH).await {
         tracing::warn!(%error, "cannot purge deleted sessions' tombstones");
+    }
+    idle_found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(interval_ms: u64, idle: Option<Duration>) -> SweepOptions {
+        SweepOptions {
+            interval: Duration::from_millis(interval_ms),
+            max_idle_age: idle,
+        }
+    }
+
+    #[test]
+    fn idle_sessions_are_looked_for_by_the_idle_age() {
+        assert_eq!(idle_scan_interval(&options(1000, None)), None);
+        // Days of retention: once a minute.
+        let month = Duration::from_secs(30 * 86_400);
+        assert_eq!(
+            idle_scan_interval(&options(1000, Some(month))),
+            Some(IDLE_SCAN_MAX)
+        );
+        // An hour: every 36 s; a few seconds: every tick.
+        assert_eq!(
+            idle_scan_interval(&options(1000, Some(Duration::from_secs(3600)))),
+            Some(Duration::from_secs(36))
+        );
+        assert_eq!(
+            idle_scan_interval(&options(50, Some(Duration::from_millis(1500)))),
+            Some(Duration::from_millis(50))
+        );
+        // A sweep interval longer than the cap wins.
+        assert_eq!(
+            idle_scan_interval(&options(120_000, Some(month))),
+            Some(Duration::from_secs(120))
+        );
     }
 }
