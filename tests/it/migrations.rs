@@ -273,6 +273,16 @@ impl OldDatabase {
             .await
     }
 
+    /// The events that refer to their messages for their content (0016),
+    /// as (session key, revision).
+    async fn referring_events(&self) -> Vec<(i64, i64)> {
+        self.rows(
+            "SELECT session_key, revision FROM events WHERE refers_until > refers_from \
+             ORDER BY 1, 2",
+        )
+        .await
+    }
+
     /// The rows `sql` selects, read through a connection of its own.
     async fn rows<T>(&self, sql: &str) -> Vec<T>
     where
@@ -1412,6 +1422,9 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
     // New events are stored encoded (0013): the append (mig-alpha, key 1)
     // and the new session (the next key, 5).
     assert_eq!(old.encoded_events().await, [(1, 5), (5, 1)]);
+    // The append refers to its messages for their content (0016); no
+    // event an older server wrote does.
+    assert_eq!(old.referring_events().await, [(1, 5)]);
 
     // A redaction erases a message from the old event that carries it,
     // which is stored encoded from then on, and the replay still holds

@@ -27,6 +27,7 @@
 //! general path.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use sqlx::any::AnyArguments;
@@ -419,6 +420,8 @@ fn append_one(
         .map(|m| (m, call_id.clone()));
     let mut stored = Vec::with_capacity(inputs.len() + exchange.response_messages.len());
     let inputs = inputs.iter().map(|m| (m, None));
+    // The event this append records, which refers to its messages.
+    let revision = state.session.revision + 1;
     for (offset, (message, produced_by)) in (0_i64..).zip(inputs.chain(responses)) {
         let sequence = state.session.next_sequence + offset;
         let id = ids::message_id();
@@ -429,6 +432,7 @@ fn append_one(
             produced_by.as_deref(),
             encode(message)?,
             now,
+            revision,
         );
         if search == SearchWrites::Inline {
             let text = control::search_text(message);
@@ -463,10 +467,10 @@ fn append_one(
     }
     state.session.next_sequence += added;
     state.added_messages += added;
-    state.session.revision += 1;
+    state.session.revision = revision;
     state.session.update_time = now;
     state.changed = true;
-    let revision = state.session.revision;
+    let first_sequence = state.session.next_sequence - added;
 
     let appended = AppendedExchange {
         messages: stored,
@@ -477,12 +481,18 @@ fn append_one(
         update_time: now,
         replayed: false,
     };
-    let event = EncodedEvent::new(SessionEvent {
+    let (event, logged) = EncodedEvent::referring(SessionEvent {
         revision,
         time: now,
         change: Change::ExchangeAppended(appended.clone()),
     });
-    rows.event(state.key, revision, now, event.encoding().to_vec());
+    rows.event(
+        state.key,
+        revision,
+        now,
+        logged,
+        first_sequence..state.session.next_sequence,
+    );
     if !exchange.request_id.is_empty() {
         rows.idempotency_key(
             tenant,
@@ -549,6 +559,7 @@ impl Rows {
         produced_by: Option<&str>,
         body: String,
         now: Timestamp,
+        referenced_by: i64,
     ) {
         self.messages.extend([
             Value::Int(session_key),
@@ -558,6 +569,7 @@ impl Rows {
             Value::Text(body),
             Value::Int(now.0),
             Value::Int(0),
+            Value::Int(referenced_by),
         ]);
     }
 
@@ -570,14 +582,24 @@ impl Rows {
     }
 
     /// An event row: its encoding in `wire`, `body` left empty (see
-    /// [`super::ops::INSERT_EVENT`]).
-    fn event(&mut self, session_key: i64, revision: i64, now: Timestamp, encoding: Vec<u8>) {
+    /// [`super::ops::INSERT_EVENT`]), referring to the messages `refers`
+    /// for their content ([`EncodedEvent::referring`]).
+    fn event(
+        &mut self,
+        session_key: i64,
+        revision: i64,
+        now: Timestamp,
+        encoding: Vec<u8>,
+        refers: Range<i64>,
+    ) {
         self.events.extend([
             Value::Int(session_key),
             Value::Int(revision),
             Value::Int(now.0),
             Value::Text(String::new()),
             Value::Bytes(encoding),
+            Value::Int(refers.start),
+            Value::Int(refers.end),
         ]);
     }
 
@@ -629,9 +651,9 @@ impl Rows {
             &mut statements,
             &format!(
                 "{insert_into} messages (session_key, sequence, id, produced_by_call_id, body, \
-             create_time, redacted) VALUES "
+             create_time, redacted, referenced_by) VALUES "
             ),
-            7,
+            8,
             self.messages,
         );
         // In row id order: FTS5 flushes its pending terms to a new segment
@@ -695,8 +717,11 @@ impl Rows {
         update_sessions(&mut statements, dialect, &changed);
         insert(
             &mut statements,
-            &format!("{insert_into} events (session_key, revision, time, body, wire) VALUES "),
-            5,
+            &format!(
+                "{insert_into} events (session_key, revision, time, body, wire, refers_from, \
+                 refers_until) VALUES "
+            ),
+            7,
             self.events,
         );
         insert(

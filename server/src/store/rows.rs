@@ -5,9 +5,11 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use sessionstore_client::v1 as pb;
+
 use super::text::unescape;
-use crate::domain::{Change, Error, Result, Session, SessionEvent, StoredMessage, Timestamp};
-use crate::wire::EncodedEvent;
+use crate::domain::{Error, Message, Result, Session, SessionEvent, StoredMessage, Timestamp};
+use crate::wire::{EncodedEvent, message_to_pb};
 
 pub fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(Error::storage)
@@ -36,11 +38,133 @@ pub fn logged_event(
     }
 }
 
-/// The change an event row records, in either form (as [`logged_event`]).
-pub fn logged_change(body: &str, wire: Option<&[u8]>) -> Result<Change> {
-    match wire {
-        Some(wire) => Ok(EncodedEvent::stored(0, wire)?.decode()?.change),
-        None => decode(body),
+/// A session's events with the content of the messages each refers to
+/// (`refers_from..refers_until`, see [`EncodedEvent::referring`]): one
+/// row per message referred to, or one row with NULL message columns for
+/// an event that refers to none, in revision and sequence order, read as
+/// one statement so that the events and the messages come from one
+/// snapshot. `$1` is the session's key; `events` is the condition on the
+/// event rows (`e`), a range of revisions: a limit would count the
+/// joined rows, and on SQLite a limited subquery's rows are sorted again
+/// in a temporary B-tree. A session's revisions are consecutive, so a
+/// range of them is as many events. [`EventRows`] gathers the rows into
+/// events.
+pub fn events_with_contents(events: &str) -> String {
+    format!(
+        "SELECT e.revision, e.time, e.body, e.wire, e.refers_from, e.refers_until, \
+         m.sequence AS content_sequence, m.body AS content \
+         FROM events AS e LEFT JOIN messages AS m ON m.session_key = e.session_key \
+         AND m.sequence >= e.refers_from AND m.sequence < e.refers_until \
+         WHERE e.session_key = $1 AND {events} \
+         ORDER BY e.revision, m.sequence"
+    )
+}
+
+/// One row of [`events_with_contents`], borrowed from the driver's row.
+pub struct EventRow<'a> {
+    pub revision: i64,
+    pub time: i64,
+    pub body: &'a str,
+    pub wire: Option<&'a [u8]>,
+    pub refers_from: i64,
+    pub refers_until: i64,
+    /// The sequence and body of a message the event refers to.
+    pub content: Option<(i64, &'a str)>,
+}
+
+impl<'a> EventRow<'a> {
+    /// The row as sqlx reads it.
+    pub fn from_any(row: &'a AnyRow) -> Result<Self> {
+        let sequence: Option<i64> = row.try_get("content_sequence")?;
+        let content = match sequence {
+            Some(sequence) => Some((sequence, row.try_get::<&str, _>("content")?)),
+            None => None,
+        };
+        Ok(EventRow {
+            revision: row.try_get("revision")?,
+            time: row.try_get("time")?,
+            body: row.try_get("body")?,
+            wire: row.try_get("wire")?,
+            refers_from: row.try_get("refers_from")?,
+            refers_until: row.try_get("refers_until")?,
+            content,
+        })
+    }
+}
+
+/// Gathers the rows of [`events_with_contents`] into events, one event at
+/// a time.
+#[derive(Default)]
+pub struct EventRows {
+    current: Option<GatheredEvent>,
+}
+
+impl EventRows {
+    /// Takes the next row. Answers the event before it once this row
+    /// begins another.
+    pub fn push(&mut self, row: &EventRow<'_>) -> Result<Option<GatheredEvent>> {
+        let done = match &self.current {
+            Some(current) if current.revision != row.revision => self.current.take(),
+            _ => None,
+        };
+        let current = match &mut self.current {
+            Some(current) => current,
+            None => self.current.insert(GatheredEvent::new(row)?),
+        };
+        if let Some((sequence, body)) = row.content {
+            current.size += body.len();
+            let message: Message = decode(body)?;
+            current.contents.push((sequence, message_to_pb(message)));
+        }
+        Ok(done)
+    }
+
+    /// The last event, once the rows are done.
+    pub fn finish(&mut self) -> Option<GatheredEvent> {
+        self.current.take()
+    }
+}
+
+/// An event gathered from its rows.
+pub struct GatheredEvent {
+    revision: i64,
+    stored: Gathered,
+    contents: Vec<(i64, pb::Message)>,
+    /// The bytes read for it: its encoding (or JSON) and the bodies of
+    /// the messages it refers to.
+    pub size: usize,
+}
+
+enum Gathered {
+    /// An event stored whole.
+    Whole(EncodedEvent),
+    /// An event stored without its messages' content.
+    Referring(Vec<u8>),
+}
+
+impl GatheredEvent {
+    fn new(row: &EventRow<'_>) -> Result<Self> {
+        let size = row.wire.map_or(row.body.len(), <[u8]>::len);
+        let stored = match row.wire {
+            Some(wire) if row.refers_until > row.refers_from => Gathered::Referring(wire.to_vec()),
+            _ => Gathered::Whole(logged_event(row.revision, row.time, row.body, row.wire)?),
+        };
+        Ok(GatheredEvent {
+            revision: row.revision,
+            stored,
+            contents: Vec::new(),
+            size,
+        })
+    }
+
+    /// The event as WatchSession sends it.
+    pub fn into_event(self) -> Result<EncodedEvent> {
+        match self.stored {
+            Gathered::Whole(event) => Ok(event),
+            Gathered::Referring(stored) => {
+                EncodedEvent::with_contents(self.revision, &stored, self.contents)
+            }
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use super::ops::{
     DeleteSession, DeleteSharedState, EraseFinish, EraseMark, EraseRows, EraseTombstones,
     ForkSession, PurgeTombstones, SetSharedState, UpdateSession, Write,
 };
-use super::rows::logged_event;
+use super::rows::{EventRow, EventRows, events_with_contents};
 use super::rows::{
     MESSAGE_COLUMNS, SESSION_COLUMNS, decode, session_from_row, stored_message_from_row, text_col,
 };
@@ -226,38 +226,47 @@ pub(super) async fn events(
     after: i64,
     bound: ReadBound,
 ) -> Result<Page<EncodedEvent>> {
-    let rows = sqlx::query(
-        "SELECT revision, time, body, wire FROM events WHERE session_key = $1 AND revision > $2 \
-         ORDER BY revision LIMIT $3",
-    )
-    .bind(session_key)
-    .bind(after)
-    .bind(limit_param(bound.rows))
-    .fetch(pool);
-    bounded(rows, bound, event_size, |row| {
-        let wire: Option<&[u8]> = row.try_get("wire")?;
-        logged_event(
-            row.try_get("revision")?,
-            row.try_get("time")?,
-            row.try_get("body")?,
-            wire,
-        )
-    })
-    .await
+    let sql = events_with_contents(EVENTS_AFTER);
+    let mut rows = sqlx::query(&sql)
+        .bind(session_key)
+        .bind(after)
+        .bind(after.saturating_add(limit_param(bound.rows)))
+        .fetch(pool);
+    let mut page = Page {
+        rows: Vec::new(),
+        cut: false,
+    };
+    let mut bytes = 0;
+    let mut events = EventRows::default();
+    loop {
+        let row = rows.try_next().await?;
+        let done = match &row {
+            Some(row) => events.push(&EventRow::from_any(row)?)?,
+            None => events.finish(),
+        };
+        if let Some(event) = done {
+            if !bound.admits(page.rows.len(), bytes, event.size) {
+                page.cut = true;
+                break;
+            }
+            bytes += event.size;
+            let size = event.size;
+            page.rows.push((event.into_event()?, size));
+        }
+        if row.is_none() {
+            break;
+        }
+    }
+    Ok(page)
 }
+
+/// The events [`Backend::events`] reads, as [`events_with_contents`]
+/// takes them: after revision `$2`, up to `$3` (`$2` + the row limit).
+pub(super) const EVENTS_AFTER: &str = "e.revision > $2 AND e.revision <= $3";
 
 /// The bytes a message row's body holds, as a [`ReadBound`] counts them.
 fn body_size(row: &AnyRow) -> Result<usize> {
     Ok(row.try_get::<&str, _>("body")?.len())
-}
-
-/// The bytes an event row holds, as a [`ReadBound`] counts them.
-fn event_size(row: &AnyRow) -> Result<usize> {
-    let wire: Option<&[u8]> = row.try_get("wire")?;
-    Ok(match wire {
-        Some(wire) => wire.len(),
-        None => row.try_get::<&str, _>("body")?.len(),
-    })
 }
 
 /// Consumes `rows` while `bound` admits them (measuring each with

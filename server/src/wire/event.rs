@@ -47,19 +47,85 @@ pub enum Effect {
     SessionDeleted,
 }
 
-impl EncodedEvent {
-    /// Encodes `event` (as it is written).
-    pub fn new(event: SessionEvent) -> Self {
-        let effect = match &event.change {
+impl Effect {
+    fn of(change: &Change) -> Self {
+        match change {
             Change::ExchangeAppended(appended) if !appended.run_id.is_empty() => {
                 Effect::ClosesRun(appended.run_id.clone())
             }
             Change::RunEnded { run_id, .. } => Effect::ClosesRun(run_id.clone()),
             Change::SessionDeleted => Effect::SessionDeleted,
             _ => Effect::None,
+        }
+    }
+}
+
+impl EncodedEvent {
+    /// Encodes `event` (as it is written).
+    pub fn new(event: SessionEvent) -> Self {
+        let (revision, effect) = (event.revision, Effect::of(&event.change));
+        Self::framed_from(revision, effect, &event_into_pb(event))
+    }
+
+    /// Encodes an appended exchange's event twice: whole, as watchers get
+    /// it, and as the log stores it, which leaves out the content of the
+    /// messages (`StoredMessage.message`): their rows in `messages` hold
+    /// it, and [`EncodedEvent::with_contents`] puts it back when the event is read.
+    /// Every other field, the messages' ids and sequences included, is
+    /// kept.
+    pub fn referring(event: SessionEvent) -> (Self, Vec<u8>) {
+        let (revision, effect) = (event.revision, Effect::of(&event.change));
+        let mut message = event_into_pb(event);
+        let whole = Self::framed_from(revision, effect, &message);
+        if let Some(pb::session_event::Event::ExchangeAppended(appended)) = &mut message.event {
+            for stored in &mut appended.messages {
+                stored.message = None;
+            }
+        }
+        (whole, message.encode_to_vec())
+    }
+
+    /// An appended exchange's event as the log stores it
+    /// ([`EncodedEvent::referring`]), with its messages' content put back:
+    /// `contents` holds the content of each message it refers to, by
+    /// sequence, in sequence order. Every message the event refers to must
+    /// be there, and no other.
+    pub fn with_contents(
+        revision: i64,
+        stored: &[u8],
+        contents: Vec<(i64, pb::Message)>,
+    ) -> Result<Self> {
+        let mut event = pb::SessionEvent::decode(stored).map_err(Error::storage)?;
+        let Some(pb::session_event::Event::ExchangeAppended(appended)) = &mut event.event else {
+            return Err(malformed(
+                "only an appended exchange refers to its messages",
+            ));
         };
-        let revision = event.revision;
-        let message = event_into_pb(event);
+        let mut contents = contents.into_iter();
+        for stored in appended.messages.iter_mut().filter(|m| m.message.is_none()) {
+            match contents.next() {
+                Some((sequence, message)) if sequence == stored.sequence => {
+                    stored.message = Some(message);
+                }
+                _ => {
+                    return Err(malformed(format!(
+                        "the content of message {} is gone",
+                        stored.sequence
+                    )));
+                }
+            }
+        }
+        if contents.next().is_some() {
+            return Err(malformed("more contents than messages referred to"));
+        }
+        let effect = match appended.run_id.as_str() {
+            "" => Effect::None,
+            run_id => Effect::ClosesRun(run_id.to_owned()),
+        };
+        Ok(Self::framed_from(revision, effect, &event))
+    }
+
+    fn framed_from(revision: i64, effect: Effect, message: &pb::SessionEvent) -> Self {
         let len = message.encoded_len();
         let mut buf = BytesMut::with_capacity(PREFIX + len);
         put_prefix(&mut buf, len);

@@ -372,6 +372,7 @@ fn text_block(text: &str) -> pb::ContentBlock {
 mod edit;
 mod fork;
 mod newest;
+mod references;
 mod retention;
 mod revisions;
 mod rollback;

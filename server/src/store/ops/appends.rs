@@ -3,9 +3,9 @@
 
 use super::{AppendExchange, Appended, Dialect, Tx, Write};
 use crate::domain::exchange::diff_full_history;
-use crate::domain::{Change, Error, Message, NewExchange, Result, Timestamp};
+use crate::domain::{Change, Error, Message, NewExchange, Result};
 use crate::store::batch;
-use crate::store::rows::{decode, logged_change};
+use crate::store::rows::decode;
 use crate::store::text::escape;
 
 impl Tx<'_> {
@@ -30,19 +30,19 @@ impl Tx<'_> {
         if earlier_fingerprint != fingerprint {
             return Err(Error::IdempotencyConflict(request_id.to_owned()));
         }
-        let (body, wire, time): (String, Option<Vec<u8>>, i64) = sqlx::query_as(
-            "SELECT body, wire, time FROM events WHERE session_key = $1 AND revision = $2",
-        )
-        .bind(key)
-        .bind(revision)
-        .fetch_one(&mut *self.conn)
-        .await?;
-        let Change::ExchangeAppended(mut first) = logged_change(&body, wire.as_deref())? else {
+        let event = self
+            .logged_event(key, revision, false)
+            .await?
+            .ok_or_else(|| {
+                Error::storage(std::io::Error::other("idempotency key without its event"))
+            })?
+            .decode()?;
+        let Change::ExchangeAppended(mut first) = event.change else {
             return Err(Error::storage(std::io::Error::other(
                 "idempotency key points at a non-append event",
             )));
         };
-        first.update_time = Timestamp(time);
+        first.update_time = event.time;
         first.replayed = true;
         Ok(Some((revision, first)))
     }

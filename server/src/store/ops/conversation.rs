@@ -6,9 +6,9 @@ use crate::domain::control::{
     RolledBack, RunBegun, SetState,
 };
 use crate::domain::{
-    Change, Error, Message, Result, SessionEvent, StateEntry, StoredMessage, Timestamp, control,
+    Change, Error, Message, Result, StateEntry, StoredMessage, Timestamp, control,
 };
-use crate::store::rows::{MESSAGE_COLUMNS, logged_change, stored_message_from_row};
+use crate::store::rows::{MESSAGE_COLUMNS, stored_message_from_row};
 use crate::store::text::escape;
 use crate::wire::EncodedEvent;
 
@@ -223,6 +223,8 @@ impl Tx<'_> {
             .await?;
             (ids, Vec::new())
         };
+        self.keep_contents_in_events(row.key, after_sequence + 1, i64::MAX)
+            .await?;
         sqlx::query("DELETE FROM messages WHERE session_key = $1 AND sequence > $2")
             .bind(row.key)
             .bind(after_sequence)
@@ -304,8 +306,8 @@ impl Tx<'_> {
             Dialect::Sqlite => "instr(wire, $3) > 0",
             Dialect::Postgres => "position($3 in wire) > 0",
         };
-        let events: Vec<(i64, i64, String, Option<Vec<u8>>)> = sqlx::query_as(&format!(
-            "SELECT revision, time, body, wire FROM events \
+        let revisions: Vec<i64> = sqlx::query_scalar(&format!(
+            "SELECT revision FROM events \
              WHERE session_key = $1 AND (body LIKE $2 OR {in_encoding})"
         ))
         .bind(row.key)
@@ -313,22 +315,15 @@ impl Tx<'_> {
         .bind(old.id.as_bytes())
         .fetch_all(&mut *self.conn)
         .await?;
-        for (revision, time, body, wire) in events {
-            let mut change = logged_change(&body, wire.as_deref())?;
-            if control::scrub(&mut change, &old.id) {
-                let event = EncodedEvent::new(SessionEvent {
-                    revision,
-                    time: Timestamp(time),
-                    change,
-                });
-                sqlx::query(
-                    "UPDATE events SET body = '', wire = $1 WHERE session_key = $2 AND revision = $3",
-                )
-                .bind(event.encoding())
-                .bind(row.key)
-                .bind(revision)
-                .execute(&mut *self.conn)
-                .await?;
+        for revision in revisions {
+            let Some(event) = self.logged_event(row.key, revision, false).await? else {
+                continue;
+            };
+            let mut event = event.decode()?;
+            if control::scrub(&mut event.change, &old.id) {
+                let event = EncodedEvent::new(event);
+                self.rewrite_event(row.key, revision, event.encoding())
+                    .await?;
             }
         }
         let change = Change::MessageRedacted {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use sqlx::{AnyConnection, Row};
 
 use super::rows::{
-    MESSAGE_COLUMNS, SESSION_COLUMNS, encode, search_rowid, session_from_row,
-    stored_message_from_row,
+    EventRow, EventRows, GatheredEvent, MESSAGE_COLUMNS, SESSION_COLUMNS, encode,
+    events_with_contents, search_rowid, session_from_row, stored_message_from_row,
 };
 use super::text::escape;
 use crate::domain::{
@@ -287,6 +287,75 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// The event at `revision` of the session `session_key`, whole: the
+    /// content of the messages it refers to put back. `only_referring`
+    /// reads it only if it refers to messages.
+    async fn logged_event(
+        &mut self,
+        session_key: i64,
+        revision: i64,
+        only_referring: bool,
+    ) -> Result<Option<EncodedEvent>> {
+        let condition = if only_referring {
+            "e.revision = $2 AND e.refers_until > e.refers_from"
+        } else {
+            "e.revision = $2"
+        };
+        let rows = sqlx::query(&events_with_contents(condition))
+            .bind(session_key)
+            .bind(revision)
+            .fetch_all(&mut *self.conn)
+            .await?;
+        let mut events = EventRows::default();
+        for row in &rows {
+            // One revision: nothing is done before the last row.
+            events.push(&EventRow::from_any(row)?)?;
+        }
+        events.finish().map(GatheredEvent::into_event).transpose()
+    }
+
+    /// Writes out whole the events that refer to the session's messages
+    /// `from..until` for their content (see [`EncodedEvent::referring`]),
+    /// before those messages change or go, so that a replay still shows
+    /// what each event recorded.
+    async fn keep_contents_in_events(
+        &mut self,
+        session_key: i64,
+        from: i64,
+        until: i64,
+    ) -> Result<()> {
+        let revisions: Vec<i64> = sqlx::query_scalar(
+            "SELECT DISTINCT referenced_by FROM messages \
+             WHERE session_key = $1 AND sequence >= $2 AND sequence < $3 AND referenced_by > 0",
+        )
+        .bind(session_key)
+        .bind(from)
+        .bind(until)
+        .fetch_all(&mut *self.conn)
+        .await?;
+        for revision in revisions {
+            if let Some(event) = self.logged_event(session_key, revision, true).await? {
+                self.rewrite_event(session_key, revision, event.encoding())
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores event `revision` anew, whole.
+    async fn rewrite_event(&mut self, session_key: i64, revision: i64, wire: &[u8]) -> Result<()> {
+        sqlx::query(
+            "UPDATE events SET body = '', wire = $1, refers_from = 0, refers_until = 0 \
+             WHERE session_key = $2 AND revision = $3",
+        )
+        .bind(wire)
+        .bind(session_key)
+        .bind(revision)
+        .execute(&mut *self.conn)
+        .await?;
+        Ok(())
+    }
+
     /// Refuses a transcript write while another run holds the lease.
     fn check_lease(row: &SessionRow, run_id: &str) -> Result<()> {
         let active = &row.session.active_run_id;
@@ -435,6 +504,8 @@ impl Tx<'_> {
         message: &Message,
         redacted: bool,
     ) -> Result<()> {
+        self.keep_contents_in_events(row.key, old.sequence, old.sequence + 1)
+            .await?;
         sqlx::query(
             "UPDATE messages SET body = $1, redacted = $2 WHERE session_key = $3 AND sequence = $4",
         )

@@ -16,23 +16,23 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use rusqlite::Connection;
 
 use super::connections::{self, Role};
 use crate::domain::target::Origin;
 use crate::domain::{Error, Result, StoredMessage};
-use crate::store::rows::{MessageRow, logged_event};
-use crate::store::sql::CALL_ORIGINS;
+use crate::store::rows::{EventRow, EventRows, MessageRow, events_with_contents};
+use crate::store::sql::{CALL_ORIGINS, EVENTS_AFTER};
 use crate::store::text::unescape;
 use crate::store::{Page, ReadBound};
 use crate::wire::EncodedEvent;
 
-/// A session's events after a revision, in order (as `read_events`); its
-/// parameters written as [`unplanned`] does.
-pub(super) const EVENTS: &str = "SELECT revision, time, body, wire FROM events \
-     WHERE session_key = (?1 + 0) AND revision > (?2 + 0) ORDER BY revision LIMIT ?3";
+/// A session's events after a revision, in order, with the content of the
+/// messages they refer to (as `sql::events`); its parameters written as
+/// [`unplanned`] does.
+static EVENTS: LazyLock<String> = LazyLock::new(|| unplanned(&events_with_contents(EVENTS_AFTER)));
 
 /// `sql` (PostgreSQL-style `$1`, `$2`, `$3`) for the engine, with `?1` and
 /// `?2` written as `(?N + 0)`. The bundled SQLite has STAT4, and after an
@@ -126,29 +126,36 @@ impl EngineReads {
         let limit = i64::try_from(bound.rows).unwrap_or(i64::MAX);
         tokio::task::spawn_blocking(move || {
             this.with_connection(|conn| {
-                let mut statement = conn.prepare_cached(EVENTS)?;
-                let mut rows = statement.query([session_key, after, limit])?;
+                let mut statement = conn.prepare_cached(&EVENTS)?;
+                let until = after.saturating_add(limit);
+                let mut rows = statement.query([session_key, after, until])?;
                 let mut page = Page {
                     rows: Vec::new(),
                     cut: false,
                 };
                 let mut bytes = 0;
-                while let Some(row) = rows.next()? {
-                    // The encoding is copied once, from where SQLite holds it
-                    // into the framed event.
-                    let wire = row
-                        .get_ref(3)?
-                        .as_blob_or_null()
-                        .map_err(rusqlite::Error::from)?;
-                    let body = row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
-                    let size = wire.map_or(body.len(), <[u8]>::len);
-                    if !bound.admits(page.rows.len(), bytes, size) {
-                        page.cut = true;
+                let mut events = EventRows::default();
+                loop {
+                    let row = rows.next()?;
+                    // Each column is read where SQLite holds it; an event's
+                    // encoding is copied once, into the framed event.
+                    let done = match row {
+                        Some(row) => events.push(&event_row(row)?)?,
+                        None => events.finish(),
+                    };
+                    let ended = row.is_none();
+                    if let Some(event) = done {
+                        if !bound.admits(page.rows.len(), bytes, event.size) {
+                            page.cut = true;
+                            break;
+                        }
+                        bytes += event.size;
+                        let size = event.size;
+                        page.rows.push((event.into_event()?, size));
+                    }
+                    if ended {
                         break;
                     }
-                    bytes += size;
-                    let event = logged_event(row.get(0)?, row.get(1)?, body, wire)?;
-                    page.rows.push((event, size));
                 }
                 Ok(page)
             })
@@ -219,4 +226,28 @@ impl EngineReads {
     fn open(&self) -> rusqlite::Result<Connection> {
         connections::engine(&self.path, Role::Read)
     }
+}
+
+/// A row of [`EVENTS`], borrowed from the engine's.
+fn event_row<'a>(row: &'a rusqlite::Row<'_>) -> rusqlite::Result<EventRow<'a>> {
+    let text = |column| -> rusqlite::Result<&'a str> {
+        row.get_ref(column)?.as_str().map_err(rusqlite::Error::from)
+    };
+    let content_sequence: Option<i64> = row.get(6)?;
+    let content = match content_sequence {
+        Some(sequence) => Some((sequence, text(7)?)),
+        None => None,
+    };
+    Ok(EventRow {
+        revision: row.get(0)?,
+        time: row.get(1)?,
+        body: text(2)?,
+        wire: row
+            .get_ref(3)?
+            .as_blob_or_null()
+            .map_err(rusqlite::Error::from)?,
+        refers_from: row.get(4)?,
+        refers_until: row.get(5)?,
+        content,
+    })
 }
