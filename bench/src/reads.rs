@@ -133,12 +133,23 @@ pub async fn export_replay_session(server: &Server, exchanges: usize) -> anyhow:
     export_id(server, &replay_session(exchanges), 2 * exchanges).await
 }
 
-const SELECT_MESSAGES: &str = "SELECT sequence, id, produced_by_call_id, body, create_time, redacted \
-     FROM messages WHERE session_key = (SELECT key FROM sessions \
+/// Every column of the messages a read returns: a message's content is
+/// its protobuf encoding (`wire`) or, as an older server wrote it, its
+/// JSON (`body`).
+const SELECT_MESSAGES: &str = "SELECT sequence, id, produced_by_call_id, body, wire, create_time, \
+     redacted FROM messages WHERE session_key = (SELECT key FROM sessions \
      WHERE tenant = 'default' AND id = $1 AND deleted = 0) ORDER BY sequence";
 
-/// A message row as the SELECTs fetch it (the body left as JSON text).
-type MessageRow = (i64, String, Option<String>, String, i64, i64);
+/// A message row as the SELECTs fetch it (the content left undecoded).
+type MessageRow = (
+    i64,
+    String,
+    Option<String>,
+    String,
+    Option<Vec<u8>>,
+    i64,
+    i64,
+);
 
 /// The same rows through sqlx, fetched into memory (no decoding).
 pub async fn select_sqlx(db: &Database, messages: usize) -> anyhow::Result<Duration> {
@@ -195,8 +206,9 @@ pub fn select_engine(db: &Database, messages: usize) -> anyhow::Result<Duration>
                 r.get::<_, String>(1)?,
                 r.get::<_, Option<String>>(2)?,
                 r.get::<_, String>(3)?,
-                r.get::<_, i64>(4)?,
+                r.get::<_, Option<Vec<u8>>>(4)?,
                 r.get::<_, i64>(5)?,
+                r.get::<_, i64>(6)?,
             ))
         })?
         .collect::<Result<Vec<_>, _>>()?;

@@ -283,6 +283,13 @@ impl OldDatabase {
         .await
     }
 
+    /// The messages stored encoded (0017), as (session key, sequence); the
+    /// others hold the JSON an older server wrote.
+    async fn encoded_messages(&self) -> Vec<(i64, i64)> {
+        self.rows("SELECT session_key, sequence FROM messages WHERE wire IS NOT NULL ORDER BY 1, 2")
+            .await
+    }
+
     /// The rows `sql` selects, read through a connection of its own.
     async fn rows<T>(&self, sql: &str) -> Vec<T>
     where
@@ -1425,6 +1432,8 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
     // The append refers to its messages for their content (0016); no
     // event an older server wrote does.
     assert_eq!(old.referring_events().await, [(1, 5)]);
+    // Its messages are stored encoded (0017); the old ones keep their JSON.
+    assert_eq!(old.encoded_messages().await, [(1, 6), (1, 7)]);
 
     // A redaction erases a message from the old event that carries it,
     // which is stored encoded from then on, and the replay still holds
@@ -1441,6 +1450,8 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
         .into_inner();
     assert_eq!(redacted.revision, 6);
     assert_eq!(old.encoded_events().await, [(1, 2), (1, 5), (1, 6), (5, 1)]);
+    // The redacted message's marker is stored encoded.
+    assert_eq!(old.encoded_messages().await, [(1, 2), (1, 6), (1, 7)]);
     let events = replay(&mut client, "mig-alpha").await;
     assert_eq!(
         events.iter().map(|e| e.revision).collect::<Vec<_>>(),

@@ -861,7 +861,7 @@ async fn a_failed_engine_run_falls_back_to_one_request_at_a_time() {
     let mut locker = sqlx::SqliteConnection::connect(&url).await.unwrap();
     sqlx::query(
         "CREATE TRIGGER test_refuses BEFORE INSERT ON messages \
-         WHEN NEW.body LIKE '%refuse this message%' \
+         WHEN instr(NEW.wire, CAST('refuse this message' AS BLOB)) > 0 \
          BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
     )
     .execute(&mut locker)

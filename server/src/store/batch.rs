@@ -35,7 +35,7 @@ use sqlx::query::Query;
 use sqlx::{Any, AnyConnection};
 
 use super::ops::{Appended, Applied, Dialect, SearchWrites};
-use super::rows::{Columns, SESSION_COLUMNS, encode, search_rowid, session_from_row};
+use super::rows::{Columns, SESSION_COLUMNS, encode_content, search_rowid, session_from_row};
 use super::text::escape;
 use crate::domain::{
     AppendedExchange, Change, Error, Message, NewExchange, ProviderCall, Result, Session,
@@ -424,31 +424,23 @@ fn append_one(
     let revision = state.session.revision + 1;
     for (offset, (message, produced_by)) in (0_i64..).zip(inputs.chain(responses)) {
         let sequence = state.session.next_sequence + offset;
-        let id = ids::message_id();
-        rows.message(
-            state.key,
-            sequence,
-            &id,
-            produced_by.as_deref(),
-            encode(message)?,
-            now,
-            revision,
-        );
-        if search == SearchWrites::Inline {
-            let text = control::search_text(message);
-            if !text.trim().is_empty() {
-                rows.search(state.key, sequence, text);
-            }
-        }
-        stored.push(StoredMessage {
-            id,
+        let message = StoredMessage {
+            id: ids::message_id(),
             session_id: state.session.id.clone(),
             sequence,
             produced_by_call_id: produced_by.unwrap_or_default(),
             message: message.clone(),
             create_time: now,
             redacted: false,
-        });
+        };
+        rows.message(state.key, &message, revision);
+        if search == SearchWrites::Inline {
+            let text = control::search_text(&message.message);
+            if !text.trim().is_empty() {
+                rows.search(state.key, sequence, text);
+            }
+        }
+        stored.push(message);
     }
     let added = i64::try_from(stored.len()).map_err(Error::storage)?;
     if search == SearchWrites::Logged && added > 0 {
@@ -551,23 +543,17 @@ impl Rows {
         ]);
     }
 
-    fn message(
-        &mut self,
-        session_key: i64,
-        sequence: i64,
-        id: &str,
-        produced_by: Option<&str>,
-        body: String,
-        now: Timestamp,
-        referenced_by: i64,
-    ) {
+    /// A message's row, referred to by the event at `referenced_by`.
+    fn message(&mut self, session_key: i64, message: &StoredMessage, referenced_by: i64) {
+        let produced_by = &message.produced_by_call_id;
         self.messages.extend([
             Value::Int(session_key),
-            Value::Int(sequence),
-            Value::Text(id.to_owned()),
-            Value::NullableText(produced_by.map(str::to_owned)),
-            Value::Text(body),
-            Value::Int(now.0),
+            Value::Int(message.sequence),
+            Value::Text(message.id.clone()),
+            Value::NullableText((!produced_by.is_empty()).then(|| produced_by.clone())),
+            Value::Text(String::new()),
+            Value::Bytes(encode_content(&message.message)),
+            Value::Int(message.create_time.0),
             Value::Int(0),
             Value::Int(referenced_by),
         ]);
@@ -651,9 +637,9 @@ impl Rows {
             &mut statements,
             &format!(
                 "{insert_into} messages (session_key, sequence, id, produced_by_call_id, body, \
-             create_time, redacted, referenced_by) VALUES "
+             wire, create_time, redacted, referenced_by) VALUES "
             ),
-            8,
+            9,
             self.messages,
         );
         // In row id order: FTS5 flushes its pending terms to a new segment

@@ -5,11 +5,12 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use prost::Message as _;
 use sessionstore_client::v1 as pb;
 
 use super::text::unescape;
 use crate::domain::{Error, Message, Result, Session, SessionEvent, StoredMessage, Timestamp};
-use crate::wire::{EncodedEvent, message_to_pb};
+use crate::wire::{EncodedEvent, message_from_pb, message_to_pb};
 
 pub fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(Error::storage)
@@ -52,7 +53,7 @@ pub fn logged_event(
 pub fn events_with_contents(events: &str) -> String {
     format!(
         "SELECT e.revision, e.time, e.body, e.wire, e.refers_from, e.refers_until, \
-         m.sequence AS content_sequence, m.body AS content \
+         m.sequence AS content_sequence, m.body AS content, m.wire AS content_wire \
          FROM events AS e LEFT JOIN messages AS m ON m.session_key = e.session_key \
          AND m.sequence >= e.refers_from AND m.sequence < e.refers_until \
          WHERE e.session_key = $1 AND {events} \
@@ -68,8 +69,8 @@ pub struct EventRow<'a> {
     pub wire: Option<&'a [u8]>,
     pub refers_from: i64,
     pub refers_until: i64,
-    /// The sequence and body of a message the event refers to.
-    pub content: Option<(i64, &'a str)>,
+    /// The sequence and content of a message the event refers to.
+    pub content: Option<(i64, Content<'a>)>,
 }
 
 impl<'a> EventRow<'a> {
@@ -77,7 +78,10 @@ impl<'a> EventRow<'a> {
     pub fn from_any(row: &'a AnyRow) -> Result<Self> {
         let sequence: Option<i64> = row.try_get("content_sequence")?;
         let content = match sequence {
-            Some(sequence) => Some((sequence, row.try_get::<&str, _>("content")?)),
+            Some(sequence) => Some((
+                sequence,
+                Content::of(row.try_get("content")?, row.try_get("content_wire")?),
+            )),
             None => None,
         };
         Ok(EventRow {
@@ -111,10 +115,9 @@ impl EventRows {
             Some(current) => current,
             None => self.current.insert(GatheredEvent::new(row)?),
         };
-        if let Some((sequence, body)) = row.content {
-            current.size += body.len();
-            let message: Message = decode(body)?;
-            current.contents.push((sequence, message_to_pb(message)));
+        if let Some((sequence, content)) = row.content {
+            current.size += content.len();
+            current.contents.push((sequence, content.to_pb()?));
         }
         Ok(done)
     }
@@ -229,29 +232,91 @@ pub(super) fn search_rowid(session_key: i64, sequence: i64) -> i64 {
 }
 
 /// The message columns [`MessageRow`] holds, in its order.
-pub const MESSAGE_COLUMNS: &str = "id, sequence, produced_by_call_id, body, create_time, redacted";
+pub const MESSAGE_COLUMNS: &str =
+    "id, sequence, produced_by_call_id, body, create_time, redacted, wire";
 
-/// A message row as stored, before its body is decoded; read by sqlx here
-/// and by the SQLite engine directly in `sqlite/reads.rs`.
-/// The engine decodes the body where SQLite holds it (`B` = `&str`).
-pub struct MessageRow<B = String> {
+/// A message's content as a row stores it: the protobuf encoding of its
+/// `sessionstore.v1.Message` (`wire`, migration 0017), or, for a message
+/// written before, its JSON (`body`).
+#[derive(Clone, Copy)]
+pub enum Content<'a> {
+    Wire(&'a [u8]),
+    Json(&'a str),
+}
+
+impl<'a> Content<'a> {
+    /// The content of a row with these `body` and `wire` columns.
+    pub fn of(body: &'a str, wire: Option<&'a [u8]>) -> Self {
+        match wire {
+            Some(wire) => Content::Wire(wire),
+            None => Content::Json(body),
+        }
+    }
+
+    /// The bytes stored, as a [`super::ReadBound`] counts them.
+    pub fn len(self) -> usize {
+        match self {
+            Content::Wire(wire) => wire.len(),
+            Content::Json(body) => body.len(),
+        }
+    }
+
+    /// The message, as the domain holds it.
+    pub fn message(self) -> Result<Message> {
+        match self {
+            Content::Wire(_) => message_from_pb(self.to_pb()?, "message")
+                .map_err(|error| Error::storage(std::io::Error::other(error.to_string()))),
+            Content::Json(body) => decode(body),
+        }
+    }
+
+    /// The message in its protobuf form: decoded alone where it is stored
+    /// encoded.
+    pub fn to_pb(self) -> Result<pb::Message> {
+        match self {
+            Content::Wire(wire) => pb::Message::decode(wire).map_err(Error::storage),
+            Content::Json(body) => Ok(message_to_pb(decode(body)?)),
+        }
+    }
+}
+
+/// A message's content as a new row stores it ([`Content::Wire`]).
+pub fn encode_content(message: &Message) -> Vec<u8> {
+    message_to_pb(message.clone()).encode_to_vec()
+}
+
+/// A message row as stored, before its content is decoded; read by sqlx
+/// here and by the SQLite engine directly in `sqlite/reads.rs`, which
+/// decodes the content where SQLite holds it (`B` = `&str`, `W` = `&[u8]`).
+pub struct MessageRow<B = String, W = Vec<u8>> {
     pub id: String,
     pub sequence: i64,
     pub produced_by_call_id: Option<String>,
     pub body: B,
+    pub wire: Option<W>,
     pub create_time: i64,
     pub redacted: i64,
 }
 
-impl<B: AsRef<str>> MessageRow<B> {
+impl<B: AsRef<str>, W: AsRef<[u8]>> MessageRow<B, W> {
+    /// The bytes its content takes, as a [`super::ReadBound`] counts them.
+    pub fn content_len(&self) -> usize {
+        self.content().len()
+    }
+
+    fn content(&self) -> Content<'_> {
+        Content::of(self.body.as_ref(), self.wire.as_ref().map(AsRef::as_ref))
+    }
+
     /// The stored message this row holds.
     pub fn into_stored(self, session_id: &str) -> Result<StoredMessage> {
+        let message = self.content().message()?;
         Ok(StoredMessage {
             id: self.id,
             session_id: session_id.to_owned(),
             sequence: self.sequence,
             produced_by_call_id: self.produced_by_call_id.unwrap_or_default(),
-            message: decode(self.body.as_ref())?,
+            message,
             create_time: Timestamp(self.create_time),
             redacted: self.redacted != 0,
         })
@@ -265,6 +330,7 @@ pub fn stored_message_from_row(row: &AnyRow, session_id: &str) -> Result<StoredM
         sequence: row.try_get("sequence")?,
         produced_by_call_id: row.try_get("produced_by_call_id")?,
         body: row.try_get::<String, _>("body")?,
+        wire: row.try_get::<Option<Vec<u8>>, _>("wire")?,
         create_time: row.try_get("create_time")?,
         redacted: row.try_get("redacted")?,
     }

@@ -20,9 +20,9 @@ use super::ops::{
     DeleteSession, DeleteSharedState, EraseFinish, EraseMark, EraseRows, EraseTombstones,
     ForkSession, PurgeTombstones, SetSharedState, UpdateSession, Write,
 };
-use super::rows::{EventRow, EventRows, events_with_contents};
+use super::rows::{Content, EventRow, EventRows, events_with_contents};
 use super::rows::{
-    MESSAGE_COLUMNS, SESSION_COLUMNS, decode, session_from_row, stored_message_from_row, text_col,
+    MESSAGE_COLUMNS, SESSION_COLUMNS, session_from_row, stored_message_from_row, text_col,
 };
 use super::text::{escape, escape_ordered, unescape_ordered};
 use super::writer::{self, Job, Pending, PendingAppend};
@@ -34,9 +34,9 @@ use crate::domain::erase::{Erased, Erasure};
 use crate::domain::target::Origin;
 use crate::domain::usage::{self, UsageGroup, UsageQuery, UsageRow};
 use crate::domain::{
-    ControlOp, Ephemeral, Error, Fork, Message, NewExchange, NewSession, ProviderCall, Result,
-    SearchHit, Session, SessionEvent, SessionPatch, SessionQuery, SessionSummary, StateEntry,
-    StoredMessage, Timestamp,
+    ControlOp, Ephemeral, Error, Fork, NewExchange, NewSession, ProviderCall, Result, SearchHit,
+    Session, SessionEvent, SessionPatch, SessionQuery, SessionSummary, StateEntry, StoredMessage,
+    Timestamp,
 };
 use crate::domain::{control, search};
 use crate::wire::EncodedEvent;
@@ -264,9 +264,9 @@ pub(super) async fn events(
 /// takes them: after revision `$2`, up to `$3` (`$2` + the row limit).
 pub(super) const EVENTS_AFTER: &str = "e.revision > $2 AND e.revision <= $3";
 
-/// The bytes a message row's body holds, as a [`ReadBound`] counts them.
+/// The bytes a message row's content holds, as a [`ReadBound`] counts them.
 fn body_size(row: &AnyRow) -> Result<usize> {
-    Ok(row.try_get::<&str, _>("body")?.len())
+    Ok(Content::of(row.try_get("body")?, row.try_get("wire")?).len())
 }
 
 /// Consumes `rows` while `bound` admits them (measuring each with
@@ -858,8 +858,7 @@ impl Store for SqlStore {
         let rows = q.fetch_all(&self.inner.pool).await?;
         rows.iter()
             .map(|row| {
-                let body: String = row.try_get("body")?;
-                let message: Message = decode(&body)?;
+                let message = Content::of(row.try_get("body")?, row.try_get("wire")?).message()?;
                 Ok(SearchHit {
                     session_id: text_col(row, "session_id")?,
                     session_title: text_col(row, "title")?,

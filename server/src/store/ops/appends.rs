@@ -3,9 +3,9 @@
 
 use super::{AppendExchange, Appended, Dialect, Tx, Write};
 use crate::domain::exchange::diff_full_history;
-use crate::domain::{Change, Error, Message, NewExchange, Result};
+use crate::domain::{Change, Error, NewExchange, Result};
 use crate::store::batch;
-use crate::store::rows::decode;
+use crate::store::rows::Content;
 use crate::store::text::escape;
 
 impl Tx<'_> {
@@ -82,15 +82,15 @@ impl Tx<'_> {
         } else {
             // The lease and sequence come before the diff, as for any append.
             batch::admit(&row.session, exchange)?;
-            let bodies: Vec<String> = sqlx::query_scalar(
-                "SELECT body FROM messages WHERE session_key = $1 ORDER BY sequence",
+            let contents: Vec<(String, Option<Vec<u8>>)> = sqlx::query_as(
+                "SELECT body, wire FROM messages WHERE session_key = $1 ORDER BY sequence",
             )
             .bind(row.key)
             .fetch_all(&mut *self.conn)
             .await?;
-            let stored = bodies
+            let stored = contents
                 .iter()
-                .map(|b| decode::<Message>(b))
+                .map(|(body, wire)| Content::of(body, wire.as_deref()).message())
                 .collect::<Result<Vec<_>>>()?;
             let from =
                 diff_full_history(&exchange.full_history, &row.session.system_prompt, &stored)?;

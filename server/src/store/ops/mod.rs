@@ -8,7 +8,7 @@ use std::sync::Arc;
 use sqlx::{AnyConnection, Row};
 
 use super::rows::{
-    EventRow, EventRows, GatheredEvent, MESSAGE_COLUMNS, SESSION_COLUMNS, encode,
+    EventRow, EventRows, GatheredEvent, MESSAGE_COLUMNS, SESSION_COLUMNS, encode_content,
     events_with_contents, search_rowid, session_from_row, stored_message_from_row,
 };
 use super::text::escape;
@@ -383,13 +383,13 @@ impl Tx<'_> {
             let sequence = first_sequence + offset;
             sqlx::query(
                 "INSERT INTO messages (session_key, sequence, id, produced_by_call_id, body, \
-                 create_time, redacted) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                 wire, create_time, redacted) VALUES ($1, $2, $3, $4, '', $5, $6, $7)",
             )
             .bind(session_key)
             .bind(sequence)
             .bind(&id)
             .bind(row.call_id.as_deref())
-            .bind(encode(&row.message)?)
+            .bind(encode_content(&row.message))
             .bind(self.now.0)
             .bind(i64::from(row.redacted))
             .execute(&mut *self.conn)
@@ -507,9 +507,10 @@ impl Tx<'_> {
         self.keep_contents_in_events(row.key, old.sequence, old.sequence + 1)
             .await?;
         sqlx::query(
-            "UPDATE messages SET body = $1, redacted = $2 WHERE session_key = $3 AND sequence = $4",
+            "UPDATE messages SET body = '', wire = $1, redacted = $2 \
+             WHERE session_key = $3 AND sequence = $4",
         )
-        .bind(encode(message)?)
+        .bind(encode_content(message))
         .bind(i64::from(redacted))
         .bind(row.key)
         .bind(old.sequence)

@@ -172,7 +172,7 @@ impl Backend for Postgres {
 
     fn search_statement(&self, filters: &str, words: &[String]) -> (String, String) {
         let statement = format!(
-            "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, \
+            "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, m.wire, \
              CAST(NULL AS TEXT) AS snippet \
              FROM message_search f CROSS JOIN plainto_tsquery('simple', $1) q \
              JOIN messages m ON m.session_key = f.session_key AND m.sequence = f.sequence \

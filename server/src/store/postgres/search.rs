@@ -20,9 +20,9 @@ use sqlx::{AnyPool, Row as _};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::domain::{Error, Message, Result, Timestamp, control};
+use crate::domain::{Error, Result, Timestamp, control};
 use crate::store::once::TakeOnce;
-use crate::store::rows::decode;
+use crate::store::rows::Content;
 
 /// Messages indexed per page (and per transaction) of a build.
 const PAGE: i64 = 500;
@@ -186,7 +186,7 @@ async fn claim(pool: &AnyPool, replica: &str) -> Result<bool> {
 /// `None` past the end.
 async fn index_page(pool: &AnyPool, after: (i64, i64)) -> Result<Option<(i64, i64)>> {
     let rows = sqlx::query(
-        "SELECT m.session_key, m.sequence, m.body FROM messages m \
+        "SELECT m.session_key, m.sequence, m.body, m.wire FROM messages m \
          JOIN sessions s ON s.key = m.session_key AND s.deleted = 0 \
          WHERE m.redacted = 0 AND (m.session_key, m.sequence) > ($1, $2) \
          ORDER BY m.session_key, m.sequence LIMIT $3",
@@ -202,8 +202,8 @@ async fn index_page(pool: &AnyPool, after: (i64, i64)) -> Result<Option<(i64, i6
     let last = (last.try_get("session_key")?, last.try_get("sequence")?);
     let mut texts = Vec::with_capacity(rows.len());
     for row in &rows {
-        let body: String = row.try_get("body")?;
-        let text = control::search_text(&decode::<Message>(&body)?);
+        let message = Content::of(row.try_get("body")?, row.try_get("wire")?).message()?;
+        let text = control::search_text(&message);
         if !text.trim().is_empty() {
             let key: i64 = row.try_get("session_key")?;
             let sequence: i64 = row.try_get("sequence")?;

@@ -162,7 +162,7 @@ impl Backend for Sqlite {
 
     fn search_statement(&self, filters: &str, words: &[String]) -> (String, String) {
         let statement = format!(
-            "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, \
+            "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, m.wire, \
              snippet(message_search, 0, '**', '**', '…', 16) AS snippet \
              FROM search.message_search f \
              JOIN messages m ON m.session_key = (f.rowid >> 32) \

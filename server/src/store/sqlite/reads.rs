@@ -23,7 +23,7 @@ use rusqlite::Connection;
 use super::connections::{self, Role};
 use crate::domain::target::Origin;
 use crate::domain::{Error, Result, StoredMessage};
-use crate::store::rows::{EventRow, EventRows, MessageRow, events_with_contents};
+use crate::store::rows::{Content, EventRow, EventRows, MessageRow, events_with_contents};
 use crate::store::sql::{CALL_ORIGINS, EVENTS_AFTER};
 use crate::store::text::unescape;
 use crate::store::{Page, ReadBound};
@@ -89,22 +89,26 @@ impl EngineReads {
                 };
                 let mut bytes = 0;
                 while let Some(row) = rows.next()? {
-                    // The body is decoded where SQLite holds it, not copied first.
-                    let body = row.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?;
-                    if !bound.admits(page.rows.len(), bytes, body.len()) {
-                        page.cut = true;
-                        break;
-                    }
-                    bytes += body.len();
-                    let size = body.len();
+                    // The content is decoded where SQLite holds it, not
+                    // copied first.
                     let stored = MessageRow {
                         id: row.get(0)?,
                         sequence: row.get(1)?,
                         produced_by_call_id: row.get(2)?,
-                        body,
+                        body: row.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?,
+                        wire: row
+                            .get_ref(6)?
+                            .as_blob_or_null()
+                            .map_err(rusqlite::Error::from)?,
                         create_time: row.get(4)?,
                         redacted: row.get(5)?,
                     };
+                    let size = stored.content_len();
+                    if !bound.admits(page.rows.len(), bytes, size) {
+                        page.cut = true;
+                        break;
+                    }
+                    bytes += size;
                     page.rows.push((stored.into_stored(&session_id)?, size));
                 }
                 Ok(page)
@@ -235,7 +239,15 @@ fn event_row<'a>(row: &'a rusqlite::Row<'_>) -> rusqlite::Result<EventRow<'a>> {
     };
     let content_sequence: Option<i64> = row.get(6)?;
     let content = match content_sequence {
-        Some(sequence) => Some((sequence, text(7)?)),
+        Some(sequence) => Some((
+            sequence,
+            Content::of(
+                text(7)?,
+                row.get_ref(8)?
+                    .as_blob_or_null()
+                    .map_err(rusqlite::Error::from)?,
+            ),
+        )),
         None => None,
     };
     Ok(EventRow {

@@ -55,11 +55,11 @@ use rusqlite::{Connection, OptionalExtension};
 use tokio::sync::watch;
 
 use super::{checkpoints, connections};
-use crate::domain::{Error, Message, Result, control};
+use crate::domain::{Error, Result, control};
 use crate::store::OpenError;
 use crate::store::fault::{self, DiskSpace};
 use crate::store::once::TakeOnce;
-use crate::store::rows::{decode, search_rowid};
+use crate::store::rows::{Content, search_rowid};
 
 /// The FTS5 table, in the schema `search` (this file, or memory), and its
 /// merge setting. `automerge` 8 rather than FTS5's 4: a level's segments
@@ -605,7 +605,7 @@ fn read_log(conn: &Connection, pass_rows: i64) -> Result<Option<Work>> {
         return Ok(None);
     }
     let mut read = conn.prepare_cached(
-        "SELECT sequence, redacted, body FROM main.messages \
+        "SELECT sequence, redacted, body, wire FROM main.messages \
          WHERE session_key = ?1 AND sequence >= ?2 AND sequence < ?3",
     )?;
     for range in &mut ranges {
@@ -616,8 +616,7 @@ fn read_log(conn: &Connection, pass_rows: i64) -> Result<Option<Work>> {
                 continue;
             }
             let sequence: i64 = row.get(0)?;
-            let body = row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
-            let text = text_of(body)?;
+            let text = text_of(content(row, 2)?)?;
             if !text.is_empty() {
                 range
                     .texts
@@ -777,15 +776,14 @@ fn rebuild(conn: &Connection) -> Result<i64> {
     let mut count = 0_u64;
     {
         let mut read = conn.prepare(
-            "SELECT session_key, sequence, body FROM main.messages WHERE redacted = 0 \
+            "SELECT session_key, sequence, body, wire FROM main.messages WHERE redacted = 0 \
              ORDER BY session_key, sequence",
         )?;
         let mut insert =
             conn.prepare("INSERT INTO search.message_search (rowid, text) VALUES (?1, ?2)")?;
         let mut rows = read.query([])?;
         while let Some(row) = rows.next()? {
-            let body = row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
-            let text = text_of(body)?;
+            let text = text_of(content(row, 2)?)?;
             if !text.is_empty() {
                 insert.execute(rusqlite::params![
                     search_rowid(row.get(0)?, row.get(1)?),
@@ -803,9 +801,20 @@ fn rebuild(conn: &Connection) -> Result<i64> {
     Ok(end)
 }
 
-/// The searchable text of a stored message body ("" if none).
-fn text_of(body: &str) -> Result<String> {
-    let message: Message = decode(body)?;
+/// The content of a message row whose `body` and `wire` columns are at
+/// `body` and `body + 1`.
+fn content<'a>(row: &'a rusqlite::Row<'_>, body: usize) -> Result<Content<'a>> {
+    let json = row.get_ref(body)?.as_str().map_err(rusqlite::Error::from)?;
+    let wire = row
+        .get_ref(body + 1)?
+        .as_blob_or_null()
+        .map_err(rusqlite::Error::from)?;
+    Ok(Content::of(json, wire))
+}
+
+/// The searchable text of a stored message ("" if none).
+fn text_of(content: Content<'_>) -> Result<String> {
+    let message = content.message()?;
     let text = control::search_text(&message);
     Ok(if text.trim().is_empty() {
         String::new()
