@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use serde_json::json;
 use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
 use sqlx::postgres::PgPoolOptions;
@@ -103,12 +102,28 @@ async fn ceiling_search(db: &Database) -> anyhow::Result<()> {
     )
     .execute(&mut conn)
     .await?;
-    sqlx::query(
-        "INSERT OR REPLACE INTO ceiling_search (rowid, text) \
-         SELECT (session_key << 32) + sequence, json_extract(body, '$.content') FROM messages",
-    )
-    .execute(&mut conn)
-    .await?;
+    // A message's content is its protobuf encoding (`wire`) or, as an
+    // older server wrote it, its JSON (`body`).
+    let rows: Vec<(i64, String, Option<Vec<u8>>)> =
+        sqlx::query_as("SELECT (session_key << 32) + sequence, body, wire FROM messages")
+            .fetch_all(&mut conn)
+            .await?;
+    let mut tx = conn.begin().await?;
+    for (rowid, body, wire) in rows {
+        let text = match wire {
+            Some(wire) => <pb::Message as prost::Message>::decode(wire.as_slice())?.content,
+            None => serde_json::from_str::<serde_json::Value>(&body)?["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        };
+        sqlx::query("INSERT OR REPLACE INTO ceiling_search (rowid, text) VALUES (?1, ?2)")
+            .bind(rowid)
+            .bind(text)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
     conn.close().await?;
     Ok(())
 }
@@ -253,7 +268,8 @@ struct RawExchange {
     request_id: String,
     ids: [String; 2],
     texts: [String; 2],
-    bodies: [String; 2],
+    /// Each message's content as the service stores it (migration 0017).
+    contents: [Vec<u8>; 2],
     fingerprint: Vec<u8>,
     now: i64,
 }
@@ -269,9 +285,16 @@ impl RawExchange {
             workload::text(seed, workload::MESSAGE_BYTES),
             workload::text(seed ^ 0xA55A, workload::MESSAGE_BYTES),
         ];
-        let bodies = [
-            json!({"role": "user", "content": texts[0]}).to_string(),
-            json!({"role": "assistant", "content": texts[1]}).to_string(),
+        let content = |role: pb::Role, text: &str| {
+            prost::Message::encode_to_vec(&pb::Message {
+                role: role.into(),
+                content: text.to_owned(),
+                ..Default::default()
+            })
+        };
+        let contents = [
+            content(pb::Role::User, &texts[0]),
+            content(pb::Role::Assistant, &texts[1]),
         ];
         RawExchange {
             call_id: format!("call_{}", uuid::Uuid::now_v7().simple()),
@@ -281,18 +304,19 @@ impl RawExchange {
                 format!("msg_{}", uuid::Uuid::now_v7().simple()),
             ],
             texts,
-            bodies,
+            contents,
             fingerprint: seed.to_le_bytes().repeat(4),
             now: workload::now_micros(),
         }
     }
 
     /// The event: the stored exchange, encoded as the service records it
-    /// (a `SessionEvent`).
+    /// (a `SessionEvent` whose messages' content is in their rows,
+    /// migration 0016).
     fn event(&self, session_id: &str, revision: i64, first_sequence: i64) -> Vec<u8> {
         use prost::Message as _;
         let time = workload::timestamp(self.now);
-        let message = |i: usize, role: pb::Role| pb::StoredMessage {
+        let message = |i: usize| pb::StoredMessage {
             id: self.ids[i].clone(),
             session_id: session_id.to_owned(),
             sequence: first_sequence + i as i64,
@@ -301,11 +325,7 @@ impl RawExchange {
             } else {
                 String::new()
             },
-            message: Some(pb::Message {
-                role: role.into(),
-                content: self.texts[i].clone(),
-                ..Default::default()
-            }),
+            message: None,
             create_time: Some(time),
             redacted: false,
         };
@@ -314,7 +334,7 @@ impl RawExchange {
             time: Some(time),
             event: Some(pb::session_event::Event::ExchangeAppended(
                 pb::ExchangeAppended {
-                    messages: vec![message(0, pb::Role::User), message(1, pb::Role::Assistant)],
+                    messages: vec![message(0), message(1)],
                     provider_call: Some(pb::ProviderCall {
                         id: self.call_id.clone(),
                         session_id: session_id.to_owned(),
@@ -342,16 +362,16 @@ const INSERT_CALL: &str = "INSERT INTO provider_calls (id, session_key, request_
      cost_micros_usd, create_time) VALUES ($1, $2, 'gw', 'anthropic', 'claude-sonnet-4-5', '', '', \
      $3, $4, $5, $6, $7)";
 const INSERT_MESSAGES: &str = "INSERT INTO messages (session_key, sequence, id, \
-     produced_by_call_id, body, create_time, redacted) VALUES \
-     ($1, $2, $3, NULL, $4, $5, 0), ($1, $6, $7, $8, $9, $5, 0)";
+     produced_by_call_id, body, wire, create_time, redacted, referenced_by) VALUES \
+     ($1, $2, $3, NULL, '', $4, $5, 0, $10), ($1, $6, $7, $8, '', $9, $5, 0, $10)";
 const UPDATE_SESSION: &str = "UPDATE sessions SET revision = $1, next_sequence = $2, \
      message_count = message_count + 2, update_time = $3, \
      provider_call_count = provider_call_count + 1, last_model = 'claude-sonnet-4-5', \
      last_provider = 'anthropic', last_cost_micros_usd = $4, last_request_id = 'gw', \
      total_tokens = total_tokens + $5, total_cost_micros_usd = total_cost_micros_usd + $4 \
      WHERE key = $6";
-const INSERT_EVENT: &str =
-    "INSERT INTO events (session_key, revision, time, body, wire) VALUES ($1, $2, $3, '', $4)";
+const INSERT_EVENT: &str = "INSERT INTO events (session_key, revision, time, body, wire, \
+     refers_from, refers_until) VALUES ($1, $2, $3, '', $4, $5, $6)";
 const INSERT_KEY: &str = "INSERT INTO idempotency_keys (tenant, request_id, session_key, \
      fingerprint, revision) VALUES ($1, $2, $3, $4, $5)";
 
@@ -469,12 +489,13 @@ impl RawExchange {
                     Int(key),
                     Int(next),
                     Text(self.ids[0].clone()),
-                    Text(self.bodies[0].clone()),
+                    Bytes(self.contents[0].clone()),
                     Int(self.now),
                     Int(next + 1),
                     Text(self.ids[1].clone()),
                     Text(self.call_id.clone()),
-                    Text(self.bodies[1].clone()),
+                    Bytes(self.contents[1].clone()),
+                    Int(revision + 1),
                 ],
             ),
             search,
@@ -496,6 +517,8 @@ impl RawExchange {
                     Int(revision + 1),
                     Int(self.now),
                     Bytes(self.event(session, revision + 1, next)),
+                    Int(next),
+                    Int(next + 2),
                 ],
             ),
             (

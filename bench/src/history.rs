@@ -6,14 +6,18 @@
 //! key (and, on PostgreSQL, the messages' search rows; on SQLite the
 //! server builds its search file from the messages when it first starts).
 //!
-//! The bodies are the JSON the server writes (`sessions create` and
-//! `sessions append` against a real server, read back from its tables).
+//! The rows are in the form the server writes (`sessions create` and
+//! `sessions append` against a real server, read back from its tables):
+//! each message's content protobuf-encoded in `wire`, each event's
+//! `SessionEvent` encoding, an exchange's referring to its messages for
+//! their content.
 //! Through the API a fill of this size would take many minutes.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
 use futures_util::StreamExt as _;
+use prost::Message as _;
 use sessionstore_client::v1 as pb;
 use sqlx::Connection as _;
 
@@ -79,11 +83,6 @@ impl Chat {
         let seed = self.seed.wrapping_mul(0x1_0000_0001) ^ sequence as u64;
         workload::text(seed, workload::MESSAGE_BYTES)
     }
-}
-
-/// A JSON string.
-fn js(text: &str) -> String {
-    serde_json::Value::String(text.to_owned()).to_string()
 }
 
 /// A SQL string literal.
@@ -159,7 +158,7 @@ impl Rows {
             }),
             ..Default::default()
         });
-        self.event(chat, 1, chat.create_time, created);
+        self.event(chat, 1, chat.create_time, created, 0..0);
     }
 
     /// Exchanges `range` of `chat`: its messages, calls, events and
@@ -187,24 +186,30 @@ impl Rows {
         ));
         let mut stored = Vec::with_capacity(2);
         let roles = [
-            (0, "user", pb::Role::User, ""),
-            (1, "assistant", pb::Role::Assistant, call_id.as_str()),
+            (0, pb::Role::User, ""),
+            (1, pb::Role::Assistant, call_id.as_str()),
         ];
-        for (offset, role, pb_role, produced_by) in roles {
+        for (offset, pb_role, produced_by) in roles {
             let sequence = sequence + offset;
             let id = format!("msg_{}", uuid::Uuid::now_v7().simple());
             let text = chat.text(sequence);
-            let body = format!("{{\"role\":\"{role}\",\"content\":{}}}", js(&text));
+            let message = pb::Message {
+                role: pb_role.into(),
+                content: text.clone(),
+                ..Default::default()
+            };
             let produced = if produced_by.is_empty() {
                 "NULL".to_owned()
             } else {
                 q(produced_by)
             };
+            // As the server writes it (migration 0017): the encoding in
+            // `wire`, `body` empty, referred to by the exchange's event.
             self.messages.push(format!(
-                "({}, {sequence}, {}, {produced}, {}, {time}, 0)",
+                "({}, {sequence}, {}, {produced}, '', {}, {time}, 0, {revision})",
                 chat.key,
                 q(&id),
-                q(&body)
+                self.bytes(&message.encode_to_vec()),
             ));
             if self.postgres {
                 self.search
@@ -215,11 +220,8 @@ impl Rows {
                 session_id: chat.id.clone(),
                 sequence,
                 produced_by_call_id: produced_by.to_owned(),
-                message: Some(pb::Message {
-                    role: pb_role.into(),
-                    content: text,
-                    ..Default::default()
-                }),
+                // In the message's row (migration 0016).
+                message: None,
                 create_time: Some(workload::timestamp(time)),
                 redacted: false,
             });
@@ -242,7 +244,7 @@ impl Rows {
             next_sequence: sequence + 2,
             ..Default::default()
         });
-        self.event(chat, revision, time, appended);
+        self.event(chat, revision, time, appended, sequence..sequence + 2);
         // The client's idempotency key (a UUIDv7) and a fingerprint of 32
         // bytes; no filled exchange is ever retried.
         let key = uuid::Uuid::now_v7();
@@ -258,29 +260,43 @@ impl Rows {
         ));
     }
 
-    /// An event row as the server writes it (migration 0013): the
-    /// `SessionEvent` encoded in `wire`, `body` empty.
-    fn event(&mut self, chat: &Chat, revision: i64, time: i64, event: pb::session_event::Event) {
-        use prost::Message as _;
+    /// An event row as the server writes it (migrations 0013 and 0016):
+    /// the `SessionEvent` encoded in `wire`, `body` empty, referring to the
+    /// messages `refers` for their content.
+    fn event(
+        &mut self,
+        chat: &Chat,
+        revision: i64,
+        time: i64,
+        event: pb::session_event::Event,
+        refers: std::ops::Range<i64>,
+    ) {
         let encoded = pb::SessionEvent {
             revision,
             time: Some(workload::timestamp(time)),
             event: Some(event),
         }
         .encode_to_vec();
+        let literal = self.bytes(&encoded);
+        self.events.push(format!(
+            "({}, {revision}, {time}, '', {literal}, {}, {})",
+            chat.key, refers.start, refers.end
+        ));
+    }
+
+    /// A bytes literal.
+    fn bytes(&self, bytes: &[u8]) -> String {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut hex = String::with_capacity(2 * encoded.len());
-        for byte in encoded {
+        let mut hex = String::with_capacity(2 * bytes.len());
+        for byte in bytes {
             hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
             hex.push(char::from(DIGITS[usize::from(byte & 15)]));
         }
-        let literal = if self.postgres {
+        if self.postgres {
             format!("'\\x{hex}'")
         } else {
             format!("X'{hex}'")
-        };
-        self.events
-            .push(format!("({}, {revision}, {time}, '', {literal})", chat.key));
+        }
     }
 
     /// Whether nothing is gathered.
@@ -316,7 +332,7 @@ impl Rows {
             ),
             (
                 "INSERT INTO messages (session_key, sequence, id, produced_by_call_id, body, \
-                 create_time, redacted) VALUES ",
+                 wire, create_time, redacted, referenced_by) VALUES ",
                 "",
                 &mut self.messages,
             ),
@@ -327,7 +343,8 @@ impl Rows {
                 &mut self.search,
             ),
             (
-                "INSERT INTO events (session_key, revision, time, body, wire) VALUES ",
+                "INSERT INTO events (session_key, revision, time, body, wire, refers_from, \
+                 refers_until) VALUES ",
                 "",
                 &mut self.events,
             ),
