@@ -363,7 +363,7 @@ const INSERT_CALL: &str = "INSERT INTO provider_calls (id, session_key, request_
      $3, $4, $5, $6, $7)";
 const INSERT_MESSAGES: &str = "INSERT INTO messages (session_key, sequence, id, \
      produced_by_call_id, body, wire, create_time, redacted, referenced_by) VALUES \
-     ($1, $2, $3, NULL, '', $4, $5, 0, $10), ($1, $6, $7, $8, '', $9, $5, 0, $10)";
+     ($1, $2, $3, NULL, '', $4, $5, 0, $6), ($1, $7, $8, $9, '', $10, $5, 0, $6)";
 const UPDATE_SESSION: &str = "UPDATE sessions SET revision = $1, next_sequence = $2, \
      message_count = message_count + 2, update_time = $3, \
      provider_call_count = provider_call_count + 1, last_model = 'claude-sonnet-4-5', \
@@ -491,11 +491,12 @@ impl RawExchange {
                     Text(self.ids[0].clone()),
                     Bytes(self.contents[0].clone()),
                     Int(self.now),
+                    // SQLite numbers `$N` in the order of first appearance.
+                    Int(revision + 1),
                     Int(next + 1),
                     Text(self.ids[1].clone()),
                     Text(self.call_id.clone()),
                     Bytes(self.contents[1].clone()),
-                    Int(revision + 1),
                 ],
             ),
             search,

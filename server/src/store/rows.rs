@@ -117,7 +117,7 @@ impl EventRows {
         };
         if let Some((sequence, content)) = row.content {
             current.size += content.len();
-            current.contents.push((sequence, content.to_pb()?));
+            current.contents.push((sequence, content.to_encoding()?));
         }
         Ok(done)
     }
@@ -132,7 +132,7 @@ impl EventRows {
 pub struct GatheredEvent {
     revision: i64,
     stored: Gathered,
-    contents: Vec<(i64, pb::Message)>,
+    contents: Vec<(i64, Vec<u8>)>,
     /// The bytes read for it: its encoding (or JSON) and the bodies of
     /// the messages it refers to.
     pub size: usize,
@@ -270,12 +270,19 @@ impl<'a> Content<'a> {
         }
     }
 
-    /// The message in its protobuf form: decoded alone where it is stored
-    /// encoded.
-    pub fn to_pb(self) -> Result<pb::Message> {
+    /// The message in its protobuf form.
+    fn to_pb(self) -> Result<pb::Message> {
         match self {
             Content::Wire(wire) => pb::Message::decode(wire).map_err(Error::storage),
             Content::Json(body) => Ok(message_to_pb(decode(body)?)),
+        }
+    }
+
+    /// The message's encoding: copied where it is stored encoded.
+    pub fn to_encoding(self) -> Result<Vec<u8>> {
+        match self {
+            Content::Wire(wire) => Ok(wire.to_vec()),
+            Content::Json(body) => Ok(message_to_pb(decode(body)?).encode_to_vec()),
         }
     }
 }

@@ -10,6 +10,9 @@
 
 use bytes::{BufMut as _, Bytes, BytesMut};
 use prost::Message as _;
+use prost::encoding::{
+    WireType, decode_key, decode_varint, encode_key, encode_varint, encoded_len_varint,
+};
 use sessionstore_client::v1 as pb;
 
 use super::{
@@ -87,42 +90,84 @@ impl EncodedEvent {
 
     /// An appended exchange's event as the log stores it
     /// ([`EncodedEvent::referring`]), with its messages' content put back:
-    /// `contents` holds the content of each message it refers to, by
-    /// sequence, in sequence order. Every message the event refers to must
-    /// be there, and no other.
+    /// `contents` holds the encoding of each message it refers to (a
+    /// `sessionstore.v1.Message`), by sequence, in sequence order. Every
+    /// message the event refers to must be there, and no other.
+    ///
+    /// The bytes are spliced, not decoded: each `StoredMessage` without its
+    /// `message` gets the field appended (a message's fields may come in
+    /// any order), and the lengths around it are written anew; every other
+    /// field is copied as stored.
     pub fn with_contents(
         revision: i64,
         stored: &[u8],
-        contents: Vec<(i64, pb::Message)>,
+        contents: Vec<(i64, Vec<u8>)>,
     ) -> Result<Self> {
-        let mut event = pb::SessionEvent::decode(stored).map_err(Error::storage)?;
-        let Some(pb::session_event::Event::ExchangeAppended(appended)) = &mut event.event else {
-            return Err(malformed(
-                "only an appended exchange refers to its messages",
-            ));
-        };
         let mut contents = contents.into_iter();
-        for stored in appended.messages.iter_mut().filter(|m| m.message.is_none()) {
-            match contents.next() {
-                Some((sequence, message)) if sequence == stored.sequence => {
-                    stored.message = Some(message);
+        let mut appended = None;
+        let mut rest = Vec::with_capacity(stored.len());
+        for field in fields(stored)? {
+            if field.tag == EXCHANGE_APPENDED {
+                appended = Some(field.payload);
+            } else {
+                rest.extend_from_slice(field.whole);
+            }
+        }
+        let appended = appended
+            .ok_or_else(|| malformed("only an appended exchange refers to its messages"))?;
+        let mut inner = Vec::with_capacity(appended.len() + 2 * 1024);
+        let mut run_id = String::new();
+        for field in fields(appended)? {
+            match field.tag {
+                MESSAGES => {
+                    let (sequence, has_content) = outline_of_stored_message(field.payload)?;
+                    if has_content {
+                        inner.extend_from_slice(field.whole);
+                        continue;
+                    }
+                    let content = match contents.next() {
+                        Some((at, content)) if at == sequence => content,
+                        _ => {
+                            return Err(malformed(format!(
+                                "the content of message {sequence} is gone"
+                            )));
+                        }
+                    };
+                    let content_field = key_len(MESSAGE_CONTENT) + delimited_len(content.len());
+                    encode_key(MESSAGES, WireType::LengthDelimited, &mut inner);
+                    encode_varint((field.payload.len() + content_field) as u64, &mut inner);
+                    inner.extend_from_slice(field.payload);
+                    encode_key(MESSAGE_CONTENT, WireType::LengthDelimited, &mut inner);
+                    encode_varint(content.len() as u64, &mut inner);
+                    inner.extend_from_slice(&content);
                 }
-                _ => {
-                    return Err(malformed(format!(
-                        "the content of message {} is gone",
-                        stored.sequence
-                    )));
+                RUN_ID => {
+                    run_id = String::from_utf8(field.payload.to_vec())
+                        .map_err(|_| malformed("a run id that is not UTF-8"))?;
+                    inner.extend_from_slice(field.whole);
                 }
+                _ => inner.extend_from_slice(field.whole),
             }
         }
         if contents.next().is_some() {
             return Err(malformed("more contents than messages referred to"));
         }
-        let effect = match appended.run_id.as_str() {
-            "" => Effect::None,
-            run_id => Effect::ClosesRun(run_id.to_owned()),
-        };
-        Ok(Self::framed_from(revision, effect, &event))
+        let len = rest.len() + key_len(EXCHANGE_APPENDED) + delimited_len(inner.len());
+        let mut buf = BytesMut::with_capacity(PREFIX + len);
+        put_prefix(&mut buf, len);
+        buf.extend_from_slice(&rest);
+        encode_key(EXCHANGE_APPENDED, WireType::LengthDelimited, &mut buf);
+        encode_varint(inner.len() as u64, &mut buf);
+        buf.extend_from_slice(&inner);
+        Ok(EncodedEvent {
+            revision,
+            effect: if run_id.is_empty() {
+                Effect::None
+            } else {
+                Effect::ClosesRun(run_id)
+            },
+            framed: buf.freeze(),
+        })
     }
 
     fn framed_from(revision: i64, effect: Effect, message: &pb::SessionEvent) -> Self {
@@ -182,6 +227,100 @@ impl EncodedEvent {
     pub fn decode(&self) -> Result<SessionEvent> {
         event_from_pb(self.to_pb()?)
     }
+}
+
+/// Field numbers in `messages.proto`: `SessionEvent.exchange_appended`,
+/// `ExchangeAppended.messages` and `.run_id`, `StoredMessage.sequence`
+/// and `.message`.
+const EXCHANGE_APPENDED: u32 = 11;
+const MESSAGES: u32 = 1;
+const RUN_ID: u32 = 3;
+const MESSAGE_SEQUENCE: u32 = 3;
+const MESSAGE_CONTENT: u32 = 5;
+
+/// One field of an encoded message: its number, its bytes whole (key
+/// included) and, for a length-delimited one, its payload.
+struct Field<'a> {
+    tag: u32,
+    whole: &'a [u8],
+    payload: &'a [u8],
+}
+
+/// The fields of an encoded message, in the order they are stored.
+fn fields(encoding: &[u8]) -> Result<Vec<Field<'_>>> {
+    let mut fields = Vec::new();
+    let mut buf = encoding;
+    while !buf.is_empty() {
+        let start = encoding.len() - buf.len();
+        let (tag, wire_type) = decode_key(&mut buf).map_err(Error::storage)?;
+        let payload = match wire_type {
+            WireType::Varint => {
+                let before = buf;
+                decode_varint(&mut buf).map_err(Error::storage)?;
+                before.get(..before.len() - buf.len()).unwrap_or_default()
+            }
+            WireType::LengthDelimited => {
+                let len = usize::try_from(decode_varint(&mut buf).map_err(Error::storage)?)
+                    .map_err(|_| malformed("a field longer than memory"))?;
+                let payload = buf
+                    .get(..len)
+                    .ok_or_else(|| malformed("a field cut short"))?;
+                buf = buf.get(len..).unwrap_or_default();
+                payload
+            }
+            WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
+                let len = if wire_type == WireType::SixtyFourBit {
+                    8
+                } else {
+                    4
+                };
+                let payload = buf
+                    .get(..len)
+                    .ok_or_else(|| malformed("a field cut short"))?;
+                buf = buf.get(len..).unwrap_or_default();
+                payload
+            }
+            WireType::StartGroup | WireType::EndGroup => {
+                return Err(malformed("a group, which no message here has"));
+            }
+        };
+        let end = encoding.len() - buf.len();
+        fields.push(Field {
+            tag,
+            whole: encoding.get(start..end).unwrap_or_default(),
+            payload,
+        });
+    }
+    Ok(fields)
+}
+
+/// A stored message's sequence, and whether it holds its content.
+fn outline_of_stored_message(encoding: &[u8]) -> Result<(i64, bool)> {
+    let mut sequence = 0;
+    let mut has_content = false;
+    for field in fields(encoding)? {
+        match field.tag {
+            // An int64 is its varint's two's-complement bits.
+            MESSAGE_SEQUENCE => {
+                let mut payload = field.payload;
+                sequence = decode_varint(&mut payload).map_err(Error::storage)? as i64;
+            }
+            MESSAGE_CONTENT => has_content = true,
+            _ => {}
+        }
+    }
+    Ok((sequence, has_content))
+}
+
+/// The bytes of a field's key.
+fn key_len(tag: u32) -> usize {
+    prost::encoding::key_len(tag)
+}
+
+/// The bytes a length-delimited payload of `len` bytes takes, its length
+/// included.
+fn delimited_len(len: usize) -> usize {
+    encoded_len_varint(len as u64) + len
 }
 
 fn put_prefix(buf: &mut BytesMut, len: usize) {
@@ -582,6 +721,49 @@ mod tests {
                 Effect::None,
             ]
         );
+        Ok(())
+    }
+
+    #[test]
+    fn an_appended_exchange_is_stored_without_its_contents_and_read_back_whole() -> Result<()> {
+        let Some(Change::ExchangeAppended(appended)) = changes().into_iter().nth(1) else {
+            panic!("the second change is an appended exchange");
+        };
+        let event = SessionEvent {
+            revision: 7,
+            time: Timestamp(1_700_000_000_000_001),
+            change: Change::ExchangeAppended(appended.clone()),
+        };
+        let (whole, stored) = EncodedEvent::referring(event.clone());
+        assert_eq!(whole.decode()?, event);
+        let text = appended.messages[0].message.content.as_bytes();
+        assert!(!stored.windows(text.len()).any(|w| w == text));
+        assert!(stored.len() < whole.encoding().len() / 2);
+
+        let content = |i: usize| {
+            let message: &StoredMessage = &appended.messages[i];
+            (
+                message.sequence,
+                super::super::message_to_pb(message.message.clone()).encode_to_vec(),
+            )
+        };
+        let read = EncodedEvent::with_contents(7, &stored, vec![content(0), content(1)])?;
+        assert_eq!(read.revision, 7);
+        assert_eq!(read.effect, whole.effect);
+        assert_eq!(read.to_pb()?, whole.to_pb()?);
+        assert_eq!(read.decode()?, event);
+
+        // Every message it refers to, and no other.
+        for contents in [
+            vec![content(0)],
+            vec![content(1), content(0)],
+            vec![content(0), content(1), content(1)],
+        ] {
+            assert!(matches!(
+                EncodedEvent::with_contents(7, &stored, contents),
+                Err(Error::Storage(_))
+            ));
+        }
         Ok(())
     }
 
