@@ -1,6 +1,10 @@
 //! Rows and their codecs: the column lists, reading sessions and messages
-//! from sqlx's rows or the SQLite engine's, the JSON bodies, and event rows
-//! in either of their forms. Shared by both backends' reads and writes.
+//! from sqlx's rows or the SQLite engine's, a message's content in either
+//! of its forms (its encoding, or an older row's JSON), and event rows in
+//! theirs, with the content of the messages an event refers to put back.
+//! Shared by both backends' reads and writes.
+
+use std::ops::Range;
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -116,8 +120,7 @@ impl EventRows {
             None => self.current.insert(GatheredEvent::new(row)?),
         };
         if let Some((sequence, content)) = row.content {
-            current.size += content.len();
-            current.contents.push((sequence, content.to_encoding()?));
+            current.add_content(sequence, content)?;
         }
         Ok(done)
     }
@@ -141,15 +144,19 @@ pub struct GatheredEvent {
 enum Gathered {
     /// An event stored whole.
     Whole(EncodedEvent),
-    /// An event stored without its messages' content.
-    Referring(Vec<u8>),
+    /// An event stored without the content of its messages, `refers`.
+    Referring { stored: Vec<u8>, refers: Range<i64> },
 }
 
 impl GatheredEvent {
-    fn new(row: &EventRow<'_>) -> Result<Self> {
+    /// The event of `row` (its event columns; not its content).
+    pub fn new(row: &EventRow<'_>) -> Result<Self> {
         let size = row.wire.map_or(row.body.len(), <[u8]>::len);
         let stored = match row.wire {
-            Some(wire) if row.refers_until > row.refers_from => Gathered::Referring(wire.to_vec()),
+            Some(wire) if row.refers_until > row.refers_from => Gathered::Referring {
+                stored: wire.to_vec(),
+                refers: row.refers_from..row.refers_until,
+            },
             _ => Gathered::Whole(logged_event(row.revision, row.time, row.body, row.wire)?),
         };
         Ok(GatheredEvent {
@@ -160,12 +167,27 @@ impl GatheredEvent {
         })
     }
 
+    /// The messages it refers to for their content, if any.
+    pub fn refers(&self) -> Option<Range<i64>> {
+        match &self.stored {
+            Gathered::Whole(_) => None,
+            Gathered::Referring { refers, .. } => Some(refers.clone()),
+        }
+    }
+
+    /// Adds the content of the message at `sequence`, one it refers to.
+    pub fn add_content(&mut self, sequence: i64, content: Content<'_>) -> Result<()> {
+        self.size += content.len();
+        self.contents.push((sequence, content.to_encoding()?));
+        Ok(())
+    }
+
     /// The event as WatchSession sends it.
     pub fn into_event(self) -> Result<EncodedEvent> {
         match self.stored {
             Gathered::Whole(event) => Ok(event),
-            Gathered::Referring(stored) => {
-                EncodedEvent::with_contents(self.revision, &stored, self.contents)
+            Gathered::Referring { stored, .. } => {
+                EncodedEvent::with_contents(self.revision, &stored, &self.contents)
             }
         }
     }

@@ -101,70 +101,80 @@ impl EncodedEvent {
     pub fn with_contents(
         revision: i64,
         stored: &[u8],
-        contents: Vec<(i64, Vec<u8>)>,
+        contents: &[(i64, Vec<u8>)],
     ) -> Result<Self> {
-        let mut contents = contents.into_iter();
+        // The exchange, and the bytes of every other field.
         let mut appended = None;
-        let mut rest = Vec::with_capacity(stored.len());
-        for field in fields(stored)? {
+        let mut rest_len = 0;
+        for field in Fields(stored) {
+            let field = field?;
             if field.tag == EXCHANGE_APPENDED {
                 appended = Some(field.payload);
             } else {
-                rest.extend_from_slice(field.whole);
+                rest_len += field.whole.len();
             }
         }
         let appended = appended
             .ok_or_else(|| malformed("only an appended exchange refers to its messages"))?;
-        let mut inner = Vec::with_capacity(appended.len() + 2 * 1024);
-        let mut run_id = String::new();
-        for field in fields(appended)? {
-            match field.tag {
-                MESSAGES => {
-                    let (sequence, has_content) = outline_of_stored_message(field.payload)?;
-                    if has_content {
-                        inner.extend_from_slice(field.whole);
-                        continue;
-                    }
-                    let content = match contents.next() {
-                        Some((at, content)) if at == sequence => content,
-                        _ => {
-                            return Err(malformed(format!(
-                                "the content of message {sequence} is gone"
-                            )));
-                        }
-                    };
-                    let content_field = key_len(MESSAGE_CONTENT) + delimited_len(content.len());
-                    encode_key(MESSAGES, WireType::LengthDelimited, &mut inner);
-                    encode_varint((field.payload.len() + content_field) as u64, &mut inner);
-                    inner.extend_from_slice(field.payload);
-                    encode_key(MESSAGE_CONTENT, WireType::LengthDelimited, &mut inner);
-                    encode_varint(content.len() as u64, &mut inner);
-                    inner.extend_from_slice(&content);
-                }
+        // The exchange's length with the contents, checking that each is
+        // there; then the bytes, written once into the framed event.
+        let mut inner_len = 0;
+        let mut run_id = "";
+        let mut next = 0;
+        for field in Fields(appended) {
+            let field = field?;
+            inner_len += match field.tag {
+                MESSAGES => match referred(&field, contents, &mut next)? {
+                    Some(content) => with_content_len(&field, content),
+                    None => field.whole.len(),
+                },
                 RUN_ID => {
-                    run_id = String::from_utf8(field.payload.to_vec())
+                    run_id = std::str::from_utf8(field.payload)
                         .map_err(|_| malformed("a run id that is not UTF-8"))?;
-                    inner.extend_from_slice(field.whole);
+                    field.whole.len()
                 }
-                _ => inner.extend_from_slice(field.whole),
-            }
+                _ => field.whole.len(),
+            };
         }
-        if contents.next().is_some() {
+        if next != contents.len() {
             return Err(malformed("more contents than messages referred to"));
         }
-        let len = rest.len() + key_len(EXCHANGE_APPENDED) + delimited_len(inner.len());
+        let len = rest_len + key_len(EXCHANGE_APPENDED) + delimited_len(inner_len);
         let mut buf = BytesMut::with_capacity(PREFIX + len);
         put_prefix(&mut buf, len);
-        buf.extend_from_slice(&rest);
+        for field in Fields(stored) {
+            let field = field?;
+            if field.tag != EXCHANGE_APPENDED {
+                buf.extend_from_slice(field.whole);
+            }
+        }
         encode_key(EXCHANGE_APPENDED, WireType::LengthDelimited, &mut buf);
-        encode_varint(inner.len() as u64, &mut buf);
-        buf.extend_from_slice(&inner);
+        encode_varint(inner_len as u64, &mut buf);
+        let mut next = 0;
+        for field in Fields(appended) {
+            let field = field?;
+            let content = match field.tag {
+                MESSAGES => referred(&field, contents, &mut next)?,
+                _ => None,
+            };
+            let Some(content) = content else {
+                buf.extend_from_slice(field.whole);
+                continue;
+            };
+            encode_key(MESSAGES, WireType::LengthDelimited, &mut buf);
+            let content_field = key_len(MESSAGE_CONTENT) + delimited_len(content.len());
+            encode_varint((field.payload.len() + content_field) as u64, &mut buf);
+            buf.extend_from_slice(field.payload);
+            encode_key(MESSAGE_CONTENT, WireType::LengthDelimited, &mut buf);
+            encode_varint(content.len() as u64, &mut buf);
+            buf.extend_from_slice(content);
+        }
         Ok(EncodedEvent {
             revision,
             effect: if run_id.is_empty() {
                 Effect::None
             } else {
-                Effect::ClosesRun(run_id)
+                Effect::ClosesRun(run_id.to_owned())
             },
             framed: buf.freeze(),
         })
@@ -247,58 +257,103 @@ struct Field<'a> {
 }
 
 /// The fields of an encoded message, in the order they are stored.
-fn fields(encoding: &[u8]) -> Result<Vec<Field<'_>>> {
-    let mut fields = Vec::new();
-    let mut buf = encoding;
-    while !buf.is_empty() {
-        let start = encoding.len() - buf.len();
-        let (tag, wire_type) = decode_key(&mut buf).map_err(Error::storage)?;
-        let payload = match wire_type {
-            WireType::Varint => {
-                let before = buf;
-                decode_varint(&mut buf).map_err(Error::storage)?;
-                before.get(..before.len() - buf.len()).unwrap_or_default()
-            }
-            WireType::LengthDelimited => {
-                let len = usize::try_from(decode_varint(&mut buf).map_err(Error::storage)?)
-                    .map_err(|_| malformed("a field longer than memory"))?;
-                let payload = buf
-                    .get(..len)
-                    .ok_or_else(|| malformed("a field cut short"))?;
-                buf = buf.get(len..).unwrap_or_default();
-                payload
-            }
-            WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
-                let len = if wire_type == WireType::SixtyFourBit {
-                    8
-                } else {
-                    4
-                };
-                let payload = buf
-                    .get(..len)
-                    .ok_or_else(|| malformed("a field cut short"))?;
-                buf = buf.get(len..).unwrap_or_default();
-                payload
-            }
-            WireType::StartGroup | WireType::EndGroup => {
-                return Err(malformed("a group, which no message here has"));
-            }
+struct Fields<'a>(&'a [u8]);
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Result<Field<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let field = next_field(self.0);
+        // After an error, nothing more.
+        self.0 = match &field {
+            Ok(field) => self.0.get(field.whole.len()..).unwrap_or_default(),
+            Err(_) => &[],
         };
-        let end = encoding.len() - buf.len();
-        fields.push(Field {
-            tag,
-            whole: encoding.get(start..end).unwrap_or_default(),
-            payload,
-        });
+        Some(field)
     }
-    Ok(fields)
+}
+
+/// The field at the start of `encoding`.
+fn next_field(encoding: &[u8]) -> Result<Field<'_>> {
+    let mut buf = encoding;
+    let (tag, wire_type) = decode_key(&mut buf).map_err(Error::storage)?;
+    let payload = match wire_type {
+        WireType::Varint => {
+            let before = buf;
+            decode_varint(&mut buf).map_err(Error::storage)?;
+            before.get(..before.len() - buf.len()).unwrap_or_default()
+        }
+        WireType::LengthDelimited => {
+            let len = usize::try_from(decode_varint(&mut buf).map_err(Error::storage)?)
+                .map_err(|_| malformed("a field longer than memory"))?;
+            let payload = buf
+                .get(..len)
+                .ok_or_else(|| malformed("a field cut short"))?;
+            buf = buf.get(len..).unwrap_or_default();
+            payload
+        }
+        WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
+            let len = if wire_type == WireType::SixtyFourBit {
+                8
+            } else {
+                4
+            };
+            let payload = buf
+                .get(..len)
+                .ok_or_else(|| malformed("a field cut short"))?;
+            buf = buf.get(len..).unwrap_or_default();
+            payload
+        }
+        WireType::StartGroup | WireType::EndGroup => {
+            return Err(malformed("a group, which no message here has"));
+        }
+    };
+    Ok(Field {
+        tag,
+        whole: encoding
+            .get(..encoding.len() - buf.len())
+            .unwrap_or_default(),
+        payload,
+    })
+}
+
+/// The content for a stored message (`field`) left without it: the next
+/// of `contents`, which must be its own. `None` if it holds its content.
+fn referred<'c>(
+    field: &Field<'_>,
+    contents: &'c [(i64, Vec<u8>)],
+    next: &mut usize,
+) -> Result<Option<&'c [u8]>> {
+    let (sequence, has_content) = outline_of_stored_message(field.payload)?;
+    if has_content {
+        return Ok(None);
+    }
+    match contents.get(*next) {
+        Some((at, content)) if *at == sequence => {
+            *next += 1;
+            Ok(Some(content))
+        }
+        _ => Err(malformed(format!(
+            "the content of message {sequence} is gone"
+        ))),
+    }
+}
+
+/// The bytes a stored message (`field`) takes with `content` added.
+fn with_content_len(field: &Field<'_>, content: &[u8]) -> usize {
+    let content_field = key_len(MESSAGE_CONTENT) + delimited_len(content.len());
+    key_len(MESSAGES) + delimited_len(field.payload.len() + content_field)
 }
 
 /// A stored message's sequence, and whether it holds its content.
 fn outline_of_stored_message(encoding: &[u8]) -> Result<(i64, bool)> {
     let mut sequence = 0;
     let mut has_content = false;
-    for field in fields(encoding)? {
+    for field in Fields(encoding) {
+        let field = field?;
         match field.tag {
             // An int64 is its varint's two's-complement bits.
             MESSAGE_SEQUENCE => {
@@ -747,7 +802,7 @@ mod tests {
                 super::super::message_to_pb(message.message.clone()).encode_to_vec(),
             )
         };
-        let read = EncodedEvent::with_contents(7, &stored, vec![content(0), content(1)])?;
+        let read = EncodedEvent::with_contents(7, &stored, &[content(0), content(1)])?;
         assert_eq!(read.revision, 7);
         assert_eq!(read.effect, whole.effect);
         assert_eq!(read.to_pb()?, whole.to_pb()?);
@@ -760,7 +815,7 @@ mod tests {
             vec![content(0), content(1), content(1)],
         ] {
             assert!(matches!(
-                EncodedEvent::with_contents(7, &stored, contents),
+                EncodedEvent::with_contents(7, &stored, &contents),
                 Err(Error::Storage(_))
             ));
         }

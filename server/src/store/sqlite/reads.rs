@@ -16,23 +16,33 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension as _};
 
 use super::connections::{self, Role};
 use crate::domain::target::Origin;
 use crate::domain::{Error, Result, StoredMessage};
-use crate::store::rows::{Content, EventRow, EventRows, MessageRow, events_with_contents};
-use crate::store::sql::{CALL_ORIGINS, EVENTS_AFTER};
+use crate::store::rows::{Content, EventRow, GatheredEvent, MessageRow};
+use crate::store::sql::CALL_ORIGINS;
 use crate::store::text::unescape;
 use crate::store::{Page, ReadBound};
 use crate::wire::EncodedEvent;
 
-/// A session's events after a revision, in order, with the content of the
-/// messages they refer to (as `sql::events`); its parameters written as
-/// [`unplanned`] does.
-static EVENTS: LazyLock<String> = LazyLock::new(|| unplanned(&events_with_contents(EVENTS_AFTER)));
+/// A session's events in a range of revisions, in order (as `sql::events`,
+/// without the join: [`EngineReads::events`]).
+const EVENTS: &str = "SELECT revision, time, body, wire, refers_from, refers_until FROM events \
+     WHERE session_key = (?1 + 0) AND revision > (?2 + 0) AND revision <= ?3 ORDER BY revision";
+
+/// The first message the events in a range of revisions refer to.
+const FIRST_REFERRED: &str = "SELECT refers_from FROM events \
+     WHERE session_key = (?1 + 0) AND revision > (?2 + 0) AND revision <= ?3 \
+     AND refers_until > refers_from ORDER BY revision LIMIT 1";
+
+/// A session's messages from a sequence on, in order: the content of the
+/// messages its events refer to.
+const CONTENTS: &str = "SELECT sequence, body, wire FROM messages \
+     WHERE session_key = (?1 + 0) AND sequence >= (?2 + 0) ORDER BY sequence";
 
 /// `sql` (PostgreSQL-style `$1`, `$2`, `$3`) for the engine, with `?1` and
 /// `?2` written as `(?N + 0)`. The bundled SQLite has STAT4, and after an
@@ -130,36 +140,73 @@ impl EngineReads {
         let limit = i64::try_from(bound.rows).unwrap_or(i64::MAX);
         tokio::task::spawn_blocking(move || {
             this.with_connection(|conn| {
-                let mut statement = conn.prepare_cached(&EVENTS)?;
+                // Two ordered scans, not a join (which seeks the messages
+                // once per event): the events, and beside them the
+                // messages they refer to, in one read transaction so both
+                // see one snapshot. The messages come in the events'
+                // order: an event refers to messages appended after those
+                // of every earlier event that still refers to any (a
+                // rollback writes out whole the events of the messages it
+                // removes before their sequences are taken again).
+                let tx = conn.unchecked_transaction()?;
+                let mut events = tx.prepare_cached(EVENTS)?;
+                let mut contents = tx.prepare_cached(CONTENTS)?;
                 let until = after.saturating_add(limit);
-                let mut rows = statement.query([session_key, after, until])?;
+                // The first message referred to, where the messages' scan starts.
+                let first: Option<i64> = tx
+                    .prepare_cached(FIRST_REFERRED)?
+                    .query_row([session_key, after, until], |row| row.get(0))
+                    .optional()?;
+                let mut messages = match first {
+                    Some(first) => Some(contents.query([session_key, first])?),
+                    None => None,
+                };
+                let mut rows = events.query([session_key, after, until])?;
+                // A message read ahead of the event that refers to it.
+                let mut ahead: Option<(i64, String, Option<Vec<u8>>)> = None;
                 let mut page = Page {
                     rows: Vec::new(),
                     cut: false,
                 };
                 let mut bytes = 0;
-                let mut events = EventRows::default();
-                loop {
-                    let row = rows.next()?;
-                    // Each column is read where SQLite holds it; an event's
-                    // encoding is copied once, into the framed event.
-                    let done = match row {
-                        Some(row) => events.push(&event_row(row)?)?,
-                        None => events.finish(),
-                    };
-                    let ended = row.is_none();
-                    if let Some(event) = done {
-                        if !bound.admits(page.rows.len(), bytes, event.size) {
-                            page.cut = true;
-                            break;
+                while let Some(row) = rows.next()? {
+                    let mut event = GatheredEvent::new(&event_row(row)?)?;
+                    if let (Some(refers), Some(messages)) = (event.refers(), messages.as_mut()) {
+                        if let Some((sequence, body, wire)) = ahead.take() {
+                            if sequence >= refers.end {
+                                ahead = Some((sequence, body, wire));
+                            } else if sequence >= refers.start {
+                                event.add_content(sequence, Content::of(&body, wire.as_deref()))?;
+                            }
                         }
-                        bytes += event.size;
-                        let size = event.size;
-                        page.rows.push((event.into_event()?, size));
+                        while ahead.is_none() {
+                            let Some(message) = messages.next()? else {
+                                break;
+                            };
+                            let sequence: i64 = message.get(0)?;
+                            if sequence >= refers.end {
+                                ahead = Some((sequence, message.get(1)?, message.get(2)?));
+                            } else if sequence >= refers.start {
+                                // Copied once, from where SQLite holds it.
+                                let body = message
+                                    .get_ref(1)?
+                                    .as_str()
+                                    .map_err(rusqlite::Error::from)?;
+                                let wire = message
+                                    .get_ref(2)?
+                                    .as_blob_or_null()
+                                    .map_err(rusqlite::Error::from)?;
+                                event.add_content(sequence, Content::of(body, wire))?;
+                            }
+                        }
                     }
-                    if ended {
+                    if !bound.admits(page.rows.len(), bytes, event.size) {
+                        page.cut = true;
                         break;
                     }
+                    bytes += event.size;
+                    let size = event.size;
+                    page.rows.push((event.into_event()?, size));
                 }
                 Ok(page)
             })
@@ -234,32 +281,16 @@ impl EngineReads {
 
 /// A row of [`EVENTS`], borrowed from the engine's.
 fn event_row<'a>(row: &'a rusqlite::Row<'_>) -> rusqlite::Result<EventRow<'a>> {
-    let text = |column| -> rusqlite::Result<&'a str> {
-        row.get_ref(column)?.as_str().map_err(rusqlite::Error::from)
-    };
-    let content_sequence: Option<i64> = row.get(6)?;
-    let content = match content_sequence {
-        Some(sequence) => Some((
-            sequence,
-            Content::of(
-                text(7)?,
-                row.get_ref(8)?
-                    .as_blob_or_null()
-                    .map_err(rusqlite::Error::from)?,
-            ),
-        )),
-        None => None,
-    };
     Ok(EventRow {
         revision: row.get(0)?,
         time: row.get(1)?,
-        body: text(2)?,
+        body: row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?,
         wire: row
             .get_ref(3)?
             .as_blob_or_null()
             .map_err(rusqlite::Error::from)?,
         refers_from: row.get(4)?,
         refers_until: row.get(5)?,
-        content,
+        content: None,
     })
 }
