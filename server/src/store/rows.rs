@@ -13,6 +13,7 @@ use prost::Message as _;
 use sessionstore_client::v1 as pb;
 
 use super::text::unescape;
+use super::{Page, ReadBound};
 use crate::domain::{Error, Message, Result, Session, SessionEvent, StoredMessage, Timestamp};
 use crate::wire::{EncodedEvent, message_from_pb, message_to_pb};
 
@@ -180,6 +181,24 @@ impl GatheredEvent {
         self.size += content.len();
         self.contents.push((sequence, content.to_encoding()?));
         Ok(())
+    }
+
+    /// Adds the event to `page`, of `bytes` so far, if `bound` admits it;
+    /// if not, marks the page cut and answers false.
+    pub fn add_to(
+        self,
+        page: &mut Page<EncodedEvent>,
+        bytes: &mut usize,
+        bound: ReadBound,
+    ) -> Result<bool> {
+        if !bound.admits(page.rows.len(), *bytes, self.size) {
+            page.cut = true;
+            return Ok(false);
+        }
+        *bytes += self.size;
+        let size = self.size;
+        page.rows.push((self.into_event()?, size));
+        Ok(true)
     }
 
     /// The event as WatchSession sends it.

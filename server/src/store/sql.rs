@@ -244,14 +244,10 @@ pub(super) async fn events(
             Some(row) => events.push(&EventRow::from_any(row)?)?,
             None => events.finish(),
         };
-        if let Some(event) = done {
-            if !bound.admits(page.rows.len(), bytes, event.size) {
-                page.cut = true;
-                break;
-            }
-            bytes += event.size;
-            let size = event.size;
-            page.rows.push((event.into_event()?, size));
+        if let Some(event) = done
+            && !event.add_to(&mut page, &mut bytes, bound)?
+        {
+            break;
         }
         if row.is_none() {
             break;

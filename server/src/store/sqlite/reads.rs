@@ -200,13 +200,9 @@ impl EngineReads {
                             }
                         }
                     }
-                    if !bound.admits(page.rows.len(), bytes, event.size) {
-                        page.cut = true;
+                    if !event.add_to(&mut page, &mut bytes, bound)? {
                         break;
                     }
-                    bytes += event.size;
-                    let size = event.size;
-                    page.rows.push((event.into_event()?, size));
                 }
                 Ok(page)
             })
