@@ -289,11 +289,7 @@ fn next_field(encoding: &[u8]) -> Result<Field<'_>> {
         WireType::LengthDelimited => {
             let len = usize::try_from(decode_varint(&mut buf).map_err(Error::storage)?)
                 .map_err(|_| malformed("a field longer than memory"))?;
-            let payload = buf
-                .get(..len)
-                .ok_or_else(|| malformed("a field cut short"))?;
-            buf = buf.get(len..).unwrap_or_default();
-            payload
+            take(&mut buf, len)?
         }
         WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
             let len = if wire_type == WireType::SixtyFourBit {
@@ -301,11 +297,7 @@ fn next_field(encoding: &[u8]) -> Result<Field<'_>> {
             } else {
                 4
             };
-            let payload = buf
-                .get(..len)
-                .ok_or_else(|| malformed("a field cut short"))?;
-            buf = buf.get(len..).unwrap_or_default();
-            payload
+            take(&mut buf, len)?
         }
         WireType::StartGroup | WireType::EndGroup => {
             return Err(malformed("a group, which no message here has"));
@@ -318,6 +310,15 @@ fn next_field(encoding: &[u8]) -> Result<Field<'_>> {
             .unwrap_or_default(),
         payload,
     })
+}
+
+/// The next `len` bytes of `buf`, taken from it.
+fn take<'a>(buf: &mut &'a [u8], len: usize) -> Result<&'a [u8]> {
+    let payload = buf
+        .get(..len)
+        .ok_or_else(|| malformed("a field cut short"))?;
+    *buf = buf.get(len..).unwrap_or_default();
+    Ok(payload)
 }
 
 /// The content for a stored message (`field`) left without it: the next

@@ -105,11 +105,8 @@ impl EngineReads {
                         id: row.get(0)?,
                         sequence: row.get(1)?,
                         produced_by_call_id: row.get(2)?,
-                        body: row.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?,
-                        wire: row
-                            .get_ref(6)?
-                            .as_blob_or_null()
-                            .map_err(rusqlite::Error::from)?,
+                        body: text(row, 3)?,
+                        wire: blob(row, 6)?,
                         create_time: row.get(4)?,
                         redacted: row.get(5)?,
                     };
@@ -188,15 +185,7 @@ impl EngineReads {
                                 ahead = Some((sequence, message.get(1)?, message.get(2)?));
                             } else if sequence >= refers.start {
                                 // Copied once, from where SQLite holds it.
-                                let body = message
-                                    .get_ref(1)?
-                                    .as_str()
-                                    .map_err(rusqlite::Error::from)?;
-                                let wire = message
-                                    .get_ref(2)?
-                                    .as_blob_or_null()
-                                    .map_err(rusqlite::Error::from)?;
-                                event.add_content(sequence, Content::of(body, wire))?;
+                                event.add_content(sequence, content(message, 1, 2)?)?;
                             }
                         }
                     }
@@ -280,13 +269,32 @@ fn event_row<'a>(row: &'a rusqlite::Row<'_>) -> rusqlite::Result<EventRow<'a>> {
     Ok(EventRow {
         revision: row.get(0)?,
         time: row.get(1)?,
-        body: row.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?,
-        wire: row
-            .get_ref(3)?
-            .as_blob_or_null()
-            .map_err(rusqlite::Error::from)?,
+        body: text(row, 2)?,
+        wire: blob(row, 3)?,
         refers_from: row.get(4)?,
         refers_until: row.get(5)?,
         content: None,
     })
+}
+
+/// A text column, borrowed where SQLite holds it.
+fn text<'a>(row: &'a rusqlite::Row<'_>, column: usize) -> rusqlite::Result<&'a str> {
+    row.get_ref(column)?.as_str().map_err(rusqlite::Error::from)
+}
+
+/// A nullable blob column, borrowed where SQLite holds it.
+fn blob<'a>(row: &'a rusqlite::Row<'_>, column: usize) -> rusqlite::Result<Option<&'a [u8]>> {
+    row.get_ref(column)?
+        .as_blob_or_null()
+        .map_err(rusqlite::Error::from)
+}
+
+/// The content of a message row whose `body` and `wire` columns are at
+/// these positions, borrowed where SQLite holds it.
+pub(super) fn content<'a>(
+    row: &'a rusqlite::Row<'_>,
+    body: usize,
+    wire: usize,
+) -> rusqlite::Result<Content<'a>> {
+    Ok(Content::of(text(row, body)?, blob(row, wire)?))
 }

@@ -54,6 +54,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension};
 use tokio::sync::watch;
 
+use super::reads::content;
 use super::{checkpoints, connections};
 use crate::domain::{Error, Result, control};
 use crate::store::OpenError;
@@ -616,7 +617,7 @@ fn read_log(conn: &Connection, pass_rows: i64) -> Result<Option<Work>> {
                 continue;
             }
             let sequence: i64 = row.get(0)?;
-            let text = text_of(content(row, 2)?)?;
+            let text = text_of(content(row, 2, 3)?)?;
             if !text.is_empty() {
                 range
                     .texts
@@ -783,7 +784,7 @@ fn rebuild(conn: &Connection) -> Result<i64> {
             conn.prepare("INSERT INTO search.message_search (rowid, text) VALUES (?1, ?2)")?;
         let mut rows = read.query([])?;
         while let Some(row) = rows.next()? {
-            let text = text_of(content(row, 2)?)?;
+            let text = text_of(content(row, 2, 3)?)?;
             if !text.is_empty() {
                 insert.execute(rusqlite::params![
                     search_rowid(row.get(0)?, row.get(1)?),
@@ -799,17 +800,6 @@ fn rebuild(conn: &Connection) -> Result<i64> {
     )?;
     tracing::info!(messages = count, "built the search index");
     Ok(end)
-}
-
-/// The content of a message row whose `body` and `wire` columns are at
-/// `body` and `body + 1`.
-fn content<'a>(row: &'a rusqlite::Row<'_>, body: usize) -> Result<Content<'a>> {
-    let json = row.get_ref(body)?.as_str().map_err(rusqlite::Error::from)?;
-    let wire = row
-        .get_ref(body + 1)?
-        .as_blob_or_null()
-        .map_err(rusqlite::Error::from)?;
-    Ok(Content::of(json, wire))
 }
 
 /// The searchable text of a stored message ("" if none).
