@@ -34,8 +34,9 @@ use sqlx::{AnyPool, Connection as _, Executor};
 use super::ops::SearchWrites;
 use super::sql::{Backend, close_pool};
 use super::writer::{Job, PendingAppend};
-use super::{CommitSink, OpenError, StoreOptions};
+use super::{CommitSink, OpenError, Page, ReadBound, StoreOptions};
 use crate::domain::{Ephemeral, Result};
+use crate::wire::EncodedEvent;
 use appends::Appends;
 use listen::Listener;
 use search::SearchIndex;
@@ -43,6 +44,7 @@ use search::SearchIndex;
 mod appends;
 mod hints;
 mod listen;
+mod reads;
 mod search;
 mod writes;
 
@@ -181,6 +183,16 @@ impl Backend for Postgres {
              ORDER BY ts_rank(f.words, q) DESC, f.session_key, f.sequence LIMIT $3 OFFSET $4"
         );
         (statement, words.join(" "))
+    }
+
+    fn events<'a>(
+        &'a self,
+        pool: &'a AnyPool,
+        session_key: i64,
+        after: i64,
+        bound: ReadBound,
+    ) -> BoxFuture<'a, Result<Page<EncodedEvent>>> {
+        Box::pin(reads::events(pool, session_key, after, bound))
     }
 
     fn search_ready<'a>(&'a self, pool: &'a AnyPool) -> BoxFuture<'a, Result<()>> {

@@ -1,0 +1,167 @@
+//! A WatchSession replay's pages of the event log, as PostgreSQL reads
+//! them: the page's events, then the messages they refer to, as two
+//! ordered scans in one statement.
+//!
+//! The statement the other backends share ([`events_with_contents`]) joins
+//! each event with its messages: PostgreSQL searches the messages' index
+//! once per event, sorts what it found, and sends every event's columns
+//! again beside each of its messages. Here the page of events is read
+//! once and the messages from the first one referred to up to the last as
+//! one index range, in order; the replay takes less of the database's time
+//! (BENCHMARKS.md, "What it costs the replay").
+//!
+//! [`events_with_contents`]: crate::store::rows::events_with_contents
+
+use std::collections::VecDeque;
+
+use futures_util::TryStreamExt as _;
+use sqlx::{AnyPool, Row as _};
+
+use crate::domain::{Error, Result};
+use crate::store::rows::{Content, EventRow, GatheredEvent};
+use crate::store::sql::limit_param;
+use crate::store::{Page, ReadBound};
+use crate::wire::EncodedEvent;
+
+/// A session's events after revision `$2` up to `$3` (`kind` 0, `key` the
+/// revision), in order, then the messages from the first one they refer
+/// to up to the last (`kind` 1, `key` the sequence), in order: one
+/// statement, so one snapshot. The events come first, as the parts of a
+/// `UNION ALL` do outside a parallel plan, and a scan of the page's
+/// materialized rows is not parallel.
+const EVENTS_THEN_MESSAGES: &str = "WITH page AS MATERIALIZED (\
+     SELECT revision, time, body, wire, refers_from, refers_until FROM events \
+     WHERE session_key = $1 AND revision > $2 AND revision <= $3 ORDER BY revision) \
+     (SELECT CAST(0 AS BIGINT) AS kind, revision AS key, time, body, wire, refers_from, \
+     refers_until FROM page) \
+     UNION ALL \
+     (SELECT 1, sequence, 0, body, wire, 0, 0 FROM messages WHERE session_key = $1 \
+     AND sequence >= (SELECT min(refers_from) FROM page WHERE refers_until > refers_from) \
+     AND sequence < (SELECT max(refers_until) FROM page) ORDER BY sequence)";
+
+/// The session's events after revision `after`, within `bound`, in
+/// revision order (as `sql::events`).
+pub(super) async fn events(
+    pool: &AnyPool,
+    session_key: i64,
+    after: i64,
+    bound: ReadBound,
+) -> Result<Page<EncodedEvent>> {
+    let mut rows = sqlx::query(EVENTS_THEN_MESSAGES)
+        .bind(session_key)
+        .bind(after)
+        .bind(after.saturating_add(limit_param(bound.rows)))
+        .fetch(pool);
+    let mut page = PageOfEvents::new(bound);
+    while let Some(row) = rows.try_next().await? {
+        let key: i64 = row.try_get("key")?;
+        let body: &str = row.try_get("body")?;
+        let wire: Option<&[u8]> = row.try_get("wire")?;
+        let more = if row.try_get::<i64, _>("kind")? == 0 {
+            page.event(GatheredEvent::new(&EventRow {
+                revision: key,
+                time: row.try_get("time")?,
+                body,
+                wire,
+                refers_from: row.try_get("refers_from")?,
+                refers_until: row.try_get("refers_until")?,
+                content: None,
+            })?)?;
+            true
+        } else {
+            page.message(key, Content::of(body, wire))?
+        };
+        if !more {
+            // The rest of the result is discarded with the stream.
+            return Ok(page.page);
+        }
+    }
+    page.finish()
+}
+
+/// Puts a page together from the rows of [`EVENTS_THEN_MESSAGES`] as they
+/// arrive: an event is complete at the first message past those it refers
+/// to, and the page stops at the first event its bound does not admit.
+struct PageOfEvents {
+    bound: ReadBound,
+    page: Page<EncodedEvent>,
+    bytes: usize,
+    /// Events read and not yet complete, in revision order.
+    waiting: VecDeque<GatheredEvent>,
+    /// The last message's sequence, once messages have begun.
+    last_message: Option<i64>,
+}
+
+impl PageOfEvents {
+    fn new(bound: ReadBound) -> Self {
+        PageOfEvents {
+            bound,
+            page: Page {
+                rows: Vec::new(),
+                cut: false,
+            },
+            bytes: 0,
+            waiting: VecDeque::new(),
+            last_message: None,
+        }
+    }
+
+    /// Takes the next event.
+    fn event(&mut self, event: GatheredEvent) -> Result<()> {
+        if self.last_message.is_some() {
+            return Err(out_of_order());
+        }
+        self.waiting.push_back(event);
+        Ok(())
+    }
+
+    /// Takes the next message; false once the page is full.
+    fn message(&mut self, sequence: i64, content: Content<'_>) -> Result<bool> {
+        if self.last_message.is_some_and(|last| last >= sequence) {
+            return Err(out_of_order());
+        }
+        self.last_message = Some(sequence);
+        // Events complete before this message are added to the page.
+        while let Some(first) = self.waiting.front() {
+            if first.refers().is_some_and(|refers| sequence < refers.end) {
+                break;
+            }
+            if !self.add_first()? {
+                return Ok(false);
+            }
+        }
+        if let Some(first) = self.waiting.front_mut()
+            && first
+                .refers()
+                .is_some_and(|refers| refers.contains(&sequence))
+        {
+            first.add_content(sequence, content)?;
+        }
+        Ok(true)
+    }
+
+    /// Adds the first waiting event to the page; false if the page's bound
+    /// does not admit it.
+    fn add_first(&mut self) -> Result<bool> {
+        match self.waiting.pop_front() {
+            Some(event) => event.add_to(&mut self.page, &mut self.bytes, self.bound),
+            None => Ok(true),
+        }
+    }
+
+    /// The page, once every row has been taken.
+    fn finish(mut self) -> Result<Page<EncodedEvent>> {
+        while !self.waiting.is_empty() {
+            if !self.add_first()? {
+                break;
+            }
+        }
+        Ok(self.page)
+    }
+}
+
+fn out_of_order() -> Error {
+    Error::storage(std::io::Error::other(
+        "the event log's rows arrived out of order",
+    ))
+}
