@@ -116,25 +116,30 @@ impl EncodedEvent {
         }
         let appended = appended
             .ok_or_else(|| malformed("only an appended exchange refers to its messages"))?;
-        // The exchange's length with the contents, checking that each is
-        // there; then the bytes, written once into the framed event.
+        // The exchange's fields, each parsed once, with the content each
+        // stored message gets; the exchange's length with them, checking
+        // that each content is there; then the bytes, written once into
+        // the framed event.
+        let mut fields = Vec::with_capacity(contents.len() + 4);
         let mut inner_len = 0;
         let mut run_id = "";
         let mut next = 0;
         for field in Fields(appended) {
             let field = field?;
-            inner_len += match field.tag {
-                MESSAGES => match referred(&field, contents, &mut next)? {
-                    Some(content) => with_content_len(&field, content),
-                    None => field.whole.len(),
-                },
+            let content = match field.tag {
+                MESSAGES => referred(&field, contents, &mut next)?,
                 RUN_ID => {
                     run_id = std::str::from_utf8(field.payload)
                         .map_err(|_| malformed("a run id that is not UTF-8"))?;
-                    field.whole.len()
+                    None
                 }
-                _ => field.whole.len(),
+                _ => None,
             };
+            inner_len += match content {
+                Some(content) => with_content_len(&field, content),
+                None => field.whole.len(),
+            };
+            fields.push((field, content));
         }
         if next != contents.len() {
             return Err(malformed("more contents than messages referred to"));
@@ -150,13 +155,7 @@ impl EncodedEvent {
         }
         encode_key(EXCHANGE_APPENDED, WireType::LengthDelimited, &mut buf);
         encode_varint(inner_len as u64, &mut buf);
-        let mut next = 0;
-        for field in Fields(appended) {
-            let field = field?;
-            let content = match field.tag {
-                MESSAGES => referred(&field, contents, &mut next)?,
-                _ => None,
-            };
+        for (field, content) in fields {
             let Some(content) = content else {
                 buf.extend_from_slice(field.whole);
                 continue;
