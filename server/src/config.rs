@@ -70,7 +70,8 @@ pub struct DatabaseConfig {
     )]
     pub database_url: String,
 
-    /// PostgreSQL connections per replica.
+    /// PostgreSQL connections per replica (a quarter of them, at least one,
+    /// read exports' and replays' pages; plus one for LISTEN).
     #[arg(
         long,
         env = "SESSIONSTORE_DATABASE_MAX_CONNECTIONS",

@@ -29,13 +29,14 @@ use std::time::Duration;
 use futures_core::future::BoxFuture;
 use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::Migrator;
+use sqlx::postgres::PgPool;
 use sqlx::{AnyPool, Connection as _, Executor};
 
 use super::ops::SearchWrites;
 use super::sql::{Backend, close_pool};
 use super::writer::{Job, PendingAppend};
-use super::{CommitSink, OpenError, Page, ReadBound, StoreOptions};
-use crate::domain::{Ephemeral, Result};
+use super::{CommitSink, OpenError, Page, ReadBound, SessionHandle, StoreOptions};
+use crate::domain::{Ephemeral, Result, StoredMessage};
 use crate::wire::EncodedEvent;
 use appends::Appends;
 use listen::Listener;
@@ -110,6 +111,8 @@ pub(super) async fn check_reachable(url: &str) -> Result<(), OpenError> {
 pub(super) struct Postgres {
     /// The store's pool (a handle to it), for writes.
     pool: AnyPool,
+    /// The pool exports' and replays' pages are read through (`reads.rs`).
+    reads: PgPool,
     sink: Arc<dyn CommitSink>,
     appends: Appends,
     listener: Listener,
@@ -129,7 +132,13 @@ pub(super) async fn open(
     options: &StoreOptions,
 ) -> Result<(AnyPool, Postgres), OpenError> {
     check_reachable(url).await?;
-    let pool = connect(url, options.max_connections).await?;
+    let read_connections = reads::read_connections(options.max_connections);
+    let pool = connect(
+        url,
+        options.max_connections.saturating_sub(read_connections),
+    )
+    .await?;
+    let reads = reads::pool(url, read_connections)?;
     MIGRATOR.run(&pool).await?;
     let replica = uuid::Uuid::now_v7().simple().to_string();
     let (search, index) = if options.search {
@@ -148,6 +157,7 @@ pub(super) async fn open(
         .map_err(OpenError::Publisher)?;
     let postgres = Postgres {
         pool: pool.clone(),
+        reads,
         sink,
         appends,
         listener,
@@ -187,12 +197,23 @@ impl Backend for Postgres {
 
     fn events<'a>(
         &'a self,
-        pool: &'a AnyPool,
+        _pool: &'a AnyPool,
         session_key: i64,
         after: i64,
         bound: ReadBound,
     ) -> BoxFuture<'a, Result<Page<EncodedEvent>>> {
-        Box::pin(reads::events(pool, session_key, after, bound))
+        Box::pin(reads::events(&self.reads, session_key, after, bound))
+    }
+
+    fn messages<'a>(
+        &'a self,
+        _pool: &'a AnyPool,
+        session: &'a SessionHandle,
+        range: &'static str,
+        value: i64,
+        bound: ReadBound,
+    ) -> BoxFuture<'a, Result<Page<StoredMessage>>> {
+        Box::pin(reads::messages(&self.reads, session, range, value, bound))
     }
 
     fn search_ready<'a>(&'a self, pool: &'a AnyPool) -> BoxFuture<'a, Result<()>> {
@@ -229,6 +250,7 @@ impl Backend for Postgres {
                 index.stop().await;
             }
             self.appends.stop().await;
+            self.reads.close().await;
             close_pool(pool).await;
         })
     }

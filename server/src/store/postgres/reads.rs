@@ -1,13 +1,19 @@
-//! A WatchSession replay's pages of the event log, as PostgreSQL reads
-//! them: the page's events, then the messages they refer to, as two
-//! ordered scans in one statement.
+//! Exports' and replays' pages as PostgreSQL reads them: through sqlx's
+//! PostgreSQL driver itself, on a pool of their own, and the event log's
+//! pages as two ordered scans.
 //!
-//! The statement the other backends share ([`events_with_contents`]) joins
-//! each event with its messages: PostgreSQL searches the messages' index
-//! once per event, sorts what it found, and sends every event's columns
-//! again beside each of its messages. Here the page of events is read
-//! once and the messages from the first one referred to up to the last as
-//! one index range, in order; the replay takes less of the database's time
+//! Everything else the backend does goes through sqlx's `Any` driver, which
+//! converts every row it returns column by column into values of its own
+//! (each text and bytea copied); for the long reads, thousands of rows of
+//! message content, that conversion was the largest part of the server's
+//! time. Here a row's columns are read where the driver holds them.
+//!
+//! The statement the other backends share for the log
+//! ([`events_with_contents`]) joins each event with its messages:
+//! PostgreSQL searches the messages' index once per event, sorts what it
+//! found, and sends every event's columns again beside each of its
+//! messages. Here the page of events is read once and the messages from
+//! the first one referred to up to the last as one index range, in order
 //! (BENCHMARKS.md, "What it costs the replay").
 //!
 //! [`events_with_contents`]: crate::store::rows::events_with_contents
@@ -15,13 +21,84 @@
 use std::collections::VecDeque;
 
 use futures_util::TryStreamExt as _;
-use sqlx::{AnyPool, Row as _};
+use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::{Executor as _, Row as _};
 
-use crate::domain::{Error, Result};
-use crate::store::rows::{Content, EventRow, GatheredEvent};
-use crate::store::sql::limit_param;
-use crate::store::{Page, ReadBound};
+use super::ACQUIRE_TIMEOUT;
+use crate::domain::{Error, Result, StoredMessage};
+use crate::store::rows::{Content, EventRow, GatheredEvent, MessageRow};
+use crate::store::sql::{limit_param, messages_statement};
+use crate::store::{Page, ReadBound, SessionHandle};
 use crate::wire::EncodedEvent;
+
+/// Of `--max-connections`, the connections for these reads: a quarter, at
+/// least one (the rest are the pool for everything else).
+pub(super) fn read_connections(max_connections: u32) -> u32 {
+    (max_connections / 4).max(1)
+}
+
+/// The reads' pool of `connections`, connecting when first needed, with
+/// the settings of the store's pool.
+pub(super) fn pool(url: &str, connections: u32) -> std::result::Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(connections)
+        .min_connections(0)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .idle_timeout(Some(std::time::Duration::from_secs(600)))
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                conn.execute("SET statement_timeout = '30s'").await?;
+                Ok(())
+            })
+        })
+        .connect_lazy(url)
+}
+
+/// The messages of `session` matching `range` (a condition on `$2`, bound
+/// to `value`, and an order), within `bound` (as `sql::messages`).
+pub(super) async fn messages(
+    pool: &PgPool,
+    session: &SessionHandle,
+    range: &str,
+    value: i64,
+    bound: ReadBound,
+) -> Result<Page<StoredMessage>> {
+    let sql = messages_statement(range);
+    let mut rows = sqlx::query(&sql)
+        .bind(session.key)
+        .bind(value)
+        .bind(limit_param(bound.rows))
+        .fetch(pool);
+    let mut page = Page {
+        rows: Vec::new(),
+        cut: false,
+    };
+    let mut bytes = 0;
+    while let Some(row) = rows.try_next().await? {
+        let stored = message_row(&row)?;
+        let size = stored.content_len();
+        if !bound.admits(page.rows.len(), bytes, size) {
+            page.cut = true;
+            break;
+        }
+        bytes += size;
+        page.rows.push((stored.into_stored(&session.id)?, size));
+    }
+    Ok(page)
+}
+
+/// A row of [`messages_statement`], its content borrowed from the driver's row.
+fn message_row(row: &PgRow) -> Result<MessageRow<&str, &[u8]>> {
+    Ok(MessageRow {
+        id: row.try_get("id")?,
+        sequence: row.try_get("sequence")?,
+        produced_by_call_id: row.try_get("produced_by_call_id")?,
+        body: row.try_get("body")?,
+        wire: row.try_get("wire")?,
+        create_time: row.try_get("create_time")?,
+        redacted: row.try_get("redacted")?,
+    })
+}
 
 /// A session's events after revision `$2` up to `$3` (`kind` 0, `key` the
 /// revision), in order, then the messages from the first one they refer
@@ -42,7 +119,7 @@ const EVENTS_THEN_MESSAGES: &str = "WITH page AS MATERIALIZED (\
 /// The session's events after revision `after`, within `bound`, in
 /// revision order (as `sql::events`).
 pub(super) async fn events(
-    pool: &AnyPool,
+    pool: &PgPool,
     session_key: i64,
     after: i64,
     bound: ReadBound,
