@@ -242,3 +242,168 @@ fn out_of_order() -> Error {
         "the event log's rows arrived out of order",
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{AppendedExchange, Change, Message, Role, SessionEvent, Timestamp};
+    use crate::store::rows::encode_content;
+
+    /// An appended exchange at `revision` of two messages from `first`:
+    /// the event whole, its stored form, and its messages' sequences and
+    /// encodings.
+    fn exchange(revision: i64, first: i64) -> (EncodedEvent, Vec<u8>, Vec<(i64, Vec<u8>)>) {
+        let messages: Vec<StoredMessage> = (first..first + 2)
+            .map(|sequence| StoredMessage {
+                id: format!("m{sequence}"),
+                session_id: "s".into(),
+                sequence,
+                produced_by_call_id: String::new(),
+                message: Message::text(Role::User, format!("message {sequence}")),
+                create_time: Timestamp(sequence),
+                redacted: false,
+            })
+            .collect();
+        let contents = messages
+            .iter()
+            .map(|stored| (stored.sequence, encode_content(&stored.message)))
+            .collect();
+        let (whole, stored) = EncodedEvent::referring(SessionEvent {
+            revision,
+            time: Timestamp(revision),
+            change: Change::ExchangeAppended(AppendedExchange {
+                messages,
+                provider_call: None,
+                run_id: String::new(),
+                next_sequence: first + 2,
+                state_changes: Vec::new(),
+                update_time: Timestamp(revision),
+                replayed: false,
+            }),
+        });
+        (whole, stored, contents)
+    }
+
+    fn event_row(revision: i64, wire: &[u8], refers: std::ops::Range<i64>) -> EventRow<'_> {
+        EventRow {
+            revision,
+            time: revision,
+            body: "",
+            wire: Some(wire),
+            refers_from: refers.start,
+            refers_until: refers.end,
+            content: None,
+        }
+    }
+
+    /// Three exchanges; the second was written out whole (as before an
+    /// edit of its messages), whose message rows are still read and skipped.
+    fn rows() -> Vec<(EncodedEvent, Vec<u8>, Vec<(i64, Vec<u8>)>)> {
+        vec![exchange(1, 0), exchange(2, 2), exchange(3, 4)]
+    }
+
+    fn read(bound: ReadBound, stop_at: Option<usize>) -> Result<(Page<EncodedEvent>, usize)> {
+        let rows = rows();
+        let mut page = PageOfEvents::new(bound);
+        for (index, (whole, stored, _)) in rows.iter().enumerate() {
+            let revision = i64::try_from(index)
+                .map_err(Error::storage)?
+                .saturating_add(1);
+            page.event(if revision == 2 {
+                GatheredEvent::new(&event_row(revision, whole.encoding(), 0..0))?
+            } else {
+                let first = 2 * (revision - 1);
+                GatheredEvent::new(&event_row(revision, stored, first..first + 2))?
+            })?;
+        }
+        let mut taken = 0;
+        for (sequence, content) in rows.iter().flat_map(|(_, _, contents)| contents) {
+            taken += 1;
+            if !page.message(*sequence, Content::of("", Some(content)))? {
+                assert_eq!(Some(taken), stop_at, "stopped early");
+                return Ok((page.page, taken));
+            }
+        }
+        assert_eq!(stop_at, None, "did not stop");
+        Ok((page.finish()?, taken))
+    }
+
+    #[test]
+    fn events_are_put_together_from_their_messages_as_they_arrive() -> Result<()> {
+        let all = ReadBound {
+            rows: 10,
+            bytes: usize::MAX,
+            at_least_one: true,
+        };
+        let (page, _) = read(all, None)?;
+        assert!(!page.cut);
+        // The same events (a spliced message's content comes last among
+        // its fields, so the bytes differ in order only).
+        let read: Vec<_> = page
+            .rows
+            .iter()
+            .map(|(event, _)| event.to_pb())
+            .collect::<Result<_>>()?;
+        let expected: Vec<_> = rows()
+            .iter()
+            .map(|(whole, _, _)| whole.to_pb())
+            .collect::<Result<_>>()?;
+        assert_eq!(read, expected);
+        Ok(())
+    }
+
+    #[test]
+    fn a_page_stops_at_the_first_event_its_bound_does_not_admit() -> Result<()> {
+        let first = read(
+            ReadBound {
+                rows: 10,
+                bytes: usize::MAX,
+                at_least_one: true,
+            },
+            None,
+        )?
+        .0
+        .rows[0]
+            .1;
+        // Room for the first event only: at the first message past it, the
+        // first is complete and so is the second (stored whole), which
+        // does not fit.
+        let (page, taken) = read(
+            ReadBound {
+                rows: 10,
+                bytes: first,
+                at_least_one: true,
+            },
+            Some(3),
+        )?;
+        assert!(page.cut);
+        assert_eq!(taken, 3);
+        assert_eq!(page.rows.len(), 1);
+        assert_eq!(page.rows[0].0.to_pb()?, rows()[0].0.to_pb()?);
+        Ok(())
+    }
+
+    #[test]
+    fn rows_out_of_order_are_an_error() -> Result<()> {
+        let (whole, stored, contents) = exchange(1, 0);
+        let bound = ReadBound {
+            rows: 10,
+            bytes: usize::MAX,
+            at_least_one: true,
+        };
+        let mut page = PageOfEvents::new(bound);
+        page.event(GatheredEvent::new(&event_row(1, &stored, 0..2))?)?;
+        page.message(1, Content::of("", Some(&contents[1].1)))?;
+        assert!(
+            page.message(0, Content::of("", Some(&contents[0].1)))
+                .is_err()
+        );
+        let mut page = PageOfEvents::new(bound);
+        page.message(0, Content::of("", Some(&contents[0].1)))?;
+        assert!(
+            page.event(GatheredEvent::new(&event_row(1, whole.encoding(), 0..0))?)
+                .is_err()
+        );
+        Ok(())
+    }
+}
