@@ -70,8 +70,8 @@ pub struct DatabaseConfig {
     )]
     pub database_url: String,
 
-    /// PostgreSQL connections per replica (a quarter of them, at least one,
-    /// read exports' and replays' pages; plus one for LISTEN).
+    /// PostgreSQL connections per replica (plus a quarter as many, at least
+    /// one, for exports' and replays' pages, and one for LISTEN).
     #[arg(
         long,
         env = "SESSIONSTORE_DATABASE_MAX_CONNECTIONS",

@@ -132,13 +132,8 @@ pub(super) async fn open(
     options: &StoreOptions,
 ) -> Result<(AnyPool, Postgres), OpenError> {
     check_reachable(url).await?;
-    let read_connections = reads::read_connections(options.max_connections);
-    let pool = connect(
-        url,
-        options.max_connections.saturating_sub(read_connections),
-    )
-    .await?;
-    let reads = reads::pool(url, read_connections)?;
+    let pool = connect(url, options.max_connections).await?;
+    let reads = reads::pool(url, reads::read_connections(options.max_connections))?;
     MIGRATOR.run(&pool).await?;
     let replica = uuid::Uuid::now_v7().simple().to_string();
     let (search, index) = if options.search {

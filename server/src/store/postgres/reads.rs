@@ -31,8 +31,11 @@ use crate::store::sql::{limit_param, messages_statement};
 use crate::store::{Page, ReadBound, SessionHandle};
 use crate::wire::EncodedEvent;
 
-/// Of `--max-connections`, the connections for these reads: a quarter, at
-/// least one (the rest are the pool for everything else).
+/// The connections for these reads beside a store pool of
+/// `max_connections` (`--max-connections`): a quarter as many, at least
+/// one. They are not taken from the store's pool, which stays as it was
+/// for everything else (BENCHMARKS.md: taking them from it moved appends
+/// in ways not understood).
 pub(super) fn read_connections(max_connections: u32) -> u32 {
     (max_connections / 4).max(1)
 }
@@ -249,10 +252,12 @@ mod tests {
     use crate::domain::{AppendedExchange, Change, Message, Role, SessionEvent, Timestamp};
     use crate::store::rows::encode_content;
 
-    /// An appended exchange at `revision` of two messages from `first`:
-    /// the event whole, its stored form, and its messages' sequences and
-    /// encodings.
-    fn exchange(revision: i64, first: i64) -> (EncodedEvent, Vec<u8>, Vec<(i64, Vec<u8>)>) {
+    /// An appended exchange: the event whole, its stored form, and its
+    /// messages' sequences and encodings.
+    type Exchange = (EncodedEvent, Vec<u8>, Vec<(i64, Vec<u8>)>);
+
+    /// An appended exchange at `revision` of two messages from `first`.
+    fn exchange(revision: i64, first: i64) -> Exchange {
         let messages: Vec<StoredMessage> = (first..first + 2)
             .map(|sequence| StoredMessage {
                 id: format!("m{sequence}"),
@@ -298,7 +303,7 @@ mod tests {
 
     /// Three exchanges; the second was written out whole (as before an
     /// edit of its messages), whose message rows are still read and skipped.
-    fn rows() -> Vec<(EncodedEvent, Vec<u8>, Vec<(i64, Vec<u8>)>)> {
+    fn rows() -> Vec<Exchange> {
         vec![exchange(1, 0), exchange(2, 2), exchange(3, 4)]
     }
 
