@@ -269,11 +269,11 @@ fn body_size(row: &AnyRow) -> Result<usize> {
 /// `size`), converting each with `convert`. Rows past the bound are
 /// not taken from the stream: the rest of the result is discarded when the
 /// stream is dropped.
-async fn bounded<T>(
-    mut rows: futures_core::stream::BoxStream<'_, std::result::Result<AnyRow, sqlx::Error>>,
+pub(super) async fn bounded<R, T>(
+    mut rows: futures_core::stream::BoxStream<'_, std::result::Result<R, sqlx::Error>>,
     bound: ReadBound,
-    size: impl Fn(&AnyRow) -> Result<usize>,
-    convert: impl Fn(&AnyRow) -> Result<T>,
+    size: impl Fn(&R) -> Result<usize>,
+    convert: impl Fn(&R) -> Result<T>,
 ) -> Result<Page<T>> {
     let mut page = Page {
         rows: Vec::new(),

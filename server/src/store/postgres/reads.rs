@@ -27,7 +27,7 @@ use sqlx::{Executor as _, Row as _};
 use super::ACQUIRE_TIMEOUT;
 use crate::domain::{Error, Result, StoredMessage};
 use crate::store::rows::{Content, EventRow, GatheredEvent, MessageRow};
-use crate::store::sql::{limit_param, messages_statement};
+use crate::store::sql::{bounded, limit_param, messages_statement};
 use crate::store::{Page, ReadBound, SessionHandle};
 use crate::wire::EncodedEvent;
 
@@ -67,27 +67,18 @@ pub(super) async fn messages(
     bound: ReadBound,
 ) -> Result<Page<StoredMessage>> {
     let sql = messages_statement(range);
-    let mut rows = sqlx::query(&sql)
+    let rows = sqlx::query(&sql)
         .bind(session.key)
         .bind(value)
         .bind(limit_param(bound.rows))
         .fetch(pool);
-    let mut page = Page {
-        rows: Vec::new(),
-        cut: false,
-    };
-    let mut bytes = 0;
-    while let Some(row) = rows.try_next().await? {
-        let stored = message_row(&row)?;
-        let size = stored.content_len();
-        if !bound.admits(page.rows.len(), bytes, size) {
-            page.cut = true;
-            break;
-        }
-        bytes += size;
-        page.rows.push((stored.into_stored(&session.id)?, size));
-    }
-    Ok(page)
+    bounded(
+        rows,
+        bound,
+        |row| Ok(message_row(row)?.content_len()),
+        |row| message_row(row)?.into_stored(&session.id),
+    )
+    .await
 }
 
 /// A row of [`messages_statement`], its content borrowed from the driver's row.
