@@ -68,6 +68,12 @@ struct Args {
     #[arg(long)]
     seconds: Option<f64>,
 
+    /// Timed reads of each export and replay case, alternating where two
+    /// are compared (default 15; 3 with --quick). More separate smaller
+    /// changes from a noisy machine's drift.
+    #[arg(long)]
+    samples: Option<usize>,
+
     /// Concurrent clients for the append runs (default 1,16,64; 1,4 with --quick).
     #[arg(long, value_delimiter = ',')]
     clients: Vec<usize>,
@@ -184,7 +190,7 @@ impl Plan {
             } else {
                 vec![1_000, 10_000]
             },
-            export_samples: if quick { 3 } else { 15 },
+            export_samples: args.samples.unwrap_or(if quick { 3 } else { 15 }).max(1),
             replay_exchanges: if quick { 100 } else { 5_000 },
             list: if quick {
                 reads::ListShape {
