@@ -90,16 +90,57 @@ impl<'a> EventRow<'a> {
             None => None,
         };
         Ok(EventRow {
-            revision: row.try_get("revision")?,
-            time: row.try_get("time")?,
-            body: row.try_get("body")?,
-            wire: row.try_get("wire")?,
-            refers_from: row.try_get("refers_from")?,
-            refers_until: row.try_get("refers_until")?,
             content,
+            ..EventRow::event_columns(row, "revision")?
+        })
+    }
+
+    /// The event's own columns of a row of either of sqlx's drivers (its
+    /// revision in the column `revision`), without a message's content.
+    pub fn event_columns(row: &'a impl BorrowedRow, revision: &str) -> Result<Self> {
+        Ok(EventRow {
+            revision: row.int(revision)?,
+            time: row.int("time")?,
+            body: row.str("body")?,
+            wire: row.bytes("wire")?,
+            refers_from: row.int("refers_from")?,
+            refers_until: row.int("refers_until")?,
+            content: None,
         })
     }
 }
+
+/// A row of sqlx's `Any` or PostgreSQL driver, read by column name, its
+/// text and bytes borrowed where the driver holds them.
+pub trait BorrowedRow {
+    fn int(&self, column: &str) -> Result<i64>;
+    fn str(&self, column: &str) -> Result<&str>;
+    fn string(&self, column: &str) -> Result<Option<String>>;
+    fn bytes(&self, column: &str) -> Result<Option<&[u8]>>;
+}
+
+/// [`BorrowedRow`] for a driver's row type, written once.
+macro_rules! borrowed_row {
+    ($row:ty) => {
+        impl BorrowedRow for $row {
+            fn int(&self, column: &str) -> Result<i64> {
+                Ok(self.try_get(column)?)
+            }
+            fn str(&self, column: &str) -> Result<&str> {
+                Ok(self.try_get(column)?)
+            }
+            fn string(&self, column: &str) -> Result<Option<String>> {
+                Ok(self.try_get(column)?)
+            }
+            fn bytes(&self, column: &str) -> Result<Option<&[u8]>> {
+                Ok(self.try_get(column)?)
+            }
+        }
+    };
+}
+
+borrowed_row!(AnyRow);
+borrowed_row!(sqlx::postgres::PgRow);
 
 /// Gathers the rows of [`events_with_contents`] into events, one event at
 /// a time.
@@ -373,14 +414,19 @@ impl<B: AsRef<str>, W: AsRef<[u8]>> MessageRow<B, W> {
 
 /// Reads a message row ([`MESSAGE_COLUMNS`]).
 pub fn stored_message_from_row(row: &AnyRow, session_id: &str) -> Result<StoredMessage> {
-    MessageRow {
-        id: row.try_get("id")?,
-        sequence: row.try_get("sequence")?,
-        produced_by_call_id: row.try_get("produced_by_call_id")?,
-        body: row.try_get::<String, _>("body")?,
-        wire: row.try_get::<Option<Vec<u8>>, _>("wire")?,
-        create_time: row.try_get("create_time")?,
-        redacted: row.try_get("redacted")?,
-    }
-    .into_stored(session_id)
+    message_row(row)?.into_stored(session_id)
+}
+
+/// A message row ([`MESSAGE_COLUMNS`]) of either of sqlx's drivers, its
+/// content borrowed from the driver's row.
+pub fn message_row(row: &impl BorrowedRow) -> Result<MessageRow<&str, &[u8]>> {
+    Ok(MessageRow {
+        id: row.str("id")?.to_owned(),
+        sequence: row.int("sequence")?,
+        produced_by_call_id: row.string("produced_by_call_id")?,
+        body: row.str("body")?,
+        wire: row.bytes("wire")?,
+        create_time: row.int("create_time")?,
+        redacted: row.int("redacted")?,
+    })
 }

@@ -20,10 +20,10 @@ use super::ops::{
     DeleteSession, DeleteSharedState, EraseFinish, EraseMark, EraseRows, EraseTombstones,
     ForkSession, PurgeTombstones, SetSharedState, UpdateSession, Write,
 };
-use super::rows::{Content, EventRow, EventRows, events_with_contents};
 use super::rows::{
-    MESSAGE_COLUMNS, SESSION_COLUMNS, session_from_row, stored_message_from_row, text_col,
+    BorrowedRow, MESSAGE_COLUMNS, SESSION_COLUMNS, message_row, session_from_row, text_col,
 };
+use super::rows::{Content, EventRow, EventRows, events_with_contents};
 use super::text::{escape, escape_ordered, unescape_ordered};
 use super::writer::{self, Job, Pending, PendingAppend};
 use super::{
@@ -199,23 +199,35 @@ pub(super) fn messages_statement(range: &str) -> String {
     format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_key = $1 AND {range} LIMIT $3")
 }
 
-/// [`Backend::messages`] through the pool.
-pub(super) async fn messages(
-    pool: &AnyPool,
+/// [`Backend::messages`] through `pool`, of sqlx's `Any` driver or its
+/// PostgreSQL one (`postgres/reads.rs`).
+pub(super) async fn messages<DB>(
+    pool: &sqlx::Pool<DB>,
     session: &SessionHandle,
     range: &str,
     value: i64,
     bound: ReadBound,
-) -> Result<Page<StoredMessage>> {
+) -> Result<Page<StoredMessage>>
+where
+    DB: sqlx::Database,
+    DB::Row: BorrowedRow,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'q> i64: sqlx::Encode<'q, DB>,
+    i64: sqlx::Type<DB>,
+{
     let sql = messages_statement(range);
-    let rows = sqlx::query(&sql)
+    let rows = sqlx::query::<DB>(&sql)
         .bind(session.key)
         .bind(value)
         .bind(limit_param(bound.rows))
         .fetch(pool);
-    bounded(rows, bound, body_size, |row| {
-        stored_message_from_row(row, &session.id)
-    })
+    bounded(
+        rows,
+        bound,
+        |row| Ok(message_row(row)?.content_len()),
+        |row| message_row(row)?.into_stored(&session.id),
+    )
     .await
 }
 
@@ -259,11 +271,6 @@ pub(super) async fn events(
 /// The events [`Backend::events`] reads, as [`events_with_contents`]
 /// takes them: after revision `$2`, up to `$3` (`$2` + the row limit).
 pub(super) const EVENTS_AFTER: &str = "e.revision > $2 AND e.revision <= $3";
-
-/// The bytes a message row's content holds, as a [`ReadBound`] counts them.
-fn body_size(row: &AnyRow) -> Result<usize> {
-    Ok(Content::of(row.try_get("body")?, row.try_get("wire")?).len())
-}
 
 /// Consumes `rows` while `bound` admits them (measuring each with
 /// `size`), converting each with `convert`. Rows past the bound are

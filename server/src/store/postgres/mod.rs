@@ -33,7 +33,7 @@ use sqlx::postgres::PgPool;
 use sqlx::{AnyPool, Connection as _, Executor};
 
 use super::ops::SearchWrites;
-use super::sql::{Backend, close_pool};
+use super::sql::{self, Backend, close_pool};
 use super::writer::{Job, PendingAppend};
 use super::{CommitSink, OpenError, Page, ReadBound, SessionHandle, StoreOptions};
 use crate::domain::{Ephemeral, Result, StoredMessage};
@@ -208,7 +208,7 @@ impl Backend for Postgres {
         value: i64,
         bound: ReadBound,
     ) -> BoxFuture<'a, Result<Page<StoredMessage>>> {
-        Box::pin(reads::messages(&self.reads, session, range, value, bound))
+        Box::pin(sql::messages(&self.reads, session, range, value, bound))
     }
 
     fn search_ready<'a>(&'a self, pool: &'a AnyPool) -> BoxFuture<'a, Result<()>> {

@@ -6,7 +6,10 @@
 //! converts every row it returns column by column into values of its own
 //! (each text and bytea copied); for the long reads, thousands of rows of
 //! message content, that conversion was the largest part of the server's
-//! time. Here a row's columns are read where the driver holds them.
+//! time. Here a row's columns are read where the driver holds them: the
+//! message pages by the statement and row reader every backend shares
+//! (`sql::messages`, `rows::message_row`, generic over the two drivers),
+//! on this pool; the event log's pages by the statement below.
 //!
 //! The statement the other backends share for the log
 //! ([`events_with_contents`]) joins each event with its messages:
@@ -21,14 +24,14 @@
 use std::collections::VecDeque;
 
 use futures_util::TryStreamExt as _;
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
-use sqlx::{Executor as _, Row as _};
+use sqlx::Executor as _;
+use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::ACQUIRE_TIMEOUT;
-use crate::domain::{Error, Result, StoredMessage};
-use crate::store::rows::{Content, EventRow, GatheredEvent, MessageRow};
-use crate::store::sql::{bounded, limit_param, messages_statement};
-use crate::store::{Page, ReadBound, SessionHandle};
+use crate::domain::{Error, Result};
+use crate::store::rows::{BorrowedRow as _, Content, EventRow, GatheredEvent};
+use crate::store::sql::limit_param;
+use crate::store::{Page, ReadBound};
 use crate::wire::EncodedEvent;
 
 /// The connections for these reads beside a store pool of
@@ -55,43 +58,6 @@ pub(super) fn pool(url: &str, connections: u32) -> std::result::Result<PgPool, s
             })
         })
         .connect_lazy(url)
-}
-
-/// The messages of `session` matching `range` (a condition on `$2`, bound
-/// to `value`, and an order), within `bound` (as `sql::messages`).
-pub(super) async fn messages(
-    pool: &PgPool,
-    session: &SessionHandle,
-    range: &str,
-    value: i64,
-    bound: ReadBound,
-) -> Result<Page<StoredMessage>> {
-    let sql = messages_statement(range);
-    let rows = sqlx::query(&sql)
-        .bind(session.key)
-        .bind(value)
-        .bind(limit_param(bound.rows))
-        .fetch(pool);
-    bounded(
-        rows,
-        bound,
-        |row| Ok(message_row(row)?.content_len()),
-        |row| message_row(row)?.into_stored(&session.id),
-    )
-    .await
-}
-
-/// A row of [`messages_statement`], its content borrowed from the driver's row.
-fn message_row(row: &PgRow) -> Result<MessageRow<&str, &[u8]>> {
-    Ok(MessageRow {
-        id: row.try_get("id")?,
-        sequence: row.try_get("sequence")?,
-        produced_by_call_id: row.try_get("produced_by_call_id")?,
-        body: row.try_get("body")?,
-        wire: row.try_get("wire")?,
-        create_time: row.try_get("create_time")?,
-        redacted: row.try_get("redacted")?,
-    })
 }
 
 /// A session's events after revision `$2` up to `$3` (`kind` 0, `key` the
@@ -125,22 +91,14 @@ pub(super) async fn events(
         .fetch(pool);
     let mut page = PageOfEvents::new(bound);
     while let Some(row) = rows.try_next().await? {
-        let key: i64 = row.try_get("key")?;
-        let body: &str = row.try_get("body")?;
-        let wire: Option<&[u8]> = row.try_get("wire")?;
-        let more = if row.try_get::<i64, _>("kind")? == 0 {
-            page.event(GatheredEvent::new(&EventRow {
-                revision: key,
-                time: row.try_get("time")?,
-                body,
-                wire,
-                refers_from: row.try_get("refers_from")?,
-                refers_until: row.try_get("refers_until")?,
-                content: None,
-            })?)?;
+        let more = if row.int("kind")? == 0 {
+            page.event(GatheredEvent::new(&EventRow::event_columns(&row, "key")?)?)?;
             true
         } else {
-            page.message(key, Content::of(body, wire))?
+            page.message(
+                row.int("key")?,
+                Content::of(row.str("body")?, row.bytes("wire")?),
+            )?
         };
         if !more {
             // The rest of the result is discarded with the stream.
@@ -240,7 +198,9 @@ fn out_of_order() -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{AppendedExchange, Change, Message, Role, SessionEvent, Timestamp};
+    use crate::domain::{
+        AppendedExchange, Change, Message, Role, SessionEvent, StoredMessage, Timestamp,
+    };
     use crate::store::rows::encode_content;
 
     /// An appended exchange: the event whole, its stored form, and its
