@@ -6,8 +6,11 @@ use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
 use tonic::transport::Channel;
 
+use std::time::Duration;
+
 use crate::support::{
-    Backend, Storage, TestServer, assistant, call, create, open_files_under, user, watch,
+    Backend, Storage, TestServer, assistant, call, create, error_details, open_files_under,
+    poll_until, user, watch,
 };
 
 /// The export chunk bound, plus room for one message's framing.
@@ -291,37 +294,47 @@ async fn the_sqlite_wal_is_cut_to_zero_once_writes_pause() {
             .and_then(|name| name.strip_suffix("-wal"))
             .expect("a WAL file name")
     ));
+    // The search file's WAL grows when the indexer gets to the appends,
+    // which on a busy machine may be well after they are answered: each
+    // file's size is followed from beside the test's own tasks.
+    let peaks = Peaks::follow(vec![wal.clone(), search_wal.clone()]);
     let mut client = server.client().await;
     let session = create(&mut client, "ses_quiet_wal").await.id;
-    let size = |path: &std::path::Path| std::fs::metadata(path).map_or(0, |m| m.len());
-    let (mut largest, mut largest_search) = (0, 0);
     for index in 0..APPENDS {
         client
             .append_exchange(large_exchange(&session, &index.to_string()))
             .await
             .expect("append");
-        largest = largest.max(size(&wal));
-        largest_search = largest_search.max(size(&search_wal));
     }
-    for (file, reached) in [(&wal, largest), (&search_wal, largest_search)] {
-        assert!(
-            reached > 5 << 20,
-            "{} reached only {reached} bytes; the test needs it above 4 MiB",
-            file.display()
-        );
-    }
-    // Quiet now: within seconds both files are cut to zero bytes.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    let mut looks = tokio::time::interval(std::time::Duration::from_millis(50));
+    let last = format!("a{}", APPENDS - 1);
+    poll_until("the last answer indexed", Duration::from_secs(120), || {
+        let server = &server;
+        let last = &last;
+        async move { (indexed(server, last).await == 1).then_some(()) }
+    })
+    .await;
+    // Quiet now, the indexer included: within seconds both files are cut
+    // to zero bytes.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut looks = tokio::time::interval(Duration::from_millis(50));
     loop {
         looks.tick().await;
-        let (left, search_left) = (size(&wal), size(&search_wal));
+        let (left, search_left) = (file_size(&wal), file_size(&search_wal));
         if left == 0 && search_left == 0 {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "20 s after the last write the WAL still holds {left} bytes, the search file's {search_left}"
+            "20 s after the index caught up the WAL still holds {left} bytes, the search \
+             file's {search_left} (largest seen: {:?})",
+            peaks.so_far()
+        );
+    }
+    for (file, reached) in [&wal, &search_wal].into_iter().zip(peaks.stop()) {
+        assert!(
+            reached > 5 << 20,
+            "{} reached only {reached} bytes; the test needs it above 4 MiB",
+            file.display()
         );
     }
     let (messages, _) = export_checked(
@@ -333,7 +346,7 @@ async fn the_sqlite_wal_is_cut_to_zero_once_writes_pause() {
     )
     .await;
     assert_eq!(messages.len(), 2 * APPENDS);
-    assert_eq!(found(&server, &format!("a{}", APPENDS - 1)).await, 1);
+    assert_eq!(found(&server, &last).await, 1);
     // Writes go on as before, on a WAL that starts again from nothing.
     client
         .append_exchange(pb::AppendExchangeRequest {
@@ -343,7 +356,69 @@ async fn the_sqlite_wal_is_cut_to_zero_once_writes_pause() {
         })
         .await
         .expect("append after the pause");
-    assert!(std::fs::metadata(&wal).map_or(0, |m| m.len()) > 0);
+    assert!(file_size(&wal) > 0);
+}
+
+/// A file's size in bytes; 0 if it is not there.
+fn file_size(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |meta| meta.len())
+}
+
+/// The largest size each of some files has had, sampled every few
+/// milliseconds on a thread of its own, so that a busy runtime cannot make
+/// it miss a size the server keeps for only a moment.
+struct Peaks {
+    largest: std::sync::Arc<Vec<std::sync::atomic::AtomicU64>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Peaks {
+    fn follow(paths: Vec<std::path::PathBuf>) -> Peaks {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let largest: Arc<Vec<AtomicU64>> =
+            Arc::new(paths.iter().map(|_| AtomicU64::new(0)).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::spawn({
+            let (largest, stop) = (Arc::clone(&largest), Arc::clone(&stop));
+            move || {
+                while !stop.load(Ordering::Acquire) {
+                    for (path, peak) in paths.iter().zip(largest.iter()) {
+                        peak.fetch_max(file_size(path), Ordering::Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+        });
+        Peaks {
+            largest,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn so_far(&self) -> Vec<u64> {
+        self.largest
+            .iter()
+            .map(|peak| peak.load(std::sync::atomic::Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Stops following; the largest sizes seen, in the order given.
+    fn stop(mut self) -> Vec<u64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("the sampling thread");
+        }
+        self.so_far()
+    }
+}
+
+impl Drop for Peaks {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// Writers for the search-log tests: on SQLite each append run logs a
@@ -379,6 +454,27 @@ async fn append_logged(server: &TestServer) {
 }
 
 /// How many messages a search for `word` finds.
+/// Hits for `word` once the index has the messages written before the
+/// call; 0 while SQLite's index is still behind them.
+async fn indexed(server: &TestServer, word: &str) -> usize {
+    let answer = server
+        .client()
+        .await
+        .search_messages(pb::SearchMessagesRequest {
+            query: word.to_owned(),
+            ..Default::default()
+        })
+        .await;
+    match answer {
+        Ok(found) => found.into_inner().hits.len(),
+        Err(status) => {
+            let (reason, _) = error_details(&status);
+            assert_eq!(reason.as_deref(), Some("SEARCH_INDEX_BEHIND"), "{status:?}");
+            0
+        }
+    }
+}
+
 async fn found(server: &TestServer, word: &str) -> usize {
     let found = server
         .client()
