@@ -17,7 +17,7 @@ use crate::admission::{Admission, RateLimiter, WatchPermits};
 use crate::auth::Authenticator;
 use crate::config::ServeConfig;
 use crate::connection::Coalesced;
-use crate::grpc::{EncodedWatch, Limits, ServiceOptions, SessionStoreService};
+use crate::grpc::{EncodedStreams, Limits, ServiceOptions, SessionStoreService};
 use crate::health::{self, ProbeOptions};
 use crate::inflight::{self, InFlight, InFlightLayer};
 use crate::metrics::{self, Metrics, MetricsLayer};
@@ -303,7 +303,7 @@ async fn serve_store<S: Store>(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(tonic::service::interceptor::InterceptedService::new(
-            EncodedWatch::new(service, config.max_request_bytes),
+            EncodedStreams::new(service, config.max_request_bytes),
             admission,
         ))
         .serve_with_incoming_shutdown(

@@ -911,6 +911,23 @@ async fn provider_calls(client: &mut Client, session: &str) -> Vec<pb::ProviderC
 }
 
 /// The events a watch from revision 0 replays, up to `caught_up`.
+/// A session's whole history through ExportHistory.
+async fn exported(client: &mut Client, session: &str) -> Vec<pb::Message> {
+    crate::support::export(
+        client,
+        pb::ExportHistoryRequest {
+            session_id: session.into(),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// The messages of stored messages, as an export sends them.
+fn contents(stored: Vec<pb::StoredMessage>) -> Vec<pb::Message> {
+    stored.into_iter().filter_map(|m| m.message).collect()
+}
+
 async fn replay(client: &mut Client, session: &str) -> Vec<pb::SessionEvent> {
     let mut stream = watch(client, session, 0).await;
     let mut events = Vec::new();
@@ -1089,6 +1106,14 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
         all_messages(&mut client, "mig-delta").await,
         delta_messages()
     );
+    // ExportHistory sends the same messages, encoded from the JSON rows.
+    for (session, stored) in [
+        ("mig-alpha", alpha_messages()),
+        ("mig-bravo", bravo_messages()),
+        ("mig-delta", delta_messages()),
+    ] {
+        assert_eq!(exported(&mut client, session).await, contents(stored));
+    }
 
     // Provider calls: the new buckets 0, no usage object, no duration.
     assert_eq!(
@@ -1434,6 +1459,10 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
     assert_eq!(old.referring_events().await, [(1, 5)]);
     // Its messages are stored encoded (0017); the old ones keep their JSON.
     assert_eq!(old.encoded_messages().await, [(1, 6), (1, 7)]);
+    // An export of both kinds of row sends what ListMessages lists.
+    let listed = all_messages(&mut client, "mig-alpha").await;
+    assert_eq!(listed.len(), 8);
+    assert_eq!(exported(&mut client, "mig-alpha").await, contents(listed));
 
     // A redaction erases a message from the old event that carries it,
     // which is stored encoded from then on, and the replay still holds

@@ -106,26 +106,37 @@ pub fn is_reasoning(block: &ContentBlock) -> bool {
 
 /// Steps 1 and 2 for one message: its reasoning as the policy says, or
 /// `None` when nothing is left to send.
-pub fn strip(
+pub fn strip(target: &ExportTarget, message: Message, origin: Option<&Origin>) -> Option<Message> {
+    stripped(target, message, origin).map(|(message, _)| message)
+}
+
+/// [`strip`], and whether it changed the message (an unchanged message
+/// can be sent as it is stored).
+pub fn stripped(
     target: &ExportTarget,
     mut message: Message,
     origin: Option<&Origin>,
-) -> Option<Message> {
+) -> Option<(Message, bool)> {
+    let mut changed = false;
     if !target.keeps(origin) {
+        let blocks = message.content_blocks.len();
         message.content_blocks.retain(|block| !is_reasoning(block));
+        changed |= message.content_blocks.len() != blocks;
         for block in &mut message.content_blocks {
             match block {
                 ContentBlock::Text { signature, .. } | ContentBlock::ToolUse { signature, .. } => {
+                    changed |= !signature.is_empty();
                     signature.clear();
                 }
                 _ => {}
             }
         }
         for call in &mut message.tool_calls {
+            changed |= !call.signature.is_empty();
             call.signature.clear();
         }
     }
-    worth_sending(&message).then_some(message)
+    worth_sending(&message).then_some((message, changed))
 }
 
 /// Step 2's test: text, a block other than reasoning, a tool call, or an
@@ -799,6 +810,35 @@ mod tests {
         );
         assert_eq!(foreign.tool_calls[0].id, "c1");
         Ok(())
+    }
+
+    #[test]
+    fn stripping_says_whether_it_changed_the_message() {
+        let foreign = target("openai", "o3", ReasoningPolicy::SameModel);
+        let changed = |m: Message| stripped(&foreign, m, claude().as_ref()).map(|(_, c)| c);
+        assert_eq!(changed(assistant("plain")), Some(false));
+        let mut reasoned = assistant("answer");
+        reasoned.content_blocks = vec![thinking("hmm")];
+        assert_eq!(changed(reasoned), Some(true));
+        let mut signed = assistant("answer");
+        signed.content_blocks = vec![text_block("part", "sig-text")];
+        assert_eq!(changed(signed), Some(true));
+        let mut unsigned = assistant("answer");
+        unsigned.content_blocks = vec![text_block("part", "")];
+        unsigned.tool_calls = vec![call("c1")];
+        unsigned.tool_calls[0].signature.clear();
+        assert_eq!(changed(unsigned), Some(false));
+        let mut signed_call = assistant("answer");
+        signed_call.tool_calls = vec![call("c1")];
+        signed_call.tool_calls[0].signature = "sig".into();
+        assert_eq!(changed(signed_call), Some(true));
+        let own = target("anthropic", "claude-sonnet-4-5", ReasoningPolicy::SameModel);
+        let mut kept = assistant("answer");
+        kept.content_blocks = vec![thinking("hmm"), text_block("part", "sig-text")];
+        assert_eq!(
+            stripped(&own, kept, claude().as_ref()).map(|(_, c)| c),
+            Some(false)
+        );
     }
 
     #[test]

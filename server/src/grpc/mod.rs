@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use futures_core::Stream;
 use futures_util::StreamExt as _;
-use prost::Message as _;
 use sessionstore_client::v1 as pb;
 use sessionstore_client::v1::session_store_server::SessionStore as SessionStoreRpc;
 use tonic::{Request, Response, Status};
@@ -32,18 +31,21 @@ use crate::domain::{
 };
 use crate::metrics::Metrics;
 use crate::read_ahead::{ReadAhead, ReadPage, Share, StreamBudget};
-use crate::store::{ExportStart, SearchQuery, SessionHandle, SharedStateWrite, Store};
+use crate::store::{
+    EncodedMessage, ExportStart, MessageRow, SearchQuery, SessionHandle, SharedStateWrite, Store,
+};
 use crate::watch::{self, Hub, WatchItem, WatchOptions, WatchRequest};
 use crate::wire;
 
-mod encoded_watch;
+mod encoded_streams;
+mod export_chunks;
 mod limits;
 mod targeted;
 mod transcript;
 
 mod status;
 
-pub use encoded_watch::EncodedWatch;
+pub use encoded_streams::EncodedStreams;
 pub use limits::Limits;
 pub use status::{ERROR_DOMAIN, limit_exceeded};
 
@@ -77,9 +79,71 @@ pub struct ServiceOptions {
 }
 
 impl<S: Store> SessionStoreService<S> {
+    /// Checks an ExportHistory call and opens its stream of chunks, each a
+    /// framed `ExportHistoryResponse` (`export_chunks`). Served through
+    /// [`encoded_streams`] on the network; the generated service's
+    /// `export_history` decodes the same chunks.
+    pub(crate) async fn open_export(
+        &self,
+        request: Request<pb::ExportHistoryRequest>,
+    ) -> Result<BoxStream<bytes::Bytes>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        streaming("ExportHistory", &req.session_id.clone(), async {
+            require_session_id("session_id", &req.session_id)?;
+            let target = wire::target_from_pb(req.target)?;
+            let session = self.store.resolve(&tenant, &req.session_id).await?;
+            // With a target, max_messages windows what the target's rules
+            // leave, so the range starts where the request allows.
+            let window = if target.is_some() {
+                0
+            } else {
+                req.max_messages
+            };
+            let start = ExportStart::compute(
+                &self.store,
+                &session,
+                req.from_summary,
+                req.after_sequence,
+                window,
+            )
+            .await?;
+            let prompt = (req.include_system_prompt
+                && req.after_sequence.is_none()
+                && !session.system_prompt.is_empty())
+            .then(|| Message::text(Role::System, session.system_prompt.clone()));
+            let share = self.stream_budget.admit()?;
+            let encodings: export_chunks::Encodings = match target {
+                None => Box::pin(encoded_messages(
+                    self.store.clone(),
+                    session.clone(),
+                    start.after,
+                    share,
+                )),
+                // A target's rules change what is sent: those messages are
+                // encoded from what the rules leave.
+                Some(target) => Box::pin(
+                    targeted::targeted(
+                        self.store.clone(),
+                        session.clone(),
+                        start.after,
+                        target,
+                        usize::try_from(req.max_messages).unwrap_or(usize::MAX),
+                        share,
+                        Arc::clone(&self.stream_budget),
+                    )
+                    .map(|sent| sent.map(targeted::Targeted::into_encoding)),
+                ),
+            };
+            Ok(export_chunks::chunks(encodings, prompt))
+        })
+        .await
+        .map(Response::into_inner)
+    }
+
     /// Checks a WatchSession call and opens its stream of items. The
     /// stream holds the call's watch permit and gauge until it is dropped.
-    /// Served through [`encoded_watch`] on the network; the generated
+    /// Served through [`encoded_streams`] on the network; the generated
     /// service's `watch_session` converts the same items.
     pub(crate) async fn open_watch(
         &self,
@@ -500,52 +564,10 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         &self,
         request: Request<pb::ExportHistoryRequest>,
     ) -> Result<Response<Self::ExportHistoryStream>, Status> {
-        let tenant = tenant_of(&request);
-        let req = request.into_inner();
-        streaming("ExportHistory", &req.session_id.clone(), async {
-            require_session_id("session_id", &req.session_id)?;
-            let target = wire::target_from_pb(req.target)?;
-            let session = self.store.resolve(&tenant, &req.session_id).await?;
-            // With a target, max_messages windows what the target's rules
-            // leave, so the range starts where the request allows.
-            let window = if target.is_some() {
-                0
-            } else {
-                req.max_messages
-            };
-            let start = ExportStart::compute(
-                &self.store,
-                &session,
-                req.from_summary,
-                req.after_sequence,
-                window,
-            )
-            .await?;
-            let prompt = (req.include_system_prompt
-                && req.after_sequence.is_none()
-                && !session.system_prompt.is_empty())
-            .then(|| Message::text(Role::System, session.system_prompt.clone()));
-            let share = self.stream_budget.admit()?;
-            let messages: Messages = match target {
-                None => Box::pin(plain_messages(
-                    self.store.clone(),
-                    session.clone(),
-                    start.after,
-                    share,
-                )),
-                Some(target) => Box::pin(targeted::targeted(
-                    self.store.clone(),
-                    session.clone(),
-                    start.after,
-                    target,
-                    usize::try_from(req.max_messages).unwrap_or(usize::MAX),
-                    share,
-                    Arc::clone(&self.stream_budget),
-                )),
-            };
-            Ok(export_stream(messages, prompt))
-        })
-        .await
+        let chunks = self.open_export(request).await?;
+        Ok(Response::new(Box::pin(chunks.map(|chunk| {
+            chunk.and_then(|framed| export_chunks::decode(&framed))
+        }))))
     }
 
     async fn list_messages(
@@ -902,15 +924,18 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             let share = self.stream_budget.admit()?;
             let messages: Messages = match target {
                 None => Box::pin(plain_messages(self.store.clone(), handle, -1, share)),
-                Some(target) => Box::pin(targeted::targeted(
-                    self.store.clone(),
-                    handle,
-                    -1,
-                    target,
-                    0,
-                    share,
-                    Arc::clone(&self.stream_budget),
-                )),
+                Some(target) => Box::pin(
+                    targeted::targeted(
+                        self.store.clone(),
+                        handle,
+                        -1,
+                        target,
+                        0,
+                        share,
+                        Arc::clone(&self.stream_budget),
+                    )
+                    .map(|sent| sent.map(|sent| sent.stored)),
+                ),
             };
             Ok(transcript::stream(messages, session, format))
         })
@@ -1226,7 +1251,7 @@ fn next_session_token<T>(
 }
 
 /// A session's messages, a page at a time, for [`ReadAhead`].
-pub(crate) fn message_pages<S: Store>(
+fn message_pages<S: Store>(
     store: S,
     session: crate::store::SessionHandle,
 ) -> ReadPage<StoredMessage> {
@@ -1236,7 +1261,7 @@ pub(crate) fn message_pages<S: Store>(
     })
 }
 
-pub(crate) fn sequence_of(stored: &StoredMessage) -> i64 {
+fn sequence_of(stored: &StoredMessage) -> i64 {
     stored.sequence
 }
 
@@ -1259,32 +1284,26 @@ fn plain_messages<S: Store>(
     }
 }
 
-/// Streams `messages` (after `prompt`, if any), packed into chunks of at
-/// most [`EXPORT_CHUNK_BYTES`].
-fn export_stream(
-    mut messages: Messages,
-    prompt: Option<Message>,
-) -> impl Stream<Item = Result<pb::ExportHistoryResponse>> + Send + 'static {
+/// The messages after `after`, each as its stored encoding, up to the
+/// session's length when the export began, read ahead as
+/// [`plain_messages`] reads them.
+fn encoded_messages<S: Store>(
+    store: S,
+    session: crate::store::SessionHandle,
+    after: i64,
+    share: Share,
+) -> impl Stream<Item = Result<bytes::Bytes>> + Send + 'static {
     async_stream::try_stream! {
-        let mut chunk = pb::ExportHistoryResponse::default();
-        let mut chunk_bytes = 0;
-        if let Some(prompt) = prompt {
-            let message = wire::message_to_pb(prompt);
-            chunk_bytes += message.encoded_len() + 8;
-            chunk.messages.push(message);
-        }
-        while let Some(stored) = messages.next().await {
-            let message = wire::message_to_pb(stored?.message);
-            let size = message.encoded_len() + 8;
-            if !chunk.messages.is_empty() && chunk_bytes + size > EXPORT_CHUNK_BYTES {
-                yield std::mem::take(&mut chunk);
-                chunk_bytes = 0;
-            }
-            chunk_bytes += size;
-            chunk.messages.push(message);
-        }
-        if !chunk.messages.is_empty() {
-            yield chunk;
+        let end = session.next_sequence;
+        let read: ReadPage<EncodedMessage> = Arc::new(move |after, bound| {
+            let (store, session) = (store.clone(), session.clone());
+            Box::pin(async move {
+                store.read_message_rows_bounded(&session, after, bound).await?.try_map(MessageRow::into_encoded)
+            })
+        });
+        let mut messages = ReadAhead::ranges(read, |message: &EncodedMessage| message.sequence, share, after, end);
+        while let Some(message) = messages.next().await? {
+            yield message.encoding;
         }
     }
 }

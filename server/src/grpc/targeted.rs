@@ -8,18 +8,71 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use futures_core::Stream;
+use prost::Message as _;
 
-use super::{message_pages, sequence_of};
-use crate::domain::target::{Decision, ExportTarget, Pairing, Plan, Shape, strip};
+use crate::domain::target::{Decision, ExportTarget, Pairing, Plan, Shape, stripped};
 use crate::domain::{ContentBlock, Message, Result, Role, StoredMessage};
-use crate::read_ahead::{ReadAhead, Share, StreamBudget};
+use crate::read_ahead::{ReadAhead, ReadPage, Share, StreamBudget};
 use crate::store::{SessionHandle, Store};
+use crate::wire;
 
 /// The most an export for a target holds back while it waits for tool
 /// results (messages after a call with no result yet). Past it, the rest
 /// of the export is judged in two passes instead.
 const MAX_HELD_BYTES: usize = 2 << 20;
+
+/// A message an export for a target sends, as the target's rules leave
+/// it, with its stored encoding for as long as they leave it as stored:
+/// most messages go out as they are, sent as stored rather than encoded
+/// again.
+pub(crate) struct Targeted {
+    pub stored: StoredMessage,
+    encoding: Option<Bytes>,
+}
+
+impl Targeted {
+    /// The message's encoding as a `Message` of the API.
+    pub(crate) fn into_encoding(self) -> Bytes {
+        match self.encoding {
+            Some(encoding) => encoding,
+            None => Bytes::from(wire::message_to_pb(self.stored.message).encode_to_vec()),
+        }
+    }
+
+    /// Puts `message`, as the rules left it, in place of the one read.
+    fn set(&mut self, message: Message, changed: bool) {
+        self.stored.message = message;
+        if changed {
+            self.encoding = None;
+        }
+    }
+}
+
+/// Pages of the session's messages, each decoded and with its stored
+/// encoding.
+fn pages<S: Store>(store: S, session: SessionHandle) -> ReadPage<Targeted> {
+    Arc::new(move |after, bound| {
+        let (store, session) = (store.clone(), session.clone());
+        Box::pin(async move {
+            store
+                .read_message_rows_bounded(&session, after, bound)
+                .await?
+                .try_map(|row| {
+                    let encoding = row.wire.clone();
+                    Ok(Targeted {
+                        stored: row.into_stored(&session.id)?,
+                        encoding,
+                    })
+                })
+        })
+    })
+}
+
+fn sequence_of(targeted: &Targeted) -> i64 {
+    targeted.stored.sequence
+}
 
 /// The messages after `after` (up to the session's length now) that an
 /// export for `target` sends, each as step 1 and pairing left it, the
@@ -37,11 +90,11 @@ pub(crate) fn targeted<S: Store>(
     max_messages: usize,
     share: Share,
     budget: Arc<StreamBudget>,
-) -> impl Stream<Item = Result<StoredMessage>> + Send + 'static {
+) -> impl Stream<Item = Result<Targeted>> + Send + 'static {
     async_stream::try_stream! {
         let end = session.next_sequence;
         let mut share = Some(share);
-        let mut one_pass = (max_messages == 0).then(|| ReadAhead::ranges(message_pages(store.clone(), session.clone()), sequence_of, share.take().unwrap_or_else(|| budget.share()), after, end));
+        let mut one_pass = (max_messages == 0).then(|| ReadAhead::ranges(pages(store.clone(), session.clone()), sequence_of, share.take().unwrap_or_else(|| budget.share()), after, end));
         // The origins are read beside the first page.
         let (origins, first) = match &mut one_pass {
             Some(messages) => tokio::join!(store.call_origins(&session), messages.next()),
@@ -57,22 +110,22 @@ pub(crate) fn targeted<S: Store>(
             let mut cut_short = false;
             loop {
                 let next = match first.take() {
-                    Some(stored) => Some(stored),
+                    Some(item) => Some(item),
                     None => messages.next().await?,
                 };
-                let Some(mut stored) = next else {
+                let Some(mut item) = next else {
                     break;
                 };
-                let origin = origin_of(&stored);
-                let Some(message) = strip(&target, take_message(&mut stored), origin) else {
+                let origin = origin_of(&item.stored);
+                let Some((message, changed)) = stripped(&target, take_message(&mut item.stored), origin) else {
                     continue;
                 };
-                let shape = Shape::of(stored.sequence, &message);
+                let shape = Shape::of(item.stored.sequence, &message);
                 let size = message_size(&message);
-                stored.message = message;
-                for (stored, decision) in pairing.push(stored, shape, size) {
-                    if let Some(stored) = decided(stored, &decision) {
-                        yield stored;
+                item.set(message, changed);
+                for (item, decision) in pairing.push(item, shape, size) {
+                    if let Some(item) = decided(item, &decision) {
+                        yield item;
                     }
                 }
                 if pairing.held_bytes() > MAX_HELD_BYTES {
@@ -84,12 +137,12 @@ pub(crate) fn targeted<S: Store>(
             if cut_short {
                 let (held, made) = pairing.into_rest();
                 if let Some(first) = held.first() {
-                    rest = Some((first.sequence - 1, made));
+                    rest = Some((first.stored.sequence - 1, made));
                 }
             } else {
-                for (stored, decision) in pairing.finish() {
-                    if let Some(stored) = decided(stored, &decision) {
-                        yield stored;
+                for (item, decision) in pairing.finish() {
+                    if let Some(item) = decided(item, &decision) {
+                        yield item;
                     }
                 }
             }
@@ -101,11 +154,11 @@ pub(crate) fn targeted<S: Store>(
         };
         // Pass 1: the shapes of what steps 1 and 2 keep.
         let mut shapes = Vec::new();
-        let mut messages = ReadAhead::ranges(message_pages(store.clone(), session.clone()), sequence_of, share.take().unwrap_or_else(|| budget.share()), after, end);
-        while let Some(stored) = messages.next().await? {
-            let sequence = stored.sequence;
-            let origin = origin_of(&stored);
-            if let Some(message) = strip(&target, stored.message, origin) {
+        let mut messages = ReadAhead::ranges(pages(store.clone(), session.clone()), sequence_of, share.take().unwrap_or_else(|| budget.share()), after, end);
+        while let Some(item) = messages.next().await? {
+            let sequence = item.stored.sequence;
+            let origin = origin_of(&item.stored);
+            if let Some((message, _)) = stripped(&target, item.stored.message, origin) {
                 shapes.push(Shape::of(sequence, &message));
             }
         }
@@ -115,22 +168,22 @@ pub(crate) fn targeted<S: Store>(
         drop(shapes);
         // Pass 2: from the first message that goes, each with its decision.
         if let Some(first) = plan.first_sequence() {
-            let mut messages = ReadAhead::ranges(message_pages(store, session), sequence_of, budget.share(), first - 1, end);
-            while let Some(mut stored) = messages.next().await? {
-                let Some(decision) = plan.decision(stored.sequence) else {
+            let mut messages = ReadAhead::ranges(pages(store, session), sequence_of, budget.share(), first - 1, end);
+            while let Some(mut item) = messages.next().await? {
+                let Some(decision) = plan.decision(item.stored.sequence) else {
                     continue;
                 };
-                let origin = origin_of(&stored);
-                let Some(message) = strip(&target, stored.message, origin) else {
+                let origin = origin_of(&item.stored);
+                let Some((message, changed)) = stripped(&target, take_message(&mut item.stored), origin) else {
                     continue;
                 };
-                let message = match decision {
-                    None => Some(message),
-                    Some(decision) => decision.apply(message),
+                item.set(message, changed);
+                let item = match decision {
+                    None => Some(item),
+                    Some(decision) => decided(item, decision),
                 };
-                if let Some(message) = message {
-                    stored.message = message;
-                    yield stored;
+                if let Some(item) = item {
+                    yield item;
                 }
             }
         }
@@ -138,12 +191,13 @@ pub(crate) fn targeted<S: Store>(
 }
 
 /// A decided message, as its decision leaves it (or `None`: left out).
-fn decided(mut stored: StoredMessage, decision: &Decision) -> Option<StoredMessage> {
+fn decided(mut item: Targeted, decision: &Decision) -> Option<Targeted> {
     if *decision == Decision::default() {
-        return Some(stored);
+        return Some(item);
     }
-    stored.message = decision.apply(take_message(&mut stored))?;
-    Some(stored)
+    let message = decision.apply(take_message(&mut item.stored))?;
+    item.set(message, true);
+    Some(item)
 }
 
 /// Moves the message out of `stored` (leaving an empty one).

@@ -32,6 +32,7 @@ mod text;
 mod writer;
 
 pub use export::ExportStart;
+pub use rows::{EncodedMessage, MessageRow, OwnedMessageRow};
 pub use sql::SqlStore;
 
 /// Why a store could not be opened.
@@ -221,6 +222,19 @@ impl<T> Page<T> {
     pub fn into_items(self) -> Vec<T> {
         self.rows.into_iter().map(|(item, _)| item).collect()
     }
+
+    /// Each row converted by `convert`, its size kept.
+    pub fn try_map<U>(self, mut convert: impl FnMut(T) -> Result<U>) -> Result<Page<U>> {
+        let rows = self
+            .rows
+            .into_iter()
+            .map(|(item, size)| Ok((convert(item)?, size)))
+            .collect::<Result<_>>()?;
+        Ok(Page {
+            rows,
+            cut: self.cut,
+        })
+    }
 }
 
 /// A provider call with its position in the session's call list.
@@ -347,6 +361,16 @@ pub trait Store: Clone + Send + Sync + 'static {
         after: i64,
         bound: ReadBound,
     ) -> impl Future<Output = Result<Page<StoredMessage>>> + Send;
+
+    /// The messages [`Store::read_messages_bounded`] reads, as their rows,
+    /// not decoded: ExportHistory sends each one's stored encoding
+    /// ([`MessageRow::into_encoded`]).
+    fn read_message_rows_bounded(
+        &self,
+        session: &SessionHandle,
+        after: i64,
+        bound: ReadBound,
+    ) -> impl Future<Output = Result<Page<OwnedMessageRow>>> + Send;
 
     /// Messages with `sequence < before`, descending, at most `limit`.
     fn read_messages_before(

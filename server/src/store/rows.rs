@@ -6,6 +6,8 @@
 
 use std::ops::Range;
 
+use bytes::Bytes;
+
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -375,9 +377,12 @@ pub fn encode_content(message: &Message) -> Vec<u8> {
 }
 
 /// A message row as stored, before its content is decoded; read by sqlx
-/// here and by the SQLite engine directly in `sqlite/reads.rs`, which
-/// decodes the content where SQLite holds it (`B` = `&str`, `W` = `&[u8]`).
-pub struct MessageRow<B = String, W = Vec<u8>> {
+/// here and by the SQLite engine directly in `sqlite/reads.rs`, borrowed
+/// where the driver or SQLite holds it (`B` = `&str`, `W` = `&[u8]`), and
+/// owned in a page of messages ([`OwnedMessageRow`]), which is decoded
+/// ([`MessageRow::into_stored`]) or sent as it is stored
+/// ([`MessageRow::into_encoded`]).
+pub struct MessageRow<B, W> {
     pub id: String,
     pub sequence: i64,
     pub produced_by_call_id: Option<String>,
@@ -397,6 +402,22 @@ impl<B: AsRef<str>, W: AsRef<[u8]>> MessageRow<B, W> {
         Content::of(self.body.as_ref(), self.wire.as_ref().map(AsRef::as_ref))
     }
 
+    /// The message's encoding as a `Message` of the API: the bytes stored,
+    /// uncopied, or, for an older row's JSON, encoded here.
+    pub fn into_encoded(self) -> Result<EncodedMessage>
+    where
+        W: Into<Bytes>,
+    {
+        let encoding = match self.wire {
+            Some(wire) => wire.into(),
+            None => Bytes::from(message_to_pb(decode(self.body.as_ref())?).encode_to_vec()),
+        };
+        Ok(EncodedMessage {
+            sequence: self.sequence,
+            encoding,
+        })
+    }
+
     /// The stored message this row holds.
     pub fn into_stored(self, session_id: &str) -> Result<StoredMessage> {
         let message = self.content().message()?;
@@ -410,6 +431,32 @@ impl<B: AsRef<str>, W: AsRef<[u8]>> MessageRow<B, W> {
             redacted: self.redacted != 0,
         })
     }
+}
+
+/// A message row as a page of messages holds it: its content copied out of
+/// the row it was read from, once.
+pub type OwnedMessageRow = MessageRow<String, Bytes>;
+
+impl MessageRow<&str, &[u8]> {
+    /// This row, its content copied out of the row it borrows from.
+    pub fn into_owned(self) -> OwnedMessageRow {
+        MessageRow {
+            id: self.id,
+            sequence: self.sequence,
+            produced_by_call_id: self.produced_by_call_id,
+            body: self.body.to_owned(),
+            wire: self.wire.map(Bytes::copy_from_slice),
+            create_time: self.create_time,
+            redacted: self.redacted,
+        }
+    }
+}
+
+/// A message as ExportHistory sends it: its sequence, and its encoding as
+/// a `Message` of the API.
+pub struct EncodedMessage {
+    pub sequence: i64,
+    pub encoding: Bytes,
 }
 
 /// Reads a message row ([`MESSAGE_COLUMNS`]).

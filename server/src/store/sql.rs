@@ -23,7 +23,7 @@ use super::ops::{
 use super::rows::{
     BorrowedRow, MESSAGE_COLUMNS, SESSION_COLUMNS, message_row, session_from_row, text_col,
 };
-use super::rows::{Content, EventRow, EventRows, events_with_contents};
+use super::rows::{Content, EventRow, EventRows, OwnedMessageRow, events_with_contents};
 use super::text::{escape, escape_ordered, unescape_ordered};
 use super::writer::{self, Job, Pending, PendingAppend};
 use super::{
@@ -86,7 +86,7 @@ pub(super) trait Backend: Send + Sync + 'static {
         range: &'static str,
         value: i64,
         bound: ReadBound,
-    ) -> BoxFuture<'a, Result<Page<StoredMessage>>> {
+    ) -> BoxFuture<'a, Result<Page<OwnedMessageRow>>> {
         Box::pin(messages(pool, session, range, value, bound))
     }
 
@@ -184,14 +184,31 @@ impl SqlStore {
         range: &'static str,
         value: i64,
         bound: ReadBound,
-    ) -> Result<Page<StoredMessage>> {
+    ) -> Result<Page<OwnedMessageRow>> {
         let pool = &self.inner.pool;
         self.inner
             .backend
             .messages(pool, session, range, value, bound)
             .await
     }
+
+    /// The messages of `session` matching `range` (as
+    /// [`SqlStore::messages_where`]), decoded.
+    async fn stored_messages_where(
+        &self,
+        session: &SessionHandle,
+        range: &'static str,
+        value: i64,
+        bound: ReadBound,
+    ) -> Result<Page<StoredMessage>> {
+        self.messages_where(session, range, value, bound)
+            .await?
+            .try_map(|row| row.into_stored(&session.id))
+    }
 }
+
+/// A session's messages after sequence `$2`, in order.
+const MESSAGES_AFTER: &str = "sequence > $2 ORDER BY sequence";
 
 /// The statement [`Backend::messages`] runs: `$1` the session key, `$3`
 /// the row limit.
@@ -207,7 +224,7 @@ pub(super) async fn messages<DB>(
     range: &str,
     value: i64,
     bound: ReadBound,
-) -> Result<Page<StoredMessage>>
+) -> Result<Page<OwnedMessageRow>>
 where
     DB: sqlx::Database,
     DB::Row: BorrowedRow,
@@ -226,7 +243,7 @@ where
         rows,
         bound,
         |row| Ok(message_row(row)?.content_len()),
-        |row| message_row(row)?.into_stored(&session.id),
+        |row| Ok(message_row(row)?.into_owned()),
     )
     .await
 }
@@ -490,7 +507,17 @@ impl Store for SqlStore {
         after: i64,
         bound: ReadBound,
     ) -> Result<Page<StoredMessage>> {
-        self.messages_where(session, "sequence > $2 ORDER BY sequence", after, bound)
+        self.stored_messages_where(session, MESSAGES_AFTER, after, bound)
+            .await
+    }
+
+    async fn read_message_rows_bounded(
+        &self,
+        session: &SessionHandle,
+        after: i64,
+        bound: ReadBound,
+    ) -> Result<Page<OwnedMessageRow>> {
+        self.messages_where(session, MESSAGES_AFTER, after, bound)
             .await
     }
 
@@ -500,7 +527,7 @@ impl Store for SqlStore {
         before: i64,
         limit: usize,
     ) -> Result<Vec<StoredMessage>> {
-        self.messages_where(
+        self.stored_messages_where(
             session,
             "sequence < $2 ORDER BY sequence DESC",
             before,

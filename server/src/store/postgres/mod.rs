@@ -33,10 +33,11 @@ use sqlx::postgres::PgPool;
 use sqlx::{AnyPool, Connection as _, Executor};
 
 use super::ops::SearchWrites;
+use super::rows::OwnedMessageRow;
 use super::sql::{self, Backend, close_pool};
 use super::writer::{Job, PendingAppend};
 use super::{CommitSink, OpenError, Page, ReadBound, SessionHandle, StoreOptions};
-use crate::domain::{Ephemeral, Result, StoredMessage};
+use crate::domain::{Ephemeral, Result};
 use crate::wire::EncodedEvent;
 use appends::Appends;
 use listen::Listener;
@@ -207,7 +208,7 @@ impl Backend for Postgres {
         range: &'static str,
         value: i64,
         bound: ReadBound,
-    ) -> BoxFuture<'a, Result<Page<StoredMessage>>> {
+    ) -> BoxFuture<'a, Result<Page<OwnedMessageRow>>> {
         Box::pin(sql::messages(&self.reads, session, range, value, bound))
     }
 

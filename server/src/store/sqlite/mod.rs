@@ -32,11 +32,12 @@ use tokio::task::JoinHandle;
 use super::fault::DiskSpace;
 use super::once::TakeOnce;
 use super::ops::SearchWrites;
+use super::rows::OwnedMessageRow;
 use super::sql::{self, Backend, close_pool};
 use super::writer::{Job, PendingAppend, enqueue};
 use super::{CommitSink, OpenError, Page, ReadBound, SessionHandle};
+use crate::domain::Result;
 use crate::domain::target::Origin;
-use crate::domain::{Result, StoredMessage};
 use crate::wire::EncodedEvent;
 use engine::Engine;
 use writer::Queued;
@@ -122,17 +123,14 @@ impl Backend for Sqlite {
         range: &'static str,
         value: i64,
         bound: ReadBound,
-    ) -> BoxFuture<'a, Result<Page<StoredMessage>>> {
+    ) -> BoxFuture<'a, Result<Page<OwnedMessageRow>>> {
         let Some(engine) = &self.engine else {
             return Box::pin(sql::messages(pool, session, range, value, bound));
         };
         Box::pin(async move {
             let sql = reads::unplanned(&sql::messages_statement(range));
             let params = [session.key, value, sql::limit_param(bound.rows)];
-            engine
-                .reads()
-                .messages(sql, params, bound, session.id.clone())
-                .await
+            engine.reads().messages(sql, params, bound).await
         })
     }
 

@@ -5,8 +5,8 @@
 //! caller one at a time; for a long history that hop, not the engine, is
 //! most of the read (BENCHMARKS.md: a 10,000-message export spent 60 ms in
 //! sqlx against 16 ms in the engine). Here a page of messages, or of events
-//! for a WatchSession replay, is read and decoded on one blocking thread and
-//! handed over whole. Only file
+//! for a WatchSession replay, is read on one blocking thread and handed
+//! over whole. Only file
 //! databases take this path: `sqlite::memory:` lives inside sqlx's one
 //! connection, and reads there go through sqlx like every other read.
 //!
@@ -22,8 +22,8 @@ use rusqlite::{Connection, OptionalExtension as _};
 
 use super::connections::{self, Role};
 use crate::domain::target::Origin;
-use crate::domain::{Error, Result, StoredMessage};
-use crate::store::rows::{Content, EventRow, GatheredEvent, MessageRow};
+use crate::domain::{Error, Result};
+use crate::store::rows::{Content, EventRow, GatheredEvent, MessageRow, OwnedMessageRow};
 use crate::store::sql::CALL_ORIGINS;
 use crate::store::text::unescape;
 use crate::store::{Page, ReadBound};
@@ -79,15 +79,14 @@ impl EngineReads {
     }
 
     /// Runs `sql` (as [`unplanned`] writes it; its parameters the session's
-    /// key, a bound, a limit) and decodes the message rows it selects, in
-    /// its order, stepping no further than `bound` allows.
+    /// key, a bound, a limit) and copies out the message rows it selects,
+    /// in its order, stepping no further than `bound` allows.
     pub(super) async fn messages(
         self: &Arc<Self>,
         sql: String,
         params: [i64; 3],
         bound: ReadBound,
-        session_id: String,
-    ) -> Result<Page<StoredMessage>> {
+    ) -> Result<Page<OwnedMessageRow>> {
         let this = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             this.with_connection(|conn| {
@@ -99,8 +98,8 @@ impl EngineReads {
                 };
                 let mut bytes = 0;
                 while let Some(row) = rows.next()? {
-                    // The content is decoded where SQLite holds it, not
-                    // copied first.
+                    // The size is taken where SQLite holds the content: a
+                    // row past the bound is never copied.
                     let stored = MessageRow {
                         id: row.get(0)?,
                         sequence: row.get(1)?,
@@ -116,7 +115,7 @@ impl EngineReads {
                         break;
                     }
                     bytes += size;
-                    page.rows.push((stored.into_stored(&session_id)?, size));
+                    page.rows.push((stored.into_owned(), size));
                 }
                 Ok(page)
             })

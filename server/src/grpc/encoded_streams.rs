@@ -1,4 +1,4 @@
-//! WatchSession with each event encoded once.
+//! WatchSession and ExportHistory sent as the store keeps them.
 //!
 //! The generated service converts and encodes every message it sends. A
 //! session's event goes to each of its watchers, so with 1,000 watchers
@@ -6,21 +6,24 @@
 //! watchers' replica's CPU in the 1,000-watcher benchmark (`perf`). An
 //! event is now encoded when it is written ([`EncodedEvent`]): the log
 //! stores that encoding, the hub hands all of a session's watchers the
-//! same bytes, and a replay frames what it reads from the log.
-//! [`EncodedWatch`] answers WatchSession calls itself; every other call
-//! goes to the generated service unchanged.
+//! same bytes, and a replay frames what it reads from the log. Messages
+//! are stored encoded too, and ExportHistory writes each one's stored
+//! encoding into its chunk rather than decoding it and encoding it again.
+//! [`EncodedStreams`] answers WatchSession and ExportHistory calls itself;
+//! every other call goes to the generated service unchanged.
 //!
-//! The shared bytes are the whole gRPC message: the 5-byte prefix (not
-//! compressed, length) and the encoded `SessionEvent`. Tonic still reads
-//! the request and answers errors, but an accepted call's response body is
-//! [`FramedBody`], which hands each watcher's HTTP/2 stream those bytes as
-//! they are. Through tonic's own body every watcher copied the event into
-//! a buffer of its own, and paid tonic's per-message work, before h2 wrote
-//! it.
+//! The bytes sent are whole gRPC messages: the 5-byte prefix (not
+//! compressed, length) and the encoded `SessionEvent` or
+//! `ExportHistoryResponse`. Tonic still reads the request and answers
+//! errors, but an accepted call's response body is [`FramedBody`], which
+//! hands the HTTP/2 stream those bytes as they are. Through tonic's own
+//! body every watcher copied the event into a buffer of its own, and paid
+//! tonic's per-message work, before h2 wrote it.
 //!
 //! [`EncodedEvent`]: crate::wire::EncodedEvent
 
 use std::convert::Infallible;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -41,20 +44,21 @@ use super::{BoxStream, SessionStoreService, item_to_pb};
 use crate::store::Store;
 use crate::watch::WatchItem;
 
-/// The WatchSession route, as the generated service names it.
+/// The routes answered here, as the generated service names them.
 const WATCH_SESSION: &str = "/sessionstore.v1.SessionStore/WatchSession";
+const EXPORT_HISTORY: &str = "/sessionstore.v1.SessionStore/ExportHistory";
 
-/// The `SessionStore` service, with WatchSession answered from encoded
-/// events. See the module documentation.
-pub struct EncodedWatch<S> {
+/// The `SessionStore` service, with WatchSession and ExportHistory
+/// answered from stored encodings. See the module documentation.
+pub struct EncodedStreams<S> {
     service: Arc<SessionStoreService<S>>,
     generated: SessionStoreServer<SessionStoreService<S>>,
     max_request_bytes: usize,
 }
 
-impl<S> Clone for EncodedWatch<S> {
+impl<S> Clone for EncodedStreams<S> {
     fn clone(&self) -> Self {
-        EncodedWatch {
+        EncodedStreams {
             service: Arc::clone(&self.service),
             generated: self.generated.clone(),
             max_request_bytes: self.max_request_bytes,
@@ -62,11 +66,11 @@ impl<S> Clone for EncodedWatch<S> {
     }
 }
 
-impl<S: Store> EncodedWatch<S> {
+impl<S: Store> EncodedStreams<S> {
     /// Serves `service`, accepting requests of up to `max_request_bytes`.
     pub fn new(service: SessionStoreService<S>, max_request_bytes: usize) -> Self {
         let service = Arc::new(service);
-        EncodedWatch {
+        EncodedStreams {
             generated: SessionStoreServer::from_arc(Arc::clone(&service))
                 .max_decoding_message_size(max_request_bytes)
                 .max_encoding_message_size(usize::MAX),
@@ -74,13 +78,50 @@ impl<S: Store> EncodedWatch<S> {
             max_request_bytes,
         }
     }
+
+    /// Answers `request` with the framed messages `open` makes of it.
+    fn framed<Req, B>(
+        &self,
+        request: http::Request<B>,
+        open: Open<S, Req>,
+    ) -> BoxFuture<http::Response<tonic::body::Body>, Infallible>
+    where
+        Req: Message + Default + Send + 'static,
+        B: http_body::Body + Send + 'static,
+        B::Error: Into<StdError> + Send + 'static,
+    {
+        let messages: Arc<Slot> = Arc::new(Mutex::new(None));
+        let call = FramedCall {
+            service: Arc::clone(&self.service),
+            messages: Arc::clone(&messages),
+            open,
+        };
+        let mut grpc = Grpc::new(RequestCodec::<Req>::default())
+            .apply_max_message_size_config(Some(self.max_request_bytes), Some(usize::MAX));
+        Box::pin(async move {
+            let response = grpc.server_streaming(call, request).await;
+            // The call was accepted: keep tonic's headers, send the
+            // messages. Otherwise tonic's response carries the error.
+            let accepted = lock(&messages).take();
+            Ok(match accepted {
+                Some(messages) => {
+                    let (parts, _empty) = response.into_parts();
+                    http::Response::from_parts(
+                        parts,
+                        tonic::body::Body::new(FramedBody::new(messages)),
+                    )
+                }
+                None => response,
+            })
+        })
+    }
 }
 
-impl<S> NamedService for EncodedWatch<S> {
+impl<S> NamedService for EncodedStreams<S> {
     const NAME: &'static str = SERVICE_NAME;
 }
 
-impl<S, B> Service<http::Request<B>> for EncodedWatch<S>
+impl<S, B> Service<http::Request<B>> for EncodedStreams<S>
 where
     S: Store,
     B: http_body::Body + Send + 'static,
@@ -95,54 +136,55 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        if request.uri().path() != WATCH_SESSION {
-            return self.generated.call(request);
+        match request.uri().path() {
+            WATCH_SESSION => self.framed(request, open_watch::<S>),
+            EXPORT_HISTORY => self.framed(request, open_export::<S>),
+            _ => self.generated.call(request),
         }
-        let events: Arc<Slot> = Arc::new(Mutex::new(None));
-        let call = WatchCall {
-            service: Arc::clone(&self.service),
-            events: Arc::clone(&events),
-        };
-        let mut grpc = Grpc::new(WatchCodec)
-            .apply_max_message_size_config(Some(self.max_request_bytes), Some(usize::MAX));
-        Box::pin(async move {
-            let response = grpc.server_streaming(call, request).await;
-            // The call was accepted: keep tonic's headers, send the events.
-            // Otherwise tonic's response carries the error.
-            let accepted = lock(&events).take();
-            Ok(match accepted {
-                Some(events) => {
-                    let (parts, _empty) = response.into_parts();
-                    http::Response::from_parts(
-                        parts,
-                        tonic::body::Body::new(FramedBody::new(events)),
-                    )
-                }
-                None => response,
-            })
-        })
     }
 }
 
-/// One WatchSession call. Tonic gets an empty stream; the framed events
-/// are left in `events` for [`FramedBody`].
-struct WatchCall<S> {
+/// Opens a call answered here: its messages, framed.
+type Open<S, Req> =
+    fn(Arc<SessionStoreService<S>>, Request<Req>) -> BoxFuture<BoxStream<Bytes>, Status>;
+
+fn open_watch<S: Store>(
     service: Arc<SessionStoreService<S>>,
-    events: Arc<Slot>,
+    request: Request<pb::WatchSessionRequest>,
+) -> BoxFuture<BoxStream<Bytes>, Status> {
+    Box::pin(async move {
+        let items = service.open_watch(request).await?;
+        let events: BoxStream<Bytes> = Box::pin(items.map(|item| item.and_then(|i| framed(&i))));
+        Ok(events)
+    })
 }
 
-impl<S: Store> ServerStreamingService<pb::WatchSessionRequest> for WatchCall<S> {
+fn open_export<S: Store>(
+    service: Arc<SessionStoreService<S>>,
+    request: Request<pb::ExportHistoryRequest>,
+) -> BoxFuture<BoxStream<Bytes>, Status> {
+    Box::pin(async move { service.open_export(request).await })
+}
+
+/// One call answered here. Tonic gets an empty stream; the framed
+/// messages are left in `messages` for [`FramedBody`].
+struct FramedCall<S, Req> {
+    service: Arc<SessionStoreService<S>>,
+    messages: Arc<Slot>,
+    open: Open<S, Req>,
+}
+
+impl<S: Store, Req: Send + 'static> ServerStreamingService<Req> for FramedCall<S, Req> {
     type Response = Infallible;
     type ResponseStream = futures_util::stream::Empty<Result<Infallible, Status>>;
     type Future = BoxFuture<Response<Self::ResponseStream>, Status>;
 
-    fn call(&mut self, request: Request<pb::WatchSessionRequest>) -> Self::Future {
-        let (service, slot) = (Arc::clone(&self.service), Arc::clone(&self.events));
+    fn call(&mut self, request: Request<Req>) -> Self::Future {
+        let (service, slot) = (Arc::clone(&self.service), Arc::clone(&self.messages));
+        let open = self.open;
         Box::pin(async move {
-            let items = service.open_watch(request).await?;
-            let events: BoxStream<Bytes> =
-                Box::pin(items.map(|item| item.and_then(|i| framed(&i))));
-            *lock(&slot) = Some(events);
+            let messages = open(service, request).await?;
+            *lock(&slot) = Some(messages);
             Ok(Response::new(futures_util::stream::empty()))
         })
     }
@@ -189,7 +231,7 @@ fn frame(message: &impl Message) -> Bytes {
 /// live event, or a large one) goes out as it is, with no copy. Nothing
 /// waits for a later message.
 struct FramedBody {
-    events: BoxStream<Bytes>,
+    messages: BoxStream<Bytes>,
     /// A message that did not fit in the last frame: the next one's first.
     next: Option<Bytes>,
     /// The call's end, seen while messages before it were still to be sent.
@@ -202,9 +244,9 @@ struct FramedBody {
 const COALESCE_BYTES: usize = 32 * 1024;
 
 impl FramedBody {
-    fn new(events: BoxStream<Bytes>) -> Self {
+    fn new(messages: BoxStream<Bytes>) -> Self {
         FramedBody {
-            events,
+            messages,
             next: None,
             end: None,
             ended: false,
@@ -291,7 +333,7 @@ impl http_body::Body for FramedBody {
             if gathered.len() >= COALESCE_BYTES {
                 break None;
             }
-            match self.events.poll_next_unpin(cx) {
+            match self.messages.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(message))) => {
                     if gathered.len() > 0 && gathered.len() + message.len() > COALESCE_BYTES {
                         self.next = Some(message);
@@ -325,16 +367,21 @@ impl http_body::Body for FramedBody {
 
 /// Decodes requests as the generated server does (a request that does not
 /// decode is INVALID_ARGUMENT). It encodes nothing: tonic's response
-/// stream is empty ([`Infallible`] items), the events go out through
+/// stream is empty ([`Infallible`] items), the messages go out through
 /// [`FramedBody`].
-#[derive(Clone, Copy, Debug, Default)]
-struct WatchCodec;
+struct RequestCodec<Req>(PhantomData<fn() -> Req>);
 
-impl Codec for WatchCodec {
+impl<Req> Default for RequestCodec<Req> {
+    fn default() -> Self {
+        RequestCodec(PhantomData)
+    }
+}
+
+impl<Req: Message + Default + Send + 'static> Codec for RequestCodec<Req> {
     type Encode = Infallible;
-    type Decode = pb::WatchSessionRequest;
+    type Decode = Req;
     type Encoder = NoEncoder;
-    type Decoder = RequestDecoder<pb::WatchSessionRequest>;
+    type Decoder = RequestDecoder<Req>;
 
     fn encoder(&mut self) -> Self::Encoder {
         NoEncoder
