@@ -132,7 +132,7 @@ impl<S: Store> SessionStoreService<S> {
                         share,
                         Arc::clone(&self.stream_budget),
                     )
-                    .map(|sent| sent.map(targeted::Targeted::into_encoding)),
+                    .map(|sent| sent.and_then(targeted::Targeted::into_encoding)),
                 ),
             };
             Ok(export_chunks::chunks(encodings, prompt))
@@ -922,6 +922,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             let handle = self.store.resolve(&tenant, &req.session_id).await?;
             let session = self.store.get_session(&tenant, &req.session_id).await?;
             let share = self.stream_budget.admit()?;
+            let session_id = handle.id.clone();
             let messages: Messages = match target {
                 None => Box::pin(plain_messages(self.store.clone(), handle, -1, share)),
                 Some(target) => Box::pin(
@@ -934,7 +935,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                         share,
                         Arc::clone(&self.stream_budget),
                     )
-                    .map(|sent| sent.map(|sent| sent.stored)),
+                    .map(move |sent| sent.and_then(|sent| sent.into_stored(&session_id))),
                 ),
             };
             Ok(transcript::stream(messages, session, format))

@@ -12,10 +12,11 @@ use bytes::Bytes;
 use futures_core::Stream;
 use prost::Message as _;
 
+use crate::domain::target::Origin;
 use crate::domain::target::{Decision, ExportTarget, Pairing, Plan, Shape, stripped};
-use crate::domain::{ContentBlock, Message, Result, Role, StoredMessage};
+use crate::domain::{ContentBlock, Message, Result, StoredMessage};
 use crate::read_ahead::{ReadAhead, ReadPage, Share, StreamBudget};
-use crate::store::{SessionHandle, Store};
+use crate::store::{OwnedMessageRow, SessionHandle, Store};
 use crate::wire;
 
 /// The most an export for a target holds back while it waits for tool
@@ -24,34 +25,104 @@ use crate::wire;
 const MAX_HELD_BYTES: usize = 2 << 20;
 
 /// A message an export for a target sends, as the target's rules leave
-/// it, with its stored encoding for as long as they leave it as stored:
-/// most messages go out as they are, sent as stored rather than encoded
-/// again.
+/// it. A message holding only text is judged from its encoding's outline
+/// ([`wire::text_only`]): no rule changes it, so it is neither decoded nor
+/// encoded again. Any other is decoded to be judged, and sent as stored
+/// unless the rules changed it.
 pub(crate) struct Targeted {
-    pub stored: StoredMessage,
-    encoding: Option<Bytes>,
+    row: OwnedMessageRow,
+    /// The message, once decoded, as the rules left it.
+    message: Option<Message>,
+    /// The rules changed the message: it is encoded again to be sent.
+    changed: bool,
 }
 
 impl Targeted {
+    fn sequence(&self) -> i64 {
+        self.row.sequence
+    }
+
     /// The message's encoding as a `Message` of the API.
-    pub(crate) fn into_encoding(self) -> Bytes {
-        match self.encoding {
-            Some(encoding) => encoding,
-            None => Bytes::from(wire::message_to_pb(self.stored.message).encode_to_vec()),
+    pub(crate) fn into_encoding(self) -> Result<Bytes> {
+        if !self.changed
+            && let Some(wire) = self.row.wire
+        {
+            return Ok(wire);
+        }
+        let message = match self.message {
+            Some(message) => message,
+            None => self.row.message()?,
+        };
+        Ok(Bytes::from(wire::message_to_pb(message).encode_to_vec()))
+    }
+
+    /// The stored message, its message as the rules left it.
+    pub(crate) fn into_stored(self, session_id: &str) -> Result<StoredMessage> {
+        match self.message {
+            Some(message) => Ok(self.row.into_stored_with(session_id, message)),
+            None => self.row.into_stored(session_id),
         }
     }
 
-    /// Puts `message`, as the rules left it, in place of the one read.
-    fn set(&mut self, message: Message, changed: bool) {
-        self.stored.message = message;
-        if changed {
-            self.encoding = None;
+    /// Takes the message out to apply a rule to it, decoded if it was not.
+    fn take_message(&mut self) -> Result<Message> {
+        match self.message.take() {
+            Some(message) => Ok(message),
+            None => self.row.message(),
         }
+    }
+
+    /// Puts `message`, as a rule left it, back.
+    fn set(&mut self, message: Message, changed: bool) {
+        self.message = Some(message);
+        self.changed |= changed;
+    }
+
+    /// Steps 1 and 2 for this message (see [`stripped`]): its shape and
+    /// about what it holds in memory, or `None` when nothing is left to
+    /// send.
+    fn judge(
+        &mut self,
+        target: &ExportTarget,
+        origin: Option<&Origin>,
+    ) -> Result<Option<(Shape, usize)>> {
+        let outline = match (&self.message, &self.row.wire) {
+            (None, Some(wire)) => wire::text_only(wire)?,
+            _ => None,
+        };
+        if let Some(outline) = outline {
+            // No rule of a target changes text: it goes unless empty.
+            let shape = Shape {
+                sequence: self.sequence(),
+                assistant: outline.assistant,
+                other: outline.has_text,
+                ..Shape::default()
+            };
+            let size = self.row.wire.as_ref().map_or(0, Bytes::len) + 64;
+            return Ok(outline.has_text.then_some((shape, size)));
+        }
+        let message = self.take_message()?;
+        Ok(stripped(target, message, origin).map(|(message, changed)| {
+            let judged = (Shape::of(self.sequence(), &message), message_size(&message));
+            self.set(message, changed);
+            judged
+        }))
+    }
+
+    /// As `decision` leaves it (or `None`: left out).
+    fn decided(mut self, decision: &Decision) -> Result<Option<Self>> {
+        if *decision == Decision::default() {
+            return Ok(Some(self));
+        }
+        let message = self.take_message()?;
+        Ok(decision.apply(message).map(|message| {
+            self.set(message, true);
+            self
+        }))
     }
 }
 
-/// Pages of the session's messages, each decoded and with its stored
-/// encoding.
+/// Pages of the session's messages as stored.
 fn pages<S: Store>(store: S, session: SessionHandle) -> ReadPage<Targeted> {
     Arc::new(move |after, bound| {
         let (store, session) = (store.clone(), session.clone());
@@ -60,10 +131,10 @@ fn pages<S: Store>(store: S, session: SessionHandle) -> ReadPage<Targeted> {
                 .read_message_rows_bounded(&session, after, bound)
                 .await?
                 .try_map(|row| {
-                    let encoding = row.wire.clone();
                     Ok(Targeted {
-                        stored: row.into_stored(&session.id)?,
-                        encoding,
+                        row,
+                        message: None,
+                        changed: false,
                     })
                 })
         })
@@ -71,7 +142,7 @@ fn pages<S: Store>(store: S, session: SessionHandle) -> ReadPage<Targeted> {
 }
 
 fn sequence_of(targeted: &Targeted) -> i64 {
-    targeted.stored.sequence
+    targeted.sequence()
 }
 
 /// The messages after `after` (up to the session's length now) that an
@@ -102,7 +173,9 @@ pub(crate) fn targeted<S: Store>(
         };
         let origins = origins?;
         let mut first = first?;
-        let origin_of = |stored: &StoredMessage| origins.get(&stored.produced_by_call_id);
+        let origin_of = |item: &Targeted| {
+            origins.get(item.row.produced_by_call_id.as_deref().unwrap_or_default())
+        };
         // Where the two passes start, and the calls made before it.
         let mut rest: Option<(i64, HashSet<String>)> = None;
         if let Some(mut messages) = one_pass {
@@ -116,15 +189,12 @@ pub(crate) fn targeted<S: Store>(
                 let Some(mut item) = next else {
                     break;
                 };
-                let origin = origin_of(&item.stored);
-                let Some((message, changed)) = stripped(&target, take_message(&mut item.stored), origin) else {
+                let origin = origin_of(&item);
+                let Some((shape, size)) = item.judge(&target, origin)? else {
                     continue;
                 };
-                let shape = Shape::of(item.stored.sequence, &message);
-                let size = message_size(&message);
-                item.set(message, changed);
                 for (item, decision) in pairing.push(item, shape, size) {
-                    if let Some(item) = decided(item, &decision) {
+                    if let Some(item) = item.decided(&decision)? {
                         yield item;
                     }
                 }
@@ -137,11 +207,11 @@ pub(crate) fn targeted<S: Store>(
             if cut_short {
                 let (held, made) = pairing.into_rest();
                 if let Some(first) = held.first() {
-                    rest = Some((first.stored.sequence - 1, made));
+                    rest = Some((first.sequence() - 1, made));
                 }
             } else {
                 for (item, decision) in pairing.finish() {
-                    if let Some(item) = decided(item, &decision) {
+                    if let Some(item) = item.decided(&decision)? {
                         yield item;
                     }
                 }
@@ -155,11 +225,10 @@ pub(crate) fn targeted<S: Store>(
         // Pass 1: the shapes of what steps 1 and 2 keep.
         let mut shapes = Vec::new();
         let mut messages = ReadAhead::ranges(pages(store.clone(), session.clone()), sequence_of, share.take().unwrap_or_else(|| budget.share()), after, end);
-        while let Some(item) = messages.next().await? {
-            let sequence = item.stored.sequence;
-            let origin = origin_of(&item.stored);
-            if let Some((message, _)) = stripped(&target, item.stored.message, origin) {
-                shapes.push(Shape::of(sequence, &message));
+        while let Some(mut item) = messages.next().await? {
+            let origin = origin_of(&item);
+            if let Some((shape, _)) = item.judge(&target, origin)? {
+                shapes.push(shape);
             }
         }
         drop(messages);
@@ -170,17 +239,16 @@ pub(crate) fn targeted<S: Store>(
         if let Some(first) = plan.first_sequence() {
             let mut messages = ReadAhead::ranges(pages(store, session), sequence_of, budget.share(), first - 1, end);
             while let Some(mut item) = messages.next().await? {
-                let Some(decision) = plan.decision(item.stored.sequence) else {
+                let Some(decision) = plan.decision(item.sequence()) else {
                     continue;
                 };
-                let origin = origin_of(&item.stored);
-                let Some((message, changed)) = stripped(&target, take_message(&mut item.stored), origin) else {
+                let origin = origin_of(&item);
+                if item.judge(&target, origin)?.is_none() {
                     continue;
-                };
-                item.set(message, changed);
+                }
                 let item = match decision {
                     None => Some(item),
-                    Some(decision) => decided(item, decision),
+                    Some(decision) => item.decided(decision)?,
                 };
                 if let Some(item) = item {
                     yield item;
@@ -188,21 +256,6 @@ pub(crate) fn targeted<S: Store>(
             }
         }
     }
-}
-
-/// A decided message, as its decision leaves it (or `None`: left out).
-fn decided(mut item: Targeted, decision: &Decision) -> Option<Targeted> {
-    if *decision == Decision::default() {
-        return Some(item);
-    }
-    let message = decision.apply(take_message(&mut item.stored))?;
-    item.set(message, true);
-    Some(item)
-}
-
-/// Moves the message out of `stored` (leaving an empty one).
-fn take_message(stored: &mut StoredMessage) -> Message {
-    std::mem::replace(&mut stored.message, Message::text(Role::User, ""))
 }
 
 /// About what a message holds in memory, for the bound on held messages.

@@ -418,10 +418,21 @@ impl<B: AsRef<str>, W: AsRef<[u8]>> MessageRow<B, W> {
         })
     }
 
+    /// The message this row holds, decoded.
+    pub fn message(&self) -> Result<Message> {
+        self.content().message()
+    }
+
     /// The stored message this row holds.
     pub fn into_stored(self, session_id: &str) -> Result<StoredMessage> {
-        let message = self.content().message()?;
-        Ok(StoredMessage {
+        let message = self.message()?;
+        Ok(self.into_stored_with(session_id, message))
+    }
+
+    /// The stored message this row holds, with `message` (this row's,
+    /// decoded and perhaps changed since) as its message.
+    pub fn into_stored_with(self, session_id: &str, message: Message) -> StoredMessage {
+        StoredMessage {
             id: self.id,
             session_id: session_id.to_owned(),
             sequence: self.sequence,
@@ -429,7 +440,7 @@ impl<B: AsRef<str>, W: AsRef<[u8]>> MessageRow<B, W> {
             message,
             create_time: Timestamp(self.create_time),
             redacted: self.redacted != 0,
-        })
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 
 mod event;
 
-pub use event::{Effect, EncodedEvent, event_from_pb};
+pub use event::{Effect, EncodedEvent, TextOnly, event_from_pb, text_only};
 
 use sessionstore_client::v1 as pb;
 use sessionstore_client::v1::content_block::Block;
