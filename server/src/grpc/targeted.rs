@@ -25,10 +25,11 @@ use crate::wire;
 const MAX_HELD_BYTES: usize = 2 << 20;
 
 /// A message an export for a target sends, as the target's rules leave
-/// it. A message holding only text is judged from its encoding's outline
-/// ([`wire::text_only`]): no rule changes it, so it is neither decoded nor
-/// encoded again. Any other is decoded to be judged, and sent as stored
-/// unless the rules changed it.
+/// it. A stored encoding is judged from its outline ([`wire::outline`]),
+/// and the reasoning and signatures a target does not keep are taken out
+/// of the encoding itself ([`wire::without_reasoning`]): such a message
+/// is decoded only if pairing changes it (or for ExportTranscript, which
+/// renders it). An older row's JSON is decoded to be judged.
 pub(crate) struct Targeted {
     row: OwnedMessageRow,
     /// The message, once decoded, as the rules left it.
@@ -86,20 +87,15 @@ impl Targeted {
         target: &ExportTarget,
         origin: Option<&Origin>,
     ) -> Result<Option<(Shape, usize)>> {
-        let outline = match (&self.message, &self.row.wire) {
-            (None, Some(wire)) => wire::text_only(wire)?,
-            _ => None,
-        };
-        if let Some(outline) = outline {
-            // No rule of a target changes text: it goes unless empty.
-            let shape = Shape {
-                sequence: self.sequence(),
-                assistant: outline.assistant,
-                other: outline.has_text,
-                ..Shape::default()
-            };
+        if self.message.is_none()
+            && let Some(encoding) = &self.row.wire
+        {
+            let outline = wire::outline(encoding)?;
+            if !target.keeps(origin) && (outline.reasoning || outline.signed) {
+                self.row.wire = Some(Bytes::from(wire::without_reasoning(encoding)?));
+            }
             let size = self.row.wire.as_ref().map_or(0, Bytes::len) + 64;
-            return Ok(outline.has_text.then_some((shape, size)));
+            return Ok(shape_of(self.sequence(), outline).map(|shape| (shape, size)));
         }
         let message = self.take_message()?;
         Ok(stripped(target, message, origin).map(|(message, changed)| {
@@ -120,6 +116,32 @@ impl Targeted {
             self
         }))
     }
+}
+
+/// The shape of a message with this outline once step 1 has taken out
+/// what it takes out, or `None` if step 2 leaves it out: [`Shape::of`]
+/// and the test of [`stripped`], from the outline (which step 1 changes
+/// only in reasoning and signatures, which neither looks at).
+fn shape_of(sequence: i64, outline: wire::Outline) -> Option<Shape> {
+    let worth_sending = outline.has_text
+        || outline.other_blocks
+        || !outline.tool_uses.is_empty()
+        || !outline.result_blocks.is_empty()
+        || !outline.tool_calls.is_empty()
+        || !outline.tool_call_id.is_empty();
+    if !worth_sending {
+        return None;
+    }
+    let mut calls = outline.tool_calls;
+    calls.extend(outline.tool_uses);
+    Some(Shape {
+        sequence,
+        assistant: outline.assistant,
+        calls,
+        answers: (!outline.tool_call_id.is_empty()).then_some(outline.tool_call_id),
+        result_blocks: outline.result_blocks,
+        other: outline.has_text || outline.other_blocks,
+    })
 }
 
 /// Pages of the session's messages as stored.
@@ -284,4 +306,167 @@ fn message_size(message: &Message) -> usize {
         .map(|call| call.arguments.len() + call.signature.len())
         .sum();
     message.content.len() + blocks + calls + 64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::target::ReasoningPolicy;
+    use crate::domain::{Role, ToolCall};
+    use crate::store::MessageRow;
+
+    fn call(id: &str, signature: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "lookup".into(),
+            arguments: r#"{"q": 1}"#.into(),
+            signature: signature.into(),
+        }
+    }
+
+    fn with(role: Role, text: &str, blocks: Vec<ContentBlock>, calls: Vec<ToolCall>) -> Message {
+        let mut message = Message::text(role, text.to_owned());
+        message.content_blocks = blocks;
+        message.tool_calls = calls;
+        message
+    }
+
+    /// Messages of every kind the rules tell apart.
+    fn messages() -> Vec<Message> {
+        let text = |text: &str, signature: &str| ContentBlock::Text {
+            text: text.into(),
+            signature: signature.into(),
+        };
+        let thinking = ContentBlock::Thinking {
+            thinking: "hmm".into(),
+            signature: "sig-t".into(),
+        };
+        let redacted = ContentBlock::RedactedThinking {
+            data: "opaque".into(),
+        };
+        let reasoning_json = ContentBlock::Json {
+            kind: "reasoning".into(),
+            json: r#"{"type":"reasoning"}"#.into(),
+        };
+        let citation = ContentBlock::Json {
+            kind: "citation".into(),
+            json: "{}".into(),
+        };
+        let tool_use = |id: &str, signature: &str| ContentBlock::ToolUse {
+            id: id.into(),
+            name: "f".into(),
+            input: "{}".into(),
+            signature: signature.into(),
+        };
+        let result = |id: &str| ContentBlock::ToolResult {
+            tool_use_id: id.into(),
+            content: "out".into(),
+            is_error: false,
+        };
+        let image = ContentBlock::Image {
+            media_type: "image/png".into(),
+            url: String::new(),
+            data: vec![1, 2, 3],
+        };
+        let mut answer = Message::text(Role::Tool, String::new());
+        answer.tool_call_id = "c1".into();
+        answer.tool_error = true;
+        let mut named = with(Role::Assistant, "hi", vec![], vec![]);
+        named.name = "bot".into();
+        named.incomplete = true;
+        named.metadata.insert("k".into(), "v".into());
+        vec![
+            Message::text(Role::User, "question".to_owned()),
+            Message::text(Role::Assistant, String::new()),
+            named,
+            answer,
+            with(Role::Assistant, "", vec![thinking.clone()], vec![]),
+            with(
+                Role::Assistant,
+                "",
+                vec![redacted.clone(), reasoning_json.clone()],
+                vec![],
+            ),
+            with(
+                Role::Assistant,
+                "answer",
+                vec![thinking.clone(), text("part", "sig-p"), citation.clone()],
+                vec![call("c1", "sig-c"), call("c2", "")],
+            ),
+            with(
+                Role::Assistant,
+                "",
+                vec![reasoning_json, tool_use("u1", "sig-u"), tool_use("u2", "")],
+                vec![],
+            ),
+            with(
+                Role::User,
+                "",
+                vec![result("u1"), image, text("", "")],
+                vec![],
+            ),
+            with(
+                Role::Assistant,
+                "",
+                vec![thinking, redacted, citation],
+                vec![call("c3", "")],
+            ),
+        ]
+    }
+
+    fn row(message: &Message) -> OwnedMessageRow {
+        MessageRow {
+            id: "m".into(),
+            sequence: 7,
+            produced_by_call_id: None,
+            body: String::new(),
+            wire: Some(Bytes::from(
+                wire::message_to_pb(message.clone()).encode_to_vec(),
+            )),
+            create_time: 0,
+            redacted: 0,
+        }
+    }
+
+    /// Judging a stored encoding from its outline gives what decoding it
+    /// and applying the rules gives: the same shape, size aside, and the
+    /// same bytes sent.
+    #[test]
+    fn an_outline_judges_as_the_decoded_message_does() -> Result<()> {
+        let origin = Origin {
+            provider: "anthropic".into(),
+            model: "claude-sonnet-4-5".into(),
+        };
+        let targets = [
+            ExportTarget {
+                provider: "anthropic".into(),
+                model: "claude-sonnet-4-5".into(),
+                reasoning: ReasoningPolicy::SameModel,
+            },
+            ExportTarget {
+                provider: "openai".into(),
+                model: "o3".into(),
+                reasoning: ReasoningPolicy::SameModel,
+            },
+        ];
+        for target in &targets {
+            for message in messages() {
+                let decoded = stripped(target, message.clone(), Some(&origin))
+                    .map(|(m, _)| (Shape::of(7, &m), wire::message_to_pb(m).encode_to_vec()));
+                let mut item = Targeted {
+                    row: row(&message),
+                    message: None,
+                    changed: false,
+                };
+                let judged = item.judge(target, Some(&origin))?;
+                assert!(item.message.is_none(), "judged without decoding");
+                let outlined = match judged {
+                    Some((shape, _)) => Some((shape, item.into_encoding()?.to_vec())),
+                    None => None,
+                };
+                assert_eq!(outlined, decoded, "{message:?} for {target:?}");
+            }
+        }
+        Ok(())
+    }
 }

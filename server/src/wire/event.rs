@@ -247,56 +247,16 @@ const RUN_ID: u32 = 3;
 const MESSAGE_SEQUENCE: u32 = 3;
 const MESSAGE_CONTENT: u32 = 5;
 
-/// `sessionstore.v1.Message`'s fields an outline looks at.
-const MESSAGE_ROLE: u32 = 1;
-const MESSAGE_TEXT: u32 = 2;
-const MESSAGE_BLOCKS: u32 = 3;
-const MESSAGE_TOOL_CALLS: u32 = 4;
-const MESSAGE_TOOL_CALL_ID: u32 = 5;
-
-/// A message that holds only text (no content blocks, tool calls or
-/// `tool_call_id`), as its encoding says without decoding it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TextOnly {
-    pub assistant: bool,
-    /// Its text is not empty.
-    pub has_text: bool,
-}
-
-/// `encoding` (a `sessionstore.v1.Message`) outlined, if it holds only
-/// text; `None` if it holds content blocks, tool calls or a
-/// `tool_call_id`.
-pub fn text_only(encoding: &[u8]) -> Result<Option<TextOnly>> {
-    let mut outline = TextOnly {
-        assistant: false,
-        has_text: false,
-    };
-    for field in Fields(encoding) {
-        let field = field?;
-        match field.tag {
-            MESSAGE_ROLE => {
-                let mut payload = field.payload;
-                let role = decode_varint(&mut payload).map_err(Error::storage)?;
-                outline.assistant = role == pb::Role::Assistant as u64;
-            }
-            MESSAGE_TEXT => outline.has_text = !field.payload.is_empty(),
-            MESSAGE_BLOCKS | MESSAGE_TOOL_CALLS | MESSAGE_TOOL_CALL_ID => return Ok(None),
-            _ => {}
-        }
-    }
-    Ok(Some(outline))
-}
-
 /// One field of an encoded message: its number, its bytes whole (key
 /// included) and, for a length-delimited one, its payload.
-struct Field<'a> {
-    tag: u32,
-    whole: &'a [u8],
-    payload: &'a [u8],
+pub(super) struct Field<'a> {
+    pub(super) tag: u32,
+    pub(super) whole: &'a [u8],
+    pub(super) payload: &'a [u8],
 }
 
 /// The fields of an encoded message, in the order they are stored.
-struct Fields<'a>(&'a [u8]);
+pub(super) struct Fields<'a>(pub(super) &'a [u8]);
 
 impl<'a> Iterator for Fields<'a> {
     type Item = Result<Field<'a>>;
@@ -913,43 +873,5 @@ mod tests {
             EncodedEvent::stored(1, &[0xff, 0xff, 0xff]),
             Err(Error::Storage(_))
         ));
-    }
-
-    #[test]
-    fn a_text_only_message_is_outlined_and_any_other_is_not() -> Result<()> {
-        let outline =
-            |message: Message| text_only(&super::super::message_to_pb(message).encode_to_vec());
-        assert_eq!(
-            outline(Message::text(Role::Assistant, "hello".to_owned()))?,
-            Some(TextOnly {
-                assistant: true,
-                has_text: true
-            })
-        );
-        assert_eq!(
-            outline(Message::text(Role::User, String::new()))?,
-            Some(TextOnly {
-                assistant: false,
-                has_text: false
-            })
-        );
-        let mut named = Message::text(Role::Tool, "out".to_owned());
-        named.name = "lookup".into();
-        named.tool_error = true;
-        named.incomplete = true;
-        assert_eq!(
-            outline(named)?,
-            Some(TextOnly {
-                assistant: false,
-                has_text: true
-            })
-        );
-        let full = message("m", 1).message;
-        assert_eq!(outline(full.clone())?, None, "blocks and calls");
-        let mut answer = Message::text(Role::Tool, String::new());
-        answer.tool_call_id = "t1".into();
-        assert_eq!(outline(answer)?, None, "a tool call's answer");
-        assert!(text_only(&[0xff, 0xff, 0xff]).is_err());
-        Ok(())
     }
 }

@@ -3,8 +3,10 @@
 //! log stores events in this form too ([`EncodedEvent`]).
 
 mod event;
+mod outline;
 
-pub use event::{Effect, EncodedEvent, TextOnly, event_from_pb, text_only};
+pub use event::{Effect, EncodedEvent, event_from_pb};
+pub use outline::{Outline, outline, without_reasoning};
 
 use sessionstore_client::v1 as pb;
 use sessionstore_client::v1::content_block::Block;
