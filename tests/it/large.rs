@@ -454,28 +454,21 @@ async fn append_logged(server: &TestServer) {
 }
 
 /// How many messages a search for `word` finds.
+async fn found(server: &TestServer, word: &str) -> usize {
+    search(server, word).await.expect("search")
+}
+
 /// Hits for `word` once the index has the messages written before the
 /// call; 0 while SQLite's index is still behind them.
 async fn indexed(server: &TestServer, word: &str) -> usize {
-    let answer = server
-        .client()
-        .await
-        .search_messages(pb::SearchMessagesRequest {
-            query: word.to_owned(),
-            ..Default::default()
-        })
-        .await;
-    match answer {
-        Ok(found) => found.into_inner().hits.len(),
-        Err(status) => {
-            let (reason, _) = error_details(&status);
-            assert_eq!(reason.as_deref(), Some("SEARCH_INDEX_BEHIND"), "{status:?}");
-            0
-        }
-    }
+    search(server, word).await.unwrap_or_else(|status| {
+        let (reason, _) = error_details(&status);
+        assert_eq!(reason.as_deref(), Some("SEARCH_INDEX_BEHIND"), "{status:?}");
+        0
+    })
 }
 
-async fn found(server: &TestServer, word: &str) -> usize {
+async fn search(server: &TestServer, word: &str) -> Result<usize, tonic::Status> {
     let found = server
         .client()
         .await
@@ -483,9 +476,8 @@ async fn found(server: &TestServer, word: &str) -> usize {
             query: word.to_owned(),
             ..Default::default()
         })
-        .await
-        .expect("search");
-    found.into_inner().hits.len()
+        .await?;
+    Ok(found.into_inner().hits.len())
 }
 
 /// `search_log`'s row count and last id.
