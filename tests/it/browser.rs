@@ -13,7 +13,8 @@
 //! `SESSIONSTORE_REQUIRE_BROWSER` is set (as `.ci/run` does): then it fails.
 //!
 //! `cors_preflight_allows_listed_origins_only` needs no browser: raw
-//! HTTP/1.1 preflights and gRPC-Web requests with an `Origin`.
+//! HTTP/1.1 preflights and gRPC-Web requests with an `Origin`; nor does
+//! `export_history_over_grpc_web`, a raw gRPC-Web ExportHistory.
 
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -409,17 +410,7 @@ async fn web_chat_in_chromium() {
 /// One HTTP/1.1 exchange with the server: the status code and the headers
 /// (names lower-cased).
 async fn http(addr: std::net::SocketAddr, request: Vec<u8>) -> (u16, Vec<(String, String)>) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.write_all(&request).await.unwrap();
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).await.unwrap();
-        response
-    };
-    let response = tokio::time::timeout(Duration::from_secs(20), exchange)
-        .await
-        .expect("an HTTP answer in time");
+    let response = http_bytes(addr, request).await;
     let response = String::from_utf8_lossy(&response);
     let head = response.split("\r\n\r\n").next().unwrap_or_default();
     let mut lines = head.lines();
@@ -583,4 +574,121 @@ async fn cors_preflight_allows_listed_origins_only() {
         );
     }
     server.stop().await.unwrap();
+}
+
+/// ExportHistory over gRPC-Web (raw HTTP/1.1, as a page's client sends
+/// it): the chunks the server writes from the stored encodings reach a
+/// browser as they reach a gRPC client, message for message, with the
+/// status in the trailers frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_history_over_grpc_web() {
+    use prost::Message as _;
+    let server = TestServer::start_on(Storage::new(Backend::File).await, |_| {}).await;
+    let mut client = server.client().await;
+    let session = crate::support::create(&mut client, "ses_web_export")
+        .await
+        .id;
+    // Enough to need more than one chunk of 1 MiB.
+    let long = "long answer ".repeat(30_000);
+    for turn in 0..6 {
+        client
+            .append_exchange(crate::support::exchange_request(
+                &session,
+                &format!("question {turn}"),
+                &format!("{turn}: {long}"),
+            ))
+            .await
+            .expect("append");
+    }
+    let request = pb::ExportHistoryRequest {
+        session_id: session.clone(),
+        include_system_prompt: true,
+        ..Default::default()
+    };
+    let expected = crate::support::export(&mut client, request.clone()).await;
+    assert_eq!(expected.len(), 13, "the prompt and 12 messages");
+
+    let mut body = vec![0];
+    let encoded = request.encode_to_vec();
+    body.extend_from_slice(&u32::try_from(encoded.len()).unwrap().to_be_bytes());
+    body.extend_from_slice(&encoded);
+    let mut call = format!(
+        "POST /sessionstore.v1.SessionStore/ExportHistory HTTP/1.1\r\n\
+         Host: {}\r\nContent-Type: application/grpc-web+proto\r\nX-Grpc-Web: 1\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        server.addr,
+        body.len()
+    )
+    .into_bytes();
+    call.extend_from_slice(&body);
+    let response = http_bytes(server.addr, call).await;
+    let split = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP head");
+    let head = String::from_utf8_lossy(&response[..split]).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let payload = if head.contains("transfer-encoding: chunked") {
+        dechunk(&response[split + 4..])
+    } else {
+        response[split + 4..].to_vec()
+    };
+    let mut messages = Vec::new();
+    let mut chunks = 0;
+    let mut trailers = None;
+    let mut rest = &payload[..];
+    while !rest.is_empty() {
+        assert!(rest.len() >= 5, "a gRPC-Web frame cut short");
+        let flag = rest[0];
+        let len = u32::from_be_bytes([rest[1], rest[2], rest[3], rest[4]]) as usize;
+        let frame = &rest[5..5 + len];
+        rest = &rest[5 + len..];
+        if flag & 0x80 != 0 {
+            trailers = Some(String::from_utf8_lossy(frame).to_ascii_lowercase());
+        } else {
+            assert_eq!(flag, 0, "not compressed");
+            let chunk = pb::ExportHistoryResponse::decode(frame).expect("a chunk");
+            chunks += 1;
+            messages.extend(chunk.messages);
+        }
+    }
+    assert!(chunks > 1, "{chunks} chunk(s)");
+    assert_eq!(messages, expected);
+    let trailers = trailers.expect("a trailers frame");
+    assert!(trailers.contains("grpc-status:0"), "{trailers}");
+}
+
+/// The whole of an HTTP/1.1 exchange's answer, head and body, as bytes.
+async fn http_bytes(addr: std::net::SocketAddr, request: Vec<u8>) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(&request).await.unwrap();
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await.unwrap();
+        response
+    };
+    tokio::time::timeout(Duration::from_secs(20), exchange)
+        .await
+        .expect("an HTTP answer in time")
+}
+
+/// An HTTP/1.1 chunked body, joined.
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = body
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("a chunk size line");
+        let size_text = String::from_utf8_lossy(&body[..line_end]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .expect("a chunk size");
+        body = &body[line_end + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&body[..size]);
+        body = &body[size + 2..];
+    }
 }
