@@ -419,7 +419,12 @@ impl<T> Pairing<T> {
     /// Takes the next message that step 2 kept (`item`, its `shape`, and
     /// its `size` for [`Pairing::held_bytes`]); returns the messages now
     /// decided, in order, each with its decision.
-    pub fn push(&mut self, item: T, shape: Shape, size: usize) -> Vec<(T, Decision)> {
+    pub fn push(
+        &mut self,
+        item: T,
+        shape: Shape,
+        size: usize,
+    ) -> impl Iterator<Item = (T, Decision)> + '_ {
         let at = self.taken;
         self.taken += 1;
         let mut decision = Decision::default();
@@ -475,15 +480,21 @@ impl<T> Pairing<T> {
     }
 
     /// The held messages at the front whose calls are all answered.
-    fn ready(&mut self) -> Vec<(T, Decision)> {
-        let mut out = Vec::new();
-        while self.held.front().is_some_and(|held| held.open.is_empty()) {
-            if let Some(held) = self.held.pop_front() {
-                self.held_bytes -= held.size;
-                out.push((held.item, held.decision));
-            }
-        }
-        out
+    fn ready(&mut self) -> impl Iterator<Item = (T, Decision)> + '_ {
+        let ready = self
+            .held
+            .iter()
+            .take_while(|held| held.open.is_empty())
+            .count();
+        self.held_bytes -= self
+            .held
+            .iter()
+            .take(ready)
+            .map(|held| held.size)
+            .sum::<usize>();
+        self.held
+            .drain(..ready)
+            .map(|held| (held.item, held.decision))
     }
 
     /// The bytes of the messages waiting.
@@ -722,8 +733,8 @@ mod tests {
     fn a_pairing_cut_short_hands_back_what_waits() {
         let mut pairing = Pairing::default();
         let first = calling(&["a"]);
-        assert!(pairing.push(0, Shape::of(0, &first), 10).is_empty());
-        assert!(pairing.push(1, Shape::of(1, &user("u")), 5).is_empty());
+        assert_eq!(pairing.push(0, Shape::of(0, &first), 10).count(), 0);
+        assert_eq!(pairing.push(1, Shape::of(1, &user("u")), 5).count(), 0);
         assert_eq!(pairing.held_bytes(), 15);
         let (rest, made) = pairing.into_rest();
         assert_eq!(rest, [0, 1]);

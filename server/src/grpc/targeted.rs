@@ -82,21 +82,23 @@ impl Targeted {
     /// Steps 1 and 2 for this message (see [`stripped`]): its shape and
     /// about what it holds in memory, or `None` when nothing is left to
     /// send.
-    fn judge(
+    /// Its origin (`origin_of`) is looked up only if the rules need it.
+    fn judge<'o>(
         &mut self,
         target: &ExportTarget,
-        origin: Option<&Origin>,
+        origin_of: &impl Fn(&Targeted) -> Option<&'o Origin>,
     ) -> Result<Option<(Shape, usize)>> {
         if self.message.is_none()
             && let Some(encoding) = &self.row.wire
         {
             let outline = wire::outline(encoding)?;
-            if !target.keeps(origin) && (outline.reasoning || outline.signed) {
+            if (outline.reasoning || outline.signed) && !target.keeps(origin_of(self)) {
                 self.row.wire = Some(Bytes::from(wire::without_reasoning(encoding)?));
             }
             let size = self.row.wire.as_ref().map_or(0, Bytes::len) + 64;
             return Ok(shape_of(self.sequence(), outline).map(|shape| (shape, size)));
         }
+        let origin = origin_of(self);
         let message = self.take_message()?;
         Ok(stripped(target, message, origin).map(|(message, changed)| {
             let judged = (Shape::of(self.sequence(), &message), message_size(&message));
@@ -211,8 +213,7 @@ pub(crate) fn targeted<S: Store>(
                 let Some(mut item) = next else {
                     break;
                 };
-                let origin = origin_of(&item);
-                let Some((shape, size)) = item.judge(&target, origin)? else {
+                let Some((shape, size)) = item.judge(&target, &origin_of)? else {
                     continue;
                 };
                 for (item, decision) in pairing.push(item, shape, size) {
@@ -248,8 +249,7 @@ pub(crate) fn targeted<S: Store>(
         let mut shapes = Vec::new();
         let mut messages = ReadAhead::ranges(pages(store.clone(), session.clone()), sequence_of, share.take().unwrap_or_else(|| budget.share()), after, end);
         while let Some(mut item) = messages.next().await? {
-            let origin = origin_of(&item);
-            if let Some((shape, _)) = item.judge(&target, origin)? {
+            if let Some((shape, _)) = item.judge(&target, &origin_of)? {
                 shapes.push(shape);
             }
         }
@@ -264,8 +264,7 @@ pub(crate) fn targeted<S: Store>(
                 let Some(decision) = plan.decision(item.sequence()) else {
                     continue;
                 };
-                let origin = origin_of(&item);
-                if item.judge(&target, origin)?.is_none() {
+                if item.judge(&target, &origin_of)?.is_none() {
                     continue;
                 }
                 let item = match decision {
@@ -458,7 +457,7 @@ mod tests {
                     message: None,
                     changed: false,
                 };
-                let judged = item.judge(target, Some(&origin))?;
+                let judged = item.judge(target, &|_: &Targeted| Some(&origin))?;
                 assert!(item.message.is_none(), "judged without decoding");
                 let outlined = match judged {
                     Some((shape, _)) => Some((shape, item.into_encoding()?.to_vec())),
