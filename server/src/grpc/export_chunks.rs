@@ -87,8 +87,15 @@ impl Chunk {
 
     fn push(&mut self, encoding: &[u8]) {
         let len = encoding.len();
-        self.buf
-            .reserve(key_len(MESSAGES_FIELD) + encoded_len_varint(len as u64) + len);
+        let field = key_len(MESSAGES_FIELD) + encoded_len_varint(len as u64) + len;
+        // A chunk's first message makes room for the whole chunk, so it is
+        // written without growing (and copying) the buffer as it fills.
+        let room = if self.counted == 0 {
+            field.max(EXPORT_CHUNK_BYTES)
+        } else {
+            field
+        };
+        self.buf.reserve(room);
         encode_key(MESSAGES_FIELD, WireType::LengthDelimited, &mut self.buf);
         encode_varint(len as u64, &mut self.buf);
         self.buf.put_slice(encoding);
