@@ -2,7 +2,7 @@
 //! tenant's sessions invisible to another, and the fail-closed default.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
@@ -130,22 +130,26 @@ async fn tokens_gate_the_service(backend: Backend) {
 
 /// Polls until `token` is accepted (or refused), failing after the deadline.
 /// The condition is the server's answer itself: a file reload has no event
-/// a client could wait on, so the short pause is only the poll interval.
+/// a client could wait on.
 async fn wait_for(client: &mut Client, token: &str, accepted: bool) {
-    let start = Instant::now();
-    loop {
-        let result = client.get_session(authed(get("ses_a"), token)).await;
-        let is_accepted = !matches!(&result, Err(s) if s.code() == Code::Unauthenticated);
-        if is_accepted == accepted {
-            return;
+    let client = tokio::sync::Mutex::new(client);
+    let what = format!(
+        "token {token:?} {}",
+        if accepted { "accepted" } else { "refused" }
+    );
+    crate::support::poll_until(&what, RELOAD_DEADLINE, || {
+        let client = &client;
+        async move {
+            let result = client
+                .lock()
+                .await
+                .get_session(authed(get("ses_a"), token))
+                .await;
+            let is_accepted = !matches!(&result, Err(s) if s.code() == Code::Unauthenticated);
+            (is_accepted == accepted).then_some(())
         }
-        assert!(
-            start.elapsed() < RELOAD_DEADLINE,
-            "token {token:?} still {} after {RELOAD_DEADLINE:?}",
-            if accepted { "refused" } else { "accepted" }
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 async fn tenants_never_see_each_other(backend: Backend) {

@@ -273,21 +273,24 @@ async fn buffered(metrics: SocketAddr) -> u64 {
 /// Polls `read` until it gives the same value for a second (the stalled
 /// streams have read as far ahead as they will), and returns it.
 async fn settled<F: std::future::Future<Output = u64>>(mut read: impl FnMut() -> F) -> u64 {
-    let deadline = Instant::now() + PATIENCE;
-    let (mut last, mut since) = (read().await, Instant::now());
-    loop {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let now = read().await;
-        if now.abs_diff(last) > 64 * 1024 {
-            (last, since) = (now, Instant::now());
-        } else if since.elapsed() >= Duration::from_secs(1) {
-            return now;
+    // The last value that moved, and since when it has stayed within 64 KiB.
+    let steady: std::cell::Cell<Option<(u64, Instant)>> = std::cell::Cell::new(None);
+    crate::support::poll_until("the value settling", PATIENCE, || {
+        let (reading, steady) = (read(), &steady);
+        async move {
+            let now = reading.await;
+            match steady.get() {
+                Some((last, since)) if now.abs_diff(last) <= 64 * 1024 => {
+                    (since.elapsed() >= Duration::from_secs(1)).then_some(now)
+                }
+                _ => {
+                    steady.set(Some((now, Instant::now())));
+                    None
+                }
+            }
         }
-        assert!(
-            Instant::now() < deadline,
-            "the value never settled (last {last})"
-        );
-    }
+    })
+    .await
 }
 
 async fn metered(backend: Backend, max_stream_buffer_bytes: usize) -> TestServer {

@@ -369,31 +369,39 @@ fn file_size(path: &std::path::Path) -> u64 {
 /// it miss a size the server keeps for only a moment.
 struct Peaks {
     largest: std::sync::Arc<Vec<std::sync::atomic::AtomicU64>>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Dropping it (or sending on it) ends the sampling at once.
+    stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Peaks {
+    /// Between two looks at the files the thread waits on its stop signal,
+    /// for at most this long.
+    const LOOK_EVERY: Duration = Duration::from_millis(2);
+
     fn follow(paths: Vec<std::path::PathBuf>) -> Peaks {
         use std::sync::Arc;
-        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::mpsc::RecvTimeoutError;
         let largest: Arc<Vec<AtomicU64>> =
             Arc::new(paths.iter().map(|_| AtomicU64::new(0)).collect());
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::spawn({
-            let (largest, stop) = (Arc::clone(&largest), Arc::clone(&stop));
-            move || {
-                while !stop.load(Ordering::Acquire) {
-                    for (path, peak) in paths.iter().zip(largest.iter()) {
-                        peak.fetch_max(file_size(path), Ordering::Relaxed);
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
+            let largest = Arc::clone(&largest);
+            move || loop {
+                for (path, peak) in paths.iter().zip(largest.iter()) {
+                    peak.fetch_max(file_size(path), Ordering::Relaxed);
+                }
+                if let Ok(()) | Err(RecvTimeoutError::Disconnected) =
+                    stopped.recv_timeout(Self::LOOK_EVERY)
+                {
+                    return;
                 }
             }
         });
         Peaks {
             largest,
-            stop,
+            stop: Some(stop),
             thread: Some(thread),
         }
     }
@@ -407,17 +415,11 @@ impl Peaks {
 
     /// Stops following; the largest sizes seen, in the order given.
     fn stop(mut self) -> Vec<u64> {
-        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.stop.take();
         if let Some(thread) = self.thread.take() {
             thread.join().expect("the sampling thread");
         }
         self.so_far()
-    }
-}
-
-impl Drop for Peaks {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Release);
     }
 }
 

@@ -251,18 +251,22 @@ async fn listen_backends(conn: &mut sqlx::PgConnection, database: &str) -> Vec<i
 
 /// Waits (bounded) until `database` has exactly `count` LISTEN connections:
 /// every replica's listener is (re)connected. The condition is PostgreSQL's
-/// own view (`pg_stat_activity`), which has no change notification, so the
-/// short pause is only the poll interval.
+/// own view (`pg_stat_activity`), which has no change notification, so it
+/// is polled.
 async fn await_listeners(conn: &mut sqlx::PgConnection, database: &str, count: usize) {
-    let mut seen = Vec::new();
-    for _ in 0..1000 {
-        seen = listen_backends(conn, database).await;
-        if seen.len() == count {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("expected {count} LISTEN connections to {database}, have {seen:?}");
+    let conn = tokio::sync::Mutex::new(conn);
+    crate::support::poll_until(
+        &format!("{count} LISTEN connections to {database}"),
+        Duration::from_secs(20),
+        || {
+            let conn = &conn;
+            async move {
+                let seen = listen_backends(&mut **conn.lock().await, database).await;
+                (seen.len() == count).then_some(())
+            }
+        },
+    )
+    .await;
 }
 
 // ---------------------------------------------------------------------------

@@ -742,24 +742,33 @@ async fn lease_expiry_recorded_by_sweeper(backend: Backend) {
     );
 }
 
-/// Waits until the lease's own expiry time — the condition here is the
-/// clock itself, as no event marks it without a sweep — then reads the
-/// session, which must show the lease gone.
+/// Reads the session until its lease is gone: a read sent after the
+/// lease's expiry time must find it gone, and one that finds it gone must
+/// have been answered no earlier than that time (no event marks an expiry
+/// without a sweep, so the reads poll).
 async fn after_expiry(
     client: &mut Client,
     id: &str,
     expire_time: Option<&prost_types::Timestamp>,
 ) -> pb::Session {
-    let remaining = micros(expire_time) - now_micros();
-    if let Ok(remaining) = u64::try_from(remaining) {
-        tokio::time::sleep(Duration::from_micros(remaining + 1_000)).await;
-    }
-    let session = get(client, id).await;
-    assert_eq!(
-        session.active_run_id, "",
-        "the lease outlived its time: {session:?}"
-    );
-    session
+    let expiry = micros(expire_time);
+    let patience = Duration::from_micros(u64::try_from(expiry - now_micros()).unwrap_or(0))
+        + Duration::from_secs(10);
+    let client = tokio::sync::Mutex::new(client);
+    crate::support::poll_until("the lease gone", patience, || {
+        let client = &client;
+        async move {
+            let sent = now_micros();
+            let session = get(&mut **client.lock().await, id).await;
+            if !session.active_run_id.is_empty() {
+                assert!(sent <= expiry, "the lease outlived its time: {session:?}");
+                return None;
+            }
+            assert!(now_micros() >= expiry, "the lease went before its time");
+            Some(session)
+        }
+    })
+    .await
 }
 
 /// Without a sweep in sight, the first write after expiry still finds

@@ -317,25 +317,26 @@ async fn an_edit_racing_a_search_build_keeps_its_own_words() {
         }
     });
     // The edit's insert waits for the page's row.
-    let mut observer = sqlx::PgConnection::connect(&storage.url).await.unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut observer)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the edit never waited for the page"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let observer =
+        tokio::sync::Mutex::new(sqlx::PgConnection::connect(&storage.url).await.unwrap());
+    crate::support::poll_until(
+        "the edit waiting for the page",
+        std::time::Duration::from_secs(10),
+        || {
+            let observer = &observer;
+            async move {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .fetch_one(&mut *observer.lock().await)
+                .await
+                .unwrap();
+                (waiting > 0).then_some(())
+            }
+        },
+    )
+    .await;
     sqlx::query("COMMIT").execute(&mut build).await.unwrap();
 
     let edited = editing.await.unwrap().unwrap();
