@@ -29,7 +29,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::ACQUIRE_TIMEOUT;
 use crate::domain::{Error, Result};
-use crate::store::rows::{BorrowedRow as _, Content, EventRow, GatheredEvent};
+use crate::store::rows::{BorrowedRow as _, Content, EventPage, EventRow, GatheredEvent};
 use crate::store::sql::limit_param;
 use crate::store::{Page, ReadBound};
 use crate::wire::EncodedEvent;
@@ -102,7 +102,7 @@ pub(super) async fn events(
         };
         if !more {
             // The rest of the result is discarded with the stream.
-            return Ok(page.page);
+            return page.page.finish();
         }
     }
     page.finish()
@@ -112,9 +112,7 @@ pub(super) async fn events(
 /// arrive: an event is complete at the first message past those it refers
 /// to, and the page stops at the first event its bound does not admit.
 struct PageOfEvents {
-    bound: ReadBound,
-    page: Page<EncodedEvent>,
-    bytes: usize,
+    page: EventPage,
     /// Events read and not yet complete, in revision order.
     waiting: VecDeque<GatheredEvent>,
     /// The last message's sequence, once messages have begun.
@@ -124,12 +122,7 @@ struct PageOfEvents {
 impl PageOfEvents {
     fn new(bound: ReadBound) -> Self {
         PageOfEvents {
-            bound,
-            page: Page {
-                rows: Vec::new(),
-                cut: false,
-            },
-            bytes: 0,
+            page: EventPage::new(bound),
             waiting: VecDeque::new(),
             last_message: None,
         }
@@ -173,7 +166,7 @@ impl PageOfEvents {
     /// does not admit it.
     fn add_first(&mut self) -> Result<bool> {
         match self.waiting.pop_front() {
-            Some(event) => event.add_to(&mut self.page, &mut self.bytes, self.bound),
+            Some(event) => event.add_to(&mut self.page),
             None => Ok(true),
         }
     }
@@ -185,7 +178,7 @@ impl PageOfEvents {
                 break;
             }
         }
-        Ok(self.page)
+        self.page.finish()
     }
 }
 
@@ -277,7 +270,7 @@ mod tests {
             taken += 1;
             if !page.message(*sequence, Content::of("", Some(content)))? {
                 assert_eq!(Some(taken), stop_at, "stopped early");
-                return Ok((page.page, taken));
+                return Ok((page.page.finish()?, taken));
             }
         }
         assert_eq!(stop_at, None, "did not stop");

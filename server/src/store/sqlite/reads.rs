@@ -23,7 +23,9 @@ use rusqlite::{Connection, OptionalExtension as _};
 use super::connections::{self, Role};
 use crate::domain::target::Origin;
 use crate::domain::{Error, Result};
-use crate::store::rows::{Content, EventRow, GatheredEvent, MessageRow, OwnedMessageRow};
+use crate::store::rows::{
+    Content, EventPage, EventRow, GatheredEvent, MessageRow, OwnedMessageRow,
+};
 use crate::store::sql::CALL_ORIGINS;
 use crate::store::text::unescape;
 use crate::store::{Page, ReadBound};
@@ -32,11 +34,11 @@ use crate::wire::EncodedEvent;
 /// A session's events in a range of revisions, in order (as `sql::events`,
 /// without the join: [`EngineReads::events`]).
 const EVENTS: &str = "SELECT revision, time, body, wire, refers_from, refers_until FROM events \
-     WHERE session_key = (?1 + 0) AND revision > (?2 + 0) AND revision <= ?3 ORDER BY revision";
+     WHERE session_key = (?1 + 0) AND revision > (?2 + 0) AND revision <= (?3 + 0) ORDER BY revision";
 
 /// The first message the events in a range of revisions refer to.
 const FIRST_REFERRED: &str = "SELECT refers_from FROM events \
-     WHERE session_key = (?1 + 0) AND revision > (?2 + 0) AND revision <= ?3 \
+     WHERE session_key = (?1 + 0) AND revision > (?2 + 0) AND revision <= (?3 + 0) \
      AND refers_until > refers_from ORDER BY revision LIMIT 1";
 
 /// A session's messages from a sequence on, in order: the content of the
@@ -160,11 +162,7 @@ impl EngineReads {
                 let mut rows = events.query([session_key, after, until])?;
                 // A message read ahead of the event that refers to it.
                 let mut ahead: Option<(i64, String, Option<Vec<u8>>)> = None;
-                let mut page = Page {
-                    rows: Vec::new(),
-                    cut: false,
-                };
-                let mut bytes = 0;
+                let mut page = EventPage::new(bound);
                 while let Some(row) = rows.next()? {
                     let mut event = GatheredEvent::new(&event_row(row)?)?;
                     if let (Some(refers), Some(messages)) = (event.refers(), messages.as_mut()) {
@@ -188,11 +186,11 @@ impl EngineReads {
                             }
                         }
                     }
-                    if !event.add_to(&mut page, &mut bytes, bound)? {
+                    if !event.add_to(&mut page)? {
                         break;
                     }
                 }
-                Ok(page)
+                page.finish()
             })
         })
         .await
