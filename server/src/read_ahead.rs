@@ -301,18 +301,6 @@ impl<T: Send + 'static> ReadAhead<T> {
         }
     }
 
-    /// The next row, if it has been read already and `wanted` takes it:
-    /// never waits.
-    pub fn next_ready_if(&mut self, wanted: impl FnOnce(&T) -> bool) -> Option<T> {
-        if !wanted(&self.ready.front()?.0) {
-            return None;
-        }
-        let (item, size) = self.ready.pop_front()?;
-        self.share.give_back(size);
-        self.top_up();
-        Some(item)
-    }
-
     /// Queues the next ranges and starts the reads that fit.
     fn top_up(&mut self) {
         if let Extent::Before(end) = self.extent {
@@ -499,28 +487,6 @@ mod tests {
                 "{most} bytes held with rows of {size}"
             );
         }
-        Ok(())
-    }
-
-    #[tokio::test]
-    async fn rows_already_read_are_taken_without_waiting() -> crate::domain::Result<()> {
-        let rows: Vec<(i64, usize)> = (0..10).map(|k| (k, 100)).collect();
-        let budget = StreamBudget::new(usize::MAX);
-        let mut reader = ReadAhead::to_end(table(rows), |row| row.0, budget.admit()?, -1);
-        // Nothing is read before the first `next`.
-        assert_eq!(reader.next_ready_if(|_| true), None);
-        assert_eq!(reader.next().await?, Some((0, 100)));
-        // The rest of its page is ready; only what is wanted is taken.
-        assert_eq!(reader.next_ready_if(|row| row.0 == 1), Some((1, 100)));
-        assert_eq!(reader.next_ready_if(|row| row.0 == 3), None);
-        let mut keys = vec![0, 1];
-        while let Some((key, _)) = reader.next_ready_if(|_| true) {
-            keys.push(key);
-        }
-        assert_eq!(keys, (0..10).collect::<Vec<_>>());
-        assert_eq!(reader.next().await?, None);
-        drop(reader);
-        assert_eq!(budget.buffered(), 0);
         Ok(())
     }
 

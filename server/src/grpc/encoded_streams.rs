@@ -40,7 +40,7 @@ use tonic::codegen::{BoxFuture, Service, StdError};
 use tonic::server::{Grpc, NamedService, ServerStreamingService};
 use tonic::{Request, Response, Status};
 
-use super::{BoxStream, SessionStoreService, item_to_pbs};
+use super::{BoxStream, SessionStoreService, item_to_pb};
 use crate::store::Store;
 use crate::watch::WatchItem;
 
@@ -203,23 +203,20 @@ fn lock(slot: &Slot) -> std::sync::MutexGuard<'_, Option<BoxStream<Bytes>>> {
 fn framed(item: &WatchItem) -> Result<Bytes, Status> {
     match item {
         WatchItem::Event(event) => Ok(event.framed()),
-        WatchItem::Events(run) => Ok(run.framed()),
-        other => item_to_pbs(other).map(|messages| frame(&messages)),
+        other => item_to_pb(other).map(|message| frame(&message)),
     }
 }
 
-/// `messages`, each as one gRPC message: not compressed, its length
-/// (big-endian `u32`), then its encoding.
-fn frame(messages: &[impl Message]) -> Bytes {
-    let len: usize = messages.iter().map(|m| 5 + m.encoded_len()).sum();
-    let mut buf = BytesMut::with_capacity(len);
-    for message in messages {
-        buf.put_u8(0);
-        // A message is bounded by the request size limit, far below 4 GiB.
-        buf.put_u32(u32::try_from(message.encoded_len()).unwrap_or(u32::MAX));
-        // Cannot fail: the buffer has room for every message.
-        let _ = message.encode(&mut buf);
-    }
+/// `message` as one gRPC message: not compressed, its length (big-endian
+/// `u32`), then its encoding.
+fn frame(message: &impl Message) -> Bytes {
+    let len = message.encoded_len();
+    let mut buf = BytesMut::with_capacity(5 + len);
+    buf.put_u8(0);
+    // A message is bounded by the request size limit, far below 4 GiB.
+    buf.put_u32(u32::try_from(len).unwrap_or(u32::MAX));
+    // Cannot fail: the buffer has room for the whole message.
+    let _ = message.encode(&mut buf);
     buf.freeze()
 }
 

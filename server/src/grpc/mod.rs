@@ -241,22 +241,18 @@ fn delta_cursors(cursors: &[pb::DeltaCursor]) -> Result<HashMap<String, i64>> {
     Ok(by_run)
 }
 
-/// One watch stream item as the protocol's `SessionEvent`s: one, or a
-/// run's.
-fn item_to_pbs(item: &WatchItem) -> Result<Vec<pb::SessionEvent>, Status> {
+/// One watch stream item as the protocol's `SessionEvent`.
+fn item_to_pb(item: &WatchItem) -> Result<pb::SessionEvent, Status> {
     use pb::session_event::Event;
     Ok(match item {
-        WatchItem::Event(event) => vec![event.to_pb()?],
-        WatchItem::Events(run) => run.to_pbs()?,
-        WatchItem::CaughtUp { revision } => vec![wire::marker_to_pb(
-            *revision,
-            Event::CaughtUp(pb::CaughtUp {}),
-        )],
-        WatchItem::Progress { revision } => vec![wire::marker_to_pb(
-            *revision,
-            Event::Progress(pb::Progress {}),
-        )],
-        WatchItem::Ephemeral(ephemeral) => vec![wire::ephemeral_to_pb(ephemeral)],
+        WatchItem::Event(event) => event.to_pb()?,
+        WatchItem::CaughtUp { revision } => {
+            wire::marker_to_pb(*revision, Event::CaughtUp(pb::CaughtUp {}))
+        }
+        WatchItem::Progress { revision } => {
+            wire::marker_to_pb(*revision, Event::Progress(pb::Progress {}))
+        }
+        WatchItem::Ephemeral(ephemeral) => wire::ephemeral_to_pb(ephemeral),
     })
 }
 
@@ -675,14 +671,9 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         request: Request<pb::WatchSessionRequest>,
     ) -> Result<Response<Self::WatchSessionStream>, Status> {
         let items = self.open_watch(request).await?;
-        let events = items.flat_map(|item| {
-            let events = match item.and_then(|item| item_to_pbs(&item)) {
-                Ok(events) => events.into_iter().map(Ok).collect(),
-                Err(status) => vec![Err(status)],
-            };
-            futures_util::stream::iter(events)
-        });
-        Ok(Response::new(Box::pin(events)))
+        Ok(Response::new(Box::pin(
+            items.map(|item| item.and_then(|item| item_to_pb(&item))),
+        )))
     }
 
     async fn publish_delta(

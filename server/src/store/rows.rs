@@ -17,7 +17,7 @@ use sessionstore_client::v1 as pb;
 use super::text::unescape;
 use super::{Page, ReadBound};
 use crate::domain::{Error, Message, Result, Session, SessionEvent, StoredMessage, Timestamp};
-use crate::wire::{EncodedEvent, FramedEvents, message_from_pb, message_to_pb, spliced_bound};
+use crate::wire::{EncodedEvent, message_from_pb, message_to_pb};
 
 pub fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(Error::storage)
@@ -27,14 +27,23 @@ pub fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T> {
     serde_json::from_str(text).map_err(Error::storage)
 }
 
-/// An event written before the log kept encodings, from its JSON
-/// (`body`), encoded here so every reader sees one form.
-fn json_event(revision: i64, time: i64, body: &str) -> Result<EncodedEvent> {
-    Ok(EncodedEvent::new(SessionEvent {
-        revision,
-        time: Timestamp(time),
-        change: decode(body)?,
-    }))
+/// An event row as the log holds it: its encoding (`wire`), or, for an
+/// event written before the log kept encodings, its JSON (`body`), which
+/// is encoded here so every reader sees one form.
+pub fn logged_event(
+    revision: i64,
+    time: i64,
+    body: &str,
+    wire: Option<&[u8]>,
+) -> Result<EncodedEvent> {
+    match wire {
+        Some(wire) => EncodedEvent::stored(revision, wire),
+        None => Ok(EncodedEvent::new(SessionEvent {
+            revision,
+            time: Timestamp(time),
+            change: decode(body)?,
+        })),
+    }
 }
 
 /// A session's events with the content of the messages each refers to
@@ -177,10 +186,8 @@ pub struct GatheredEvent {
 }
 
 enum Gathered {
-    /// An event stored whole: its encoding.
-    Stored(Vec<u8>),
-    /// An event written before the log kept encodings, encoded from its JSON.
-    Encoded(EncodedEvent),
+    /// An event stored whole.
+    Whole(EncodedEvent),
     /// An event stored without the content of its messages, `refers`.
     Referring { stored: Vec<u8>, refers: Range<i64> },
 }
@@ -194,8 +201,7 @@ impl GatheredEvent {
                 stored: wire.to_vec(),
                 refers: row.refers_from..row.refers_until,
             },
-            Some(wire) => Gathered::Stored(wire.to_vec()),
-            None => Gathered::Encoded(json_event(row.revision, row.time, row.body)?),
+            _ => Gathered::Whole(logged_event(row.revision, row.time, row.body, row.wire)?),
         };
         Ok(GatheredEvent {
             revision: row.revision,
@@ -208,8 +214,8 @@ impl GatheredEvent {
     /// The messages it refers to for their content, if any.
     pub fn refers(&self) -> Option<Range<i64>> {
         match &self.stored {
+            Gathered::Whole(_) => None,
             Gathered::Referring { refers, .. } => Some(refers.clone()),
-            _ => None,
         }
     }
 
@@ -220,91 +226,32 @@ impl GatheredEvent {
         Ok(())
     }
 
-    /// Adds the event to `page` if its bound admits it; if not, marks the
-    /// page cut and answers false.
-    pub fn add_to(self, page: &mut EventPage) -> Result<bool> {
-        if !page.bound.admits(page.events.len(), page.bytes, self.size) {
+    /// Adds the event to `page`, of `bytes` so far, if `bound` admits it;
+    /// if not, marks the page cut and answers false.
+    pub fn add_to(
+        self,
+        page: &mut Page<EncodedEvent>,
+        bytes: &mut usize,
+        bound: ReadBound,
+    ) -> Result<bool> {
+        if !bound.admits(page.rows.len(), *bytes, self.size) {
             page.cut = true;
             return Ok(false);
         }
-        page.bytes += self.size;
-        page.events.push(self);
+        *bytes += self.size;
+        let size = self.size;
+        page.rows.push((self.into_event()?, size));
         Ok(true)
-    }
-
-    /// At least the bytes of the event framed.
-    fn framed_bound(&self) -> usize {
-        match &self.stored {
-            Gathered::Stored(stored) => spliced_bound(stored.len(), std::iter::empty()),
-            Gathered::Encoded(event) => event.framed().len(),
-            Gathered::Referring { stored, .. } => {
-                spliced_bound(stored.len(), self.contents.iter().map(|(_, c)| c.len()))
-            }
-        }
     }
 
     /// The event as WatchSession sends it.
     pub fn into_event(self) -> Result<EncodedEvent> {
         match self.stored {
-            Gathered::Encoded(event) => Ok(event),
-            _ => {
-                let mut framed = FramedEvents::default();
-                self.frame_into(&mut framed)?;
-                framed
-                    .finish()
-                    .pop()
-                    .ok_or_else(|| Error::storage(std::io::Error::other("an event not framed")))
-            }
-        }
-    }
-
-    fn frame_into(self, framed: &mut FramedEvents) -> Result<()> {
-        match self.stored {
-            Gathered::Stored(stored) => framed.push_stored(self.revision, &stored),
-            Gathered::Encoded(event) => {
-                framed.push(&event);
-                Ok(())
-            }
+            Gathered::Whole(event) => Ok(event),
             Gathered::Referring { stored, .. } => {
-                framed.push_with_contents(self.revision, &stored, &self.contents)
+                EncodedEvent::with_contents(self.revision, &stored, &self.contents)
             }
         }
-    }
-}
-
-/// A page of events being read, within the read's bound; once read, they
-/// are framed one after another into buffers sized to the page
-/// ([`FramedEvents`]).
-pub struct EventPage {
-    bound: ReadBound,
-    events: Vec<GatheredEvent>,
-    bytes: usize,
-    cut: bool,
-}
-
-impl EventPage {
-    pub fn new(bound: ReadBound) -> Self {
-        EventPage {
-            bound,
-            events: Vec::new(),
-            bytes: 0,
-            cut: false,
-        }
-    }
-
-    /// The page read, framed.
-    pub fn finish(self) -> Result<Page<EncodedEvent>> {
-        let capacity = self.events.iter().map(GatheredEvent::framed_bound).sum();
-        let mut framed = FramedEvents::expecting(capacity);
-        let mut sizes = Vec::with_capacity(self.events.len());
-        for event in self.events {
-            sizes.push(event.size);
-            event.frame_into(&mut framed)?;
-        }
-        Ok(Page {
-            rows: framed.finish().into_iter().zip(sizes).collect(),
-            cut: self.cut,
-        })
     }
 }
 

@@ -23,7 +23,7 @@ use super::ops::{
 use super::rows::{
     BorrowedRow, MESSAGE_COLUMNS, SESSION_COLUMNS, message_row, session_from_row, text_col,
 };
-use super::rows::{Content, EventPage, EventRow, EventRows, OwnedMessageRow, events_with_contents};
+use super::rows::{Content, EventRow, EventRows, OwnedMessageRow, events_with_contents};
 use super::text::{escape, escape_ordered, unescape_ordered};
 use super::writer::{self, Job, Pending, PendingAppend};
 use super::{
@@ -261,7 +261,11 @@ pub(super) async fn events(
         .bind(after)
         .bind(after.saturating_add(limit_param(bound.rows)))
         .fetch(pool);
-    let mut page = EventPage::new(bound);
+    let mut page = Page {
+        rows: Vec::new(),
+        cut: false,
+    };
+    let mut bytes = 0;
     let mut events = EventRows::default();
     loop {
         let row = rows.try_next().await?;
@@ -270,7 +274,7 @@ pub(super) async fn events(
             None => events.finish(),
         };
         if let Some(event) = done
-            && !event.add_to(&mut page)?
+            && !event.add_to(&mut page, &mut bytes, bound)?
         {
             break;
         }
@@ -278,7 +282,7 @@ pub(super) async fn events(
             break;
         }
     }
-    page.finish()
+    Ok(page)
 }
 
 /// The events [`Backend::events`] reads, as [`events_with_contents`]

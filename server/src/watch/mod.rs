@@ -23,7 +23,7 @@ use tokio::sync::{Semaphore, broadcast, mpsc, watch};
 use crate::domain::{Ephemeral, EphemeralKind, Error, Result};
 use crate::read_ahead::{PAGE_BYTES, ReadAhead, ReadPage, Share, StreamBudget};
 use crate::store::{CommitSink, ReadBound, SessionHandle, Store};
-use crate::wire::{Effect, EncodedEvent, EventRun};
+use crate::wire::{Effect, EncodedEvent};
 
 mod runs;
 
@@ -361,8 +361,6 @@ impl Drop for Subscription {
 pub enum WatchItem {
     /// A committed change, encoded once for all of its session's watchers.
     Event(Arc<EncodedEvent>),
-    /// Committed changes read from the log, framed one after another.
-    Events(EventRun),
     /// Replay is done; `revision` is the last one replayed.
     CaughtUp { revision: i64 },
     /// The stream has been idle; `revision` is the head.
@@ -541,22 +539,11 @@ pub fn watch<S: Store>(
                 // stream's byte bounds) while earlier ones are sent.
                 let share = share.take().unwrap_or_else(|| budget.share());
                 let mut events = ReadAhead::to_end(event_pages(store.clone(), session.key), revision_of, share, last);
-                while let Some(first) = events.next().await? {
-                    // The events read with it and framed right after it go
-                    // with it, as one piece.
-                    let mut run = EventRun::new(&first);
-                    let mut next = Some(first);
-                    let mut deleted = false;
-                    while let Some(event) = next.take() {
-                        run.extend(&event);
-                        sent_deltas.observe(&event.effect);
-                        deleted = event.effect == Effect::SessionDeleted;
-                        if !deleted {
-                            next = events.next_ready_if(|next| run.joins(next));
-                        }
-                    }
-                    last = run.last;
-                    yield WatchItem::Events(run);
+                while let Some(event) = events.next().await? {
+                    last = event.revision;
+                    sent_deltas.observe(&event.effect);
+                    let deleted = event.effect == Effect::SessionDeleted;
+                    yield WatchItem::Event(Arc::new(event));
                     if deleted {
                         return;
                     }

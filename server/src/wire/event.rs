@@ -8,8 +8,6 @@
 //! end of a run's partial output) is read out of the bytes, by a decode
 //! that skips everything else.
 
-use std::ops::Range;
-
 use bytes::{BufMut as _, Bytes, BytesMut};
 use prost::Message as _;
 use prost::encoding::{
@@ -36,13 +34,8 @@ pub struct EncodedEvent {
     pub revision: i64,
     /// What the event means for a watch stream.
     pub effect: Effect,
-    /// The buffer the event was framed into: its own, or, for an event
-    /// read from the log, its page's, shared with the events framed
-    /// beside it (see [`EventRun`]).
-    buf: Bytes,
-    /// Where in `buf` the event is: not compressed, the length (big-endian
-    /// `u32`), then the encoding.
-    at: Range<usize>,
+    /// Not compressed, the length (big-endian `u32`), then the encoding.
+    framed: Bytes,
 }
 
 /// What a watch stream does on an event beyond sending it.
@@ -96,52 +89,142 @@ impl EncodedEvent {
     }
 
     /// An appended exchange's event as the log stores it
-    /// ([`EncodedEvent::referring`]), with its messages' content put back
-    /// (see [`FramedEvents::push_with_contents`]), framed on its own.
+    /// ([`EncodedEvent::referring`]), with its messages' content put back:
+    /// `contents` holds the encoding of each message it refers to (a
+    /// `sessionstore.v1.Message`), by sequence, in sequence order. Every
+    /// message the event refers to must be there, and no other.
+    ///
+    /// The bytes are spliced, not decoded: each `StoredMessage` without its
+    /// `message` gets the field appended (a message's fields may come in
+    /// any order), and the lengths around it are written anew; every other
+    /// field is copied as stored.
     pub fn with_contents(
         revision: i64,
         stored: &[u8],
         contents: &[(i64, Vec<u8>)],
     ) -> Result<Self> {
-        let mut buf = BytesMut::new();
-        let effect = write_with_contents(stored, contents, &mut buf)?;
-        Ok(Self::whole(revision, effect, buf.freeze()))
+        // The exchange, and the bytes of every other field.
+        let mut appended = None;
+        let mut rest_len = 0;
+        for field in Fields(stored) {
+            let field = field?;
+            if field.tag == EXCHANGE_APPENDED {
+                appended = Some(field.payload);
+            } else {
+                rest_len += field.whole.len();
+            }
+        }
+        let appended = appended
+            .ok_or_else(|| malformed("only an appended exchange refers to its messages"))?;
+        // The exchange's fields, each parsed once, with the content each
+        // stored message gets; the exchange's length with them, checking
+        // that each content is there; then the bytes, written once into
+        // the framed event.
+        let mut fields = Vec::with_capacity(contents.len() + 4);
+        let mut inner_len = 0;
+        let mut run_id = "";
+        let mut next = 0;
+        for field in Fields(appended) {
+            let field = field?;
+            let content = match field.tag {
+                MESSAGES => referred(&field, contents, &mut next)?,
+                RUN_ID => {
+                    run_id = std::str::from_utf8(field.payload)
+                        .map_err(|_| malformed("a run id that is not UTF-8"))?;
+                    None
+                }
+                _ => None,
+            };
+            inner_len += match content {
+                Some(content) => with_content_len(&field, content),
+                None => field.whole.len(),
+            };
+            fields.push((field, content));
+        }
+        if next != contents.len() {
+            return Err(malformed("more contents than messages referred to"));
+        }
+        let len = rest_len + key_len(EXCHANGE_APPENDED) + delimited_len(inner_len);
+        let mut buf = BytesMut::with_capacity(PREFIX + len);
+        put_prefix(&mut buf, len);
+        for field in Fields(stored) {
+            let field = field?;
+            if field.tag != EXCHANGE_APPENDED {
+                buf.extend_from_slice(field.whole);
+            }
+        }
+        encode_key(EXCHANGE_APPENDED, WireType::LengthDelimited, &mut buf);
+        encode_varint(inner_len as u64, &mut buf);
+        for (field, content) in fields {
+            let Some(content) = content else {
+                buf.extend_from_slice(field.whole);
+                continue;
+            };
+            encode_key(MESSAGES, WireType::LengthDelimited, &mut buf);
+            let content_field = key_len(MESSAGE_CONTENT) + delimited_len(content.len());
+            encode_varint((field.payload.len() + content_field) as u64, &mut buf);
+            buf.extend_from_slice(field.payload);
+            encode_key(MESSAGE_CONTENT, WireType::LengthDelimited, &mut buf);
+            encode_varint(content.len() as u64, &mut buf);
+            buf.extend_from_slice(content);
+        }
+        Ok(EncodedEvent {
+            revision,
+            effect: if run_id.is_empty() {
+                Effect::None
+            } else {
+                Effect::ClosesRun(run_id.to_owned())
+            },
+            framed: buf.freeze(),
+        })
     }
 
     fn framed_from(revision: i64, effect: Effect, message: &pb::SessionEvent) -> Self {
-        let mut buf = BytesMut::new();
-        write_message(message, &mut buf);
-        Self::whole(revision, effect, buf.freeze())
-    }
-
-    /// The event at `revision` from the encoding the log stored, framed
-    /// on its own.
-    pub fn stored(revision: i64, encoding: &[u8]) -> Result<Self> {
-        let mut buf = BytesMut::new();
-        let effect = write_stored(encoding, &mut buf)?;
-        Ok(Self::whole(revision, effect, buf.freeze()))
-    }
-
-    /// An event that is all of `buf`.
-    fn whole(revision: i64, effect: Effect, buf: Bytes) -> Self {
+        let len = message.encoded_len();
+        let mut buf = BytesMut::with_capacity(PREFIX + len);
+        put_prefix(&mut buf, len);
+        // Cannot fail: the buffer has room for the whole message.
+        let _ = message.encode(&mut buf);
         EncodedEvent {
             revision,
             effect,
-            at: 0..buf.len(),
-            buf,
+            framed: buf.freeze(),
         }
+    }
+
+    /// The event at `revision` from the encoding the log stored.
+    pub fn stored(revision: i64, encoding: &[u8]) -> Result<Self> {
+        let outline = Outline::decode(encoding).map_err(Error::storage)?;
+        let effect = if outline.session_deleted.is_some() {
+            Effect::SessionDeleted
+        } else if let Some(run) = outline
+            .exchange_appended
+            .map(|e| e.run_id)
+            .or(outline.run_ended.map(|e| e.run_id))
+            .filter(|run_id| !run_id.is_empty())
+        {
+            Effect::ClosesRun(run)
+        } else {
+            Effect::None
+        };
+        let mut buf = BytesMut::with_capacity(PREFIX + encoding.len());
+        put_prefix(&mut buf, encoding.len());
+        buf.extend_from_slice(encoding);
+        Ok(EncodedEvent {
+            revision,
+            effect,
+            framed: buf.freeze(),
+        })
     }
 
     /// The `SessionEvent` encoding, as the log stores it.
     pub fn encoding(&self) -> &[u8] {
-        self.buf
-            .get(self.at.start + PREFIX..self.at.end)
-            .unwrap_or_default()
+        self.framed.get(PREFIX..).unwrap_or_default()
     }
 
     /// The event as one gRPC message, shared, not copied.
     pub fn framed(&self) -> Bytes {
-        self.buf.slice(self.at.clone())
+        self.framed.clone()
     }
 
     /// The event as the protocol's message.
@@ -153,316 +236,6 @@ impl EncodedEvent {
     pub fn decode(&self) -> Result<SessionEvent> {
         event_from_pb(self.to_pb()?)
     }
-}
-
-/// Events framed one after another, as a page of the log is read: into
-/// buffers of up to [`CHUNK_BYTES`] (a larger event has one of its own),
-/// so a page costs a few allocations rather than one or more per event,
-/// and consecutive events can go out as one piece ([`EventRun`]). A
-/// buffer is sized to what is left to frame, so a page of one small event
-/// holds no more than it needs.
-#[derive(Default)]
-pub struct FramedEvents {
-    /// The buffers filled, then the one being filled.
-    full: Vec<Bytes>,
-    chunk: BytesMut,
-    /// Bytes still expected ([`FramedEvents::expecting`]).
-    expected: usize,
-    /// Each event: its revision, effect, buffer (an index into `full`, or
-    /// `full.len()` for `chunk`) and place in it.
-    events: Vec<(i64, Effect, usize, Range<usize>)>,
-}
-
-/// The largest buffer of framed events shared by several of them: each
-/// goes out as one piece, and the allocator reuses buffers of this size
-/// rather than mapping fresh pages for each page of the log.
-pub const CHUNK_BYTES: usize = 64 * 1024;
-
-impl FramedEvents {
-    /// About `bytes` of framed events are coming: buffers are sized to it.
-    pub fn expecting(bytes: usize) -> Self {
-        FramedEvents {
-            expected: bytes,
-            ..FramedEvents::default()
-        }
-    }
-
-    /// Frames the event at `revision` from the encoding the log stored.
-    pub fn push_stored(&mut self, revision: i64, encoding: &[u8]) -> Result<()> {
-        self.push_with(revision, PREFIX + encoding.len(), |buf| {
-            write_stored(encoding, buf)
-        })
-    }
-
-    /// Frames an appended exchange's event as the log stores it
-    /// ([`EncodedEvent::referring`]), with its messages' content put back:
-    /// `contents` holds the encoding of each message it refers to (a
-    /// `sessionstore.v1.Message`), by sequence, in sequence order. Every
-    /// message the event refers to must be there, and no other.
-    ///
-    /// The bytes are spliced, not decoded: each `StoredMessage` without its
-    /// `message` gets the field appended (a message's fields may come in
-    /// any order), and the lengths around it are written anew; every other
-    /// field is copied as stored.
-    pub fn push_with_contents(
-        &mut self,
-        revision: i64,
-        stored: &[u8],
-        contents: &[(i64, Vec<u8>)],
-    ) -> Result<()> {
-        let size = spliced_bound(stored.len(), contents.iter().map(|(_, c)| c.len()));
-        self.push_with(revision, size, |buf| {
-            write_with_contents(stored, contents, buf)
-        })
-    }
-
-    /// Copies an event framed elsewhere.
-    pub fn push(&mut self, event: &EncodedEvent) {
-        let framed = event.buf.get(event.at.clone()).unwrap_or_default();
-        let _ = self.push_with(event.revision, framed.len(), |buf| {
-            buf.extend_from_slice(framed);
-            Ok(event.effect.clone())
-        });
-    }
-
-    /// Frames one event of about `size` bytes with `write`; on an error
-    /// the buffer is left as it was.
-    fn push_with(
-        &mut self,
-        revision: i64,
-        size: usize,
-        write: impl FnOnce(&mut BytesMut) -> Result<Effect>,
-    ) -> Result<()> {
-        self.room(size);
-        self.expected = self.expected.saturating_sub(size);
-        let start = self.chunk.len();
-        match write(&mut self.chunk) {
-            Ok(effect) => {
-                let at = start..self.chunk.len();
-                self.events.push((revision, effect, self.full.len(), at));
-                Ok(())
-            }
-            Err(error) => {
-                self.chunk.truncate(start);
-                Err(error)
-            }
-        }
-    }
-
-    /// Makes room for `size` bytes: in the buffer being filled, or in a
-    /// new one.
-    fn room(&mut self, size: usize) {
-        if self.chunk.capacity() - self.chunk.len() >= size {
-            return;
-        }
-        let capacity = self.expected.clamp(size, CHUNK_BYTES.max(size));
-        let chunk = std::mem::replace(&mut self.chunk, BytesMut::with_capacity(capacity));
-        if !chunk.is_empty() {
-            self.full.push(chunk.freeze());
-        }
-    }
-
-    /// The events framed so far.
-    pub fn finish(mut self) -> Vec<EncodedEvent> {
-        self.full.push(self.chunk.freeze());
-        let full = self.full;
-        self.events
-            .into_iter()
-            .filter_map(|(revision, effect, chunk, at)| {
-                Some(EncodedEvent {
-                    revision,
-                    effect,
-                    buf: full.get(chunk)?.clone(),
-                    at,
-                })
-            })
-            .collect()
-    }
-}
-
-/// At least the bytes of a stored exchange of `stored` bytes framed with
-/// contents of `contents` bytes each: the splice adds a key and a length
-/// to each content and may lengthen the lengths around them.
-pub fn spliced_bound(stored: usize, contents: impl Iterator<Item = usize>) -> usize {
-    const PER_CONTENT: usize = 16;
-    let (count, bytes) = contents.fold((0, 0), |(n, b), len| (n + 1, b + len));
-    PREFIX + stored + bytes + PER_CONTENT * (count + 1)
-}
-
-/// Consecutive events framed one after another in one buffer (a page of
-/// the log, as a replay reads it), sent as one piece: each event is still
-/// its own gRPC message.
-#[derive(Clone, Debug)]
-pub struct EventRun {
-    buf: Bytes,
-    at: Range<usize>,
-    /// The last event's revision.
-    pub last: i64,
-}
-
-impl EventRun {
-    /// A run of `first` alone.
-    pub fn new(first: &EncodedEvent) -> Self {
-        EventRun {
-            buf: first.buf.clone(),
-            at: first.at.clone(),
-            last: first.revision,
-        }
-    }
-
-    /// Whether `next` was framed right after the run's last event in the
-    /// same buffer (a run is never larger than its buffer: at most
-    /// [`CHUNK_BYTES`], or one event).
-    pub fn joins(&self, next: &EncodedEvent) -> bool {
-        // Both buffers are alive, so the same start and length is the same buffer.
-        self.buf.as_ptr() == next.buf.as_ptr()
-            && self.buf.len() == next.buf.len()
-            && self.at.end == next.at.start
-    }
-
-    /// Adds `next`, which [`EventRun::joins`] the run.
-    pub fn extend(&mut self, next: &EncodedEvent) {
-        self.at.end = next.at.end;
-        self.last = next.revision;
-    }
-
-    /// The run's events, framed one after another, shared, not copied.
-    pub fn framed(&self) -> Bytes {
-        self.buf.slice(self.at.clone())
-    }
-
-    /// Each event of the run as the protocol's message.
-    pub fn to_pbs(&self) -> Result<Vec<pb::SessionEvent>> {
-        let mut rest = self.buf.get(self.at.clone()).unwrap_or_default();
-        let mut events = Vec::new();
-        while !rest.is_empty() {
-            let (prefix, after) = rest
-                .split_at_checked(PREFIX)
-                .ok_or_else(|| malformed("a run cut inside a message's prefix"))?;
-            let len = prefix
-                .get(1..PREFIX)
-                .and_then(|len| <[u8; 4]>::try_from(len).ok())
-                .map(u32::from_be_bytes)
-                .and_then(|len| usize::try_from(len).ok())
-                .ok_or_else(|| malformed("a message's prefix"))?;
-            let (encoding, after) = after
-                .split_at_checked(len)
-                .ok_or_else(|| malformed("a run cut inside a message"))?;
-            events.push(pb::SessionEvent::decode(encoding).map_err(Error::storage)?);
-            rest = after;
-        }
-        Ok(events)
-    }
-}
-
-/// Writes `message` framed into `buf`.
-fn write_message(message: &pb::SessionEvent, buf: &mut BytesMut) {
-    let len = message.encoded_len();
-    buf.reserve(PREFIX + len);
-    put_prefix(buf, len);
-    // Cannot fail: the buffer has room for the whole message.
-    let _ = message.encode(buf);
-}
-
-/// Writes the stored `encoding` framed into `buf`: what it means for a
-/// watch stream.
-fn write_stored(encoding: &[u8], buf: &mut BytesMut) -> Result<Effect> {
-    let outline = Outline::decode(encoding).map_err(Error::storage)?;
-    let effect = if outline.session_deleted.is_some() {
-        Effect::SessionDeleted
-    } else if let Some(run) = outline
-        .exchange_appended
-        .map(|e| e.run_id)
-        .or(outline.run_ended.map(|e| e.run_id))
-        .filter(|run_id| !run_id.is_empty())
-    {
-        Effect::ClosesRun(run)
-    } else {
-        Effect::None
-    };
-    buf.reserve(PREFIX + encoding.len());
-    put_prefix(buf, encoding.len());
-    buf.extend_from_slice(encoding);
-    Ok(effect)
-}
-
-/// Writes the stored `stored` framed into `buf` with its messages'
-/// content put back (see [`FramedEvents::push_with_contents`]).
-fn write_with_contents(
-    stored: &[u8],
-    contents: &[(i64, Vec<u8>)],
-    buf: &mut BytesMut,
-) -> Result<Effect> {
-    // The exchange, and the bytes of every other field.
-    let mut appended = None;
-    let mut rest_len = 0;
-    for field in Fields(stored) {
-        let field = field?;
-        if field.tag == EXCHANGE_APPENDED {
-            appended = Some(field.payload);
-        } else {
-            rest_len += field.whole.len();
-        }
-    }
-    let appended =
-        appended.ok_or_else(|| malformed("only an appended exchange refers to its messages"))?;
-    // The exchange's fields, each parsed once, with the content each
-    // stored message gets; the exchange's length with them, checking
-    // that each content is there; then the bytes, written once into
-    // the framed event.
-    let mut fields = Vec::with_capacity(contents.len() + 4);
-    let mut inner_len = 0;
-    let mut run_id = "";
-    let mut next = 0;
-    for field in Fields(appended) {
-        let field = field?;
-        let content = match field.tag {
-            MESSAGES => referred(&field, contents, &mut next)?,
-            RUN_ID => {
-                run_id = std::str::from_utf8(field.payload)
-                    .map_err(|_| malformed("a run id that is not UTF-8"))?;
-                None
-            }
-            _ => None,
-        };
-        inner_len += match content {
-            Some(content) => with_content_len(&field, content),
-            None => field.whole.len(),
-        };
-        fields.push((field, content));
-    }
-    if next != contents.len() {
-        return Err(malformed("more contents than messages referred to"));
-    }
-    let len = rest_len + key_len(EXCHANGE_APPENDED) + delimited_len(inner_len);
-    buf.reserve(PREFIX + len);
-    put_prefix(buf, len);
-    for field in Fields(stored) {
-        let field = field?;
-        if field.tag != EXCHANGE_APPENDED {
-            buf.extend_from_slice(field.whole);
-        }
-    }
-    encode_key(EXCHANGE_APPENDED, WireType::LengthDelimited, buf);
-    encode_varint(inner_len as u64, buf);
-    for (field, content) in fields {
-        let Some(content) = content else {
-            buf.extend_from_slice(field.whole);
-            continue;
-        };
-        encode_key(MESSAGES, WireType::LengthDelimited, buf);
-        let content_field = key_len(MESSAGE_CONTENT) + delimited_len(content.len());
-        encode_varint((field.payload.len() + content_field) as u64, buf);
-        buf.extend_from_slice(field.payload);
-        encode_key(MESSAGE_CONTENT, WireType::LengthDelimited, buf);
-        encode_varint(content.len() as u64, buf);
-        buf.extend_from_slice(content);
-    }
-    Ok(if run_id.is_empty() {
-        Effect::None
-    } else {
-        Effect::ClosesRun(run_id.to_owned())
-    })
 }
 
 /// Field numbers in `messages.proto`: `SessionEvent.exchange_appended`,
@@ -1047,116 +820,6 @@ mod tests {
             ));
         }
         Ok(())
-    }
-
-    #[test]
-    fn a_page_frames_its_events_one_after_another_and_a_run_sends_them_as_one() -> Result<()> {
-        let events: Vec<SessionEvent> = (1..)
-            .zip(changes())
-            .map(|(revision, change)| SessionEvent {
-                revision,
-                time: Timestamp(revision),
-                change,
-            })
-            .collect();
-        let mut page = FramedEvents::expecting(1 << 20);
-        for event in &events {
-            match &event.change {
-                Change::ExchangeAppended(appended) => {
-                    let (_, stored) = EncodedEvent::referring(event.clone());
-                    let contents: Vec<(i64, Vec<u8>)> = appended
-                        .messages
-                        .iter()
-                        .map(|m| {
-                            let pb = super::super::message_to_pb(m.message.clone());
-                            (m.sequence, pb.encode_to_vec())
-                        })
-                        .collect();
-                    page.push_with_contents(event.revision, &stored, &contents)?;
-                }
-                _ => {
-                    page.push_stored(event.revision, EncodedEvent::new(event.clone()).encoding())?
-                }
-            }
-        }
-        // A malformed one leaves the page as it was.
-        assert!(page.push_stored(99, &[0xff, 0xff, 0xff]).is_err());
-        let read = page.finish();
-        assert_eq!(read.len(), events.len());
-        for (read, event) in read.iter().zip(&events) {
-            let alone = EncodedEvent::new(event.clone());
-            assert_eq!(read.revision, event.revision);
-            assert_eq!(read.effect, alone.effect);
-            assert_eq!(read.decode()?, *event);
-        }
-
-        // One run of all of them: their frames, back to back, uncopied.
-        let (first, rest) = read.split_first().ok_or_else(|| malformed("empty page"))?;
-        let mut run = EventRun::new(first);
-        for event in rest {
-            assert!(run.joins(event));
-            run.extend(event);
-        }
-        let joined: Vec<u8> = read.iter().flat_map(|e| e.framed().to_vec()).collect();
-        assert_eq!(run.framed(), joined);
-        assert_eq!(run.framed().as_ptr(), first.framed().as_ptr());
-        assert_eq!(run.last, events.len() as i64);
-        let decoded: Vec<pb::SessionEvent> = read
-            .iter()
-            .map(EncodedEvent::to_pb)
-            .collect::<Result<_>>()?;
-        assert_eq!(run.to_pbs()?, decoded);
-
-        // Not across a gap, not from another buffer.
-        let second = read.get(1).ok_or_else(|| malformed("one event"))?;
-        let third = read.get(2).ok_or_else(|| malformed("two events"))?;
-        let run = EventRun::new(first);
-        assert!(run.joins(second));
-        assert!(!run.joins(third));
-        let elsewhere = EncodedEvent::stored(second.revision, second.encoding())?;
-        assert!(!run.joins(&elsewhere));
-        Ok(())
-    }
-
-    #[test]
-    fn framed_events_share_buffers_of_at_most_a_chunk() {
-        let event = |revision: i64, size: usize| {
-            EncodedEvent::whole(revision, Effect::None, Bytes::from(vec![7; size]))
-        };
-        let mut page = FramedEvents::expecting(100 * 2_000);
-        for revision in 1..=100 {
-            page.push(&event(revision, 2_000));
-        }
-        page.push(&event(101, CHUNK_BYTES * 2));
-        let read = page.finish();
-        assert_eq!(read.len(), 101);
-        let mut buffers: Vec<(*const u8, usize)> =
-            read.iter().map(|e| (e.buf.as_ptr(), e.buf.len())).collect();
-        buffers.dedup();
-        assert!(buffers.len() >= 4, "{} buffers", buffers.len());
-        for (event, revision) in read.iter().zip(1..) {
-            assert_eq!(event.revision, revision);
-            assert!(event.buf.len() <= CHUNK_BYTES || revision == 101);
-            assert!(event.framed().iter().all(|&b| b == 7));
-        }
-        // A runs ends with its buffer.
-        let mut runs = 0;
-        let mut iter = read.iter().peekable();
-        while let Some(first) = iter.next() {
-            let mut run = EventRun::new(first);
-            while let Some(next) = iter.next_if(|next| run.joins(next)) {
-                run.extend(next);
-            }
-            assert!(run.framed().len() <= CHUNK_BYTES || run.last == 101);
-            runs += 1;
-        }
-        assert_eq!(runs, buffers.len());
-
-        // One small event alone takes a buffer of its size.
-        let mut one = FramedEvents::default();
-        one.push(&event(1, 100));
-        let read = one.finish();
-        assert_eq!(read.first().map(|e| e.buf.len()), Some(100));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 mod event;
 mod outline;
 
-pub use event::{Effect, EncodedEvent, EventRun, FramedEvents, event_from_pb, spliced_bound};
+pub use event::{Effect, EncodedEvent, event_from_pb};
 pub use outline::{Outline, outline, without_reasoning};
 
 use sessionstore_client::v1 as pb;

@@ -29,7 +29,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::ACQUIRE_TIMEOUT;
 use crate::domain::{Error, Result};
-use crate::store::rows::{BorrowedRow as _, Content, EventPage, EventRow, GatheredEvent};
+use crate::store::rows::{BorrowedRow as _, Content, EventRow, GatheredEvent};
 use crate::store::sql::limit_param;
 use crate::store::{Page, ReadBound};
 use crate::wire::EncodedEvent;
@@ -102,7 +102,7 @@ pub(super) async fn events(
         };
         if !more {
             // The rest of the result is discarded with the stream.
-            return page.page.finish();
+            return Ok(page.page);
         }
     }
     page.finish()
@@ -112,7 +112,9 @@ pub(super) async fn events(
 /// arrive: an event is complete at the first message past those it refers
 /// to, and the page stops at the first event its bound does not admit.
 struct PageOfEvents {
-    page: EventPage,
+    bound: ReadBound,
+    page: Page<EncodedEvent>,
+    bytes: usize,
     /// Events read and not yet complete, in revision order.
     waiting: VecDeque<GatheredEvent>,
     /// The last message's sequence, once messages have begun.
@@ -122,7 +124,12 @@ struct PageOfEvents {
 impl PageOfEvents {
     fn new(bound: ReadBound) -> Self {
         PageOfEvents {
-            page: EventPage::new(bound),
+            bound,
+            page: Page {
+                rows: Vec::new(),
+                cut: false,
+            },
+            bytes: 0,
             waiting: VecDeque::new(),
             last_message: None,
         }
@@ -166,7 +173,7 @@ impl PageOfEvents {
     /// does not admit it.
     fn add_first(&mut self) -> Result<bool> {
         match self.waiting.pop_front() {
-            Some(event) => event.add_to(&mut self.page),
+            Some(event) => event.add_to(&mut self.page, &mut self.bytes, self.bound),
             None => Ok(true),
         }
     }
@@ -178,7 +185,7 @@ impl PageOfEvents {
                 break;
             }
         }
-        self.page.finish()
+        Ok(self.page)
     }
 }
 
@@ -270,7 +277,7 @@ mod tests {
             taken += 1;
             if !page.message(*sequence, Content::of("", Some(content)))? {
                 assert_eq!(Some(taken), stop_at, "stopped early");
-                return Ok((page.page.finish()?, taken));
+                return Ok((page.page, taken));
             }
         }
         assert_eq!(stop_at, None, "did not stop");
