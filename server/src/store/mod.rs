@@ -355,12 +355,19 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Messages with `sequence > after`, ascending, within `bound`. The
     /// engine stops stepping (sqlx stops consuming rows) at the byte bound,
     /// so a page of large messages holds no more than it needs.
+    /// Decoded from [`Store::read_message_rows_bounded`]'s rows.
     fn read_messages_bounded(
         &self,
         session: &SessionHandle,
         after: i64,
         bound: ReadBound,
-    ) -> impl Future<Output = Result<Page<StoredMessage>>> + Send;
+    ) -> impl Future<Output = Result<Page<StoredMessage>>> + Send {
+        async move {
+            self.read_message_rows_bounded(session, after, bound)
+                .await?
+                .try_map(|row| row.into_stored(&session.id))
+        }
+    }
 
     /// The messages [`Store::read_messages_bounded`] reads, as their rows,
     /// not decoded: ExportHistory sends each one's stored encoding

@@ -501,16 +501,6 @@ impl Store for SqlStore {
             .map(Page::into_items)
     }
 
-    async fn read_messages_bounded(
-        &self,
-        session: &SessionHandle,
-        after: i64,
-        bound: ReadBound,
-    ) -> Result<Page<StoredMessage>> {
-        self.stored_messages_where(session, MESSAGES_AFTER, after, bound)
-            .await
-    }
-
     async fn read_message_rows_bounded(
         &self,
         session: &SessionHandle,
