@@ -871,12 +871,20 @@ async fn replay_case(
     let exchanges = plan.replay_exchanges;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let (mut replay, mut export) = (Vec::new(), Vec::new());
+    // The server's CPU over all samples of each: `/proc` counts it in
+    // ticks of 10 ms, about half a call, so only the sum is exact enough.
+    let (mut replay_cpu, mut export_cpu) = (Duration::ZERO, Duration::ZERO);
     // One unmeasured round of each warms the caches.
     reads::replay_once(server, exchanges).await?;
     reads::export_replay_session(server, exchanges).await?;
     for _ in 0..plan.export_samples {
+        let before = server.cpu_time()?;
         replay.push(ms(reads::replay_once(server, exchanges).await?));
+        let between = server.cpu_time()?;
         export.push(ms(reads::export_replay_session(server, exchanges).await?));
+        let after = server.cpu_time()?;
+        replay_cpu += between.saturating_sub(before);
+        export_cpu += after.saturating_sub(between);
     }
     let case = format!(
         "{exchanges} exchanges ({} messages) from revision 0",
@@ -902,6 +910,28 @@ async fn replay_case(
             replay,
         )
         .ratio(replay.median / export.median, "ExportHistory time"),
+    );
+    // Per call, the mean over the samples.
+    let per_call = |cpu: Duration| Spread::of(&[ms(cpu) / plan.export_samples.max(1) as f64]);
+    let (replay_cpu, export_cpu) = (per_call(replay_cpu), per_call(export_cpu));
+    report.push(Figure::new(
+        "replay server CPU",
+        db.backend(),
+        "sessionstore ExportHistory",
+        &case,
+        "ms CPU/call",
+        export_cpu,
+    ));
+    report.push(
+        Figure::new(
+            "replay server CPU",
+            db.backend(),
+            "sessionstore WatchSession to caught_up",
+            &case,
+            "ms CPU/call",
+            replay_cpu,
+        )
+        .ratio(replay_cpu.median / export_cpu.median, "ExportHistory's CPU"),
     );
     Ok(())
 }

@@ -7,9 +7,9 @@ use crate::stats::{Latency, Spread};
 /// One measured figure.
 #[derive(Clone, Debug, Serialize)]
 pub struct Figure {
-    /// `append`, `append server CPU`, `export`, `replay`, `list`, `watch`,
-    /// `memory`, `newest page`, `cancel run`, `usage`, `peer append`,
-    /// `peer read`, `agents`.
+    /// `append`, `append server CPU`, `export`, `replay`, `replay server
+    /// CPU`, `list`, `watch`, `memory`, `newest page`, `cancel run`,
+    /// `usage`, `peer append`, `peer read`, `agents`.
     pub benchmark: String,
     /// `sqlite` or `postgres`.
     pub backend: String,
