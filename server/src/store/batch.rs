@@ -32,11 +32,11 @@ use std::sync::Arc;
 
 use sqlx::any::AnyArguments;
 use sqlx::query::Query;
-use sqlx::{Any, AnyConnection};
+use sqlx::{Any, AnyConnection, Row as _};
 
 use super::ops::{Appended, Applied, Dialect, SearchWrites};
 use super::rows::{Columns, SESSION_COLUMNS, encode_content, search_rowid, session_from_row};
-use super::text::escape;
+use super::text::{escape, unescape};
 use crate::domain::{
     AppendedExchange, Change, Error, Message, NewExchange, ProviderCall, Result, Session,
     SessionEvent, StoredMessage, Timestamp, control, ids,
@@ -56,6 +56,10 @@ pub enum Outcome {
 /// PostgreSQL's 65,535 parameters at 12 columns.
 const ROWS_PER_STATEMENT: usize = 500;
 
+/// The column of a PostgreSQL session read that carries the run's stored
+/// request ids ([`Run::reads_request_ids_with_sessions`]).
+const STORED_REQUEST_IDS: &str = "stored_request_ids";
+
 /// Appends `requests` (tenant, exchange) in the caller's transaction,
 /// through sqlx. `Err` means a statement failed and the transaction must be
 /// rolled back. (`sqlite/appends.rs` runs the same [`Run`] through the
@@ -68,14 +72,25 @@ pub async fn append_all(
 ) -> std::result::Result<Vec<Outcome>, sqlx::Error> {
     let now = Timestamp::now();
     let mut run = Run::new(dialect, search, requests);
+    let folded = run.reads_request_ids_with_sessions();
+    let mut ids_read = false;
     for statement in run.session_reads() {
         for row in bind(&statement).fetch_all(&mut *conn).await? {
+            if folded && !ids_read {
+                let ids: Option<String> = row.try_get(STORED_REQUEST_IDS)?;
+                run.add_stored_request_ids(ids.as_deref())
+                    .map_err(decode_error)?;
+                ids_read = true;
+            }
             run.add_session(&row, now).map_err(decode_error)?;
         }
     }
-    for statement in run.request_id_reads() {
-        for row in bind(&statement).fetch_all(&mut *conn).await? {
-            run.add_stored_request_id(&row).map_err(decode_error)?;
+    // Unless every session is gone, which returns no row to carry them.
+    if !ids_read {
+        for statement in run.request_id_reads() {
+            for row in bind(&statement).fetch_all(&mut *conn).await? {
+                run.add_stored_request_id(&row).map_err(decode_error)?;
+            }
         }
     }
     let (outcomes, writes) = run.decide(now);
@@ -220,7 +235,64 @@ impl<'a> Run<'a> {
     /// Reads the live sessions the requests name, rows of `tenant` and
     /// [`SESSION_COLUMNS`]; on PostgreSQL also locks them, in key order, so
     /// concurrent runs never deadlock.
+    ///
+    /// Where [`Run::reads_request_ids_with_sessions`], each row also
+    /// carries the run's stored request ids, for
+    /// [`Run::add_stored_request_ids`].
     pub fn session_reads(&self) -> Vec<Statement> {
+        let wanted = self.wanted_sessions();
+        let lock = match self.dialect {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => " ORDER BY key FOR UPDATE OF sessions",
+        };
+        // The stored ids, read in the same statement: one round trip fewer
+        // per run. Its snapshot is taken before any wait for a lock, so a
+        // first attempt committed by another replica during that wait is
+        // not seen; its retry then fails the run on the key's primary key,
+        // and the general path answers it from the first result.
+        let (ids, mut id_params) = if self.reads_request_ids_with_sessions() {
+            let keyed = self.keyed_requests();
+            let sql = format!(
+                ", (SELECT json_agg(json_build_array(k.tenant, k.request_id))::text \
+                 FROM idempotency_keys AS k WHERE (k.tenant, k.request_id) IN (VALUES {})) \
+                 AS {STORED_REQUEST_IDS}",
+                placeholders_from(2 * wanted.len() + 1, keyed.len(), 2)
+            );
+            (sql, pairs(&keyed))
+        } else {
+            (String::new(), Vec::new())
+        };
+        wanted
+            .chunks(ROWS_PER_STATEMENT)
+            .map(|chunk| {
+                let mut params = pairs(chunk);
+                params.append(&mut id_params);
+                Statement {
+                    sql: format!(
+                        "SELECT tenant, {SESSION_COLUMNS}{ids} FROM sessions WHERE deleted = 0 \
+                         AND (tenant, id) IN (VALUES {}){lock}",
+                        placeholders(chunk.len(), 2)
+                    ),
+                    params,
+                }
+            })
+            .collect()
+    }
+
+    /// Whether [`Run::session_reads`] also reads the stored request ids,
+    /// instead of [`Run::request_id_reads`] doing it: on PostgreSQL, for a
+    /// run whose sessions and ids each fit in one statement (every run the
+    /// writers make).
+    pub fn reads_request_ids_with_sessions(&self) -> bool {
+        let keyed = self.keyed_requests().len();
+        self.dialect == Dialect::Postgres
+            && keyed > 0
+            && keyed <= ROWS_PER_STATEMENT
+            && self.wanted_sessions().len() <= ROWS_PER_STATEMENT
+    }
+
+    /// The sessions the requests name, (tenant, id), sorted, once each.
+    fn wanted_sessions(&self) -> Vec<(&'a str, &'a str)> {
         let mut wanted: Vec<(&str, &str)> = self
             .requests
             .iter()
@@ -228,36 +300,22 @@ impl<'a> Run<'a> {
             .collect();
         wanted.sort_unstable();
         wanted.dedup();
-        let lock = match self.dialect {
-            Dialect::Sqlite => "",
-            Dialect::Postgres => " ORDER BY key FOR UPDATE OF sessions",
-        };
         wanted
-            .chunks(ROWS_PER_STATEMENT)
-            .map(|chunk| Statement {
-                sql: format!(
-                    "SELECT tenant, {SESSION_COLUMNS} FROM sessions WHERE deleted = 0 \
-                     AND (tenant, id) IN (VALUES {}){lock}",
-                    placeholders(chunk.len(), 2)
-                ),
-                params: chunk
-                    .iter()
-                    .flat_map(|(tenant, id)| [Value::Text(escape(tenant)), Value::Text(escape(id))])
-                    .collect(),
-            })
+    }
+
+    /// The requests' (tenant, request id), of those that have one.
+    fn keyed_requests(&self) -> Vec<(&'a str, &'a str)> {
+        self.requests
+            .iter()
+            .filter(|(_, exchange)| !exchange.request_id.is_empty())
+            .map(|(tenant, exchange)| (*tenant, exchange.request_id.as_str()))
             .collect()
     }
 
     /// Reads which of the requests' ids are stored already: rows of
     /// `tenant` and `request_id`.
     pub fn request_id_reads(&self) -> Vec<Statement> {
-        let keyed: Vec<(&str, &str)> = self
-            .requests
-            .iter()
-            .filter(|(_, exchange)| !exchange.request_id.is_empty())
-            .map(|(tenant, exchange)| (*tenant, exchange.request_id.as_str()))
-            .collect();
-        keyed
+        self.keyed_requests()
             .chunks(ROWS_PER_STATEMENT)
             .map(|chunk| Statement {
                 sql: format!(
@@ -265,12 +323,7 @@ impl<'a> Run<'a> {
                      WHERE (tenant, request_id) IN (VALUES {})",
                     placeholders(chunk.len(), 2)
                 ),
-                params: chunk
-                    .iter()
-                    .flat_map(|(tenant, request_id)| {
-                        [Value::Text(escape(tenant)), Value::Text(escape(request_id))]
-                    })
-                    .collect(),
+                params: pairs(chunk),
             })
             .collect()
     }
@@ -311,6 +364,21 @@ impl<'a> Run<'a> {
     pub fn add_stored_request_id(&mut self, row: &impl Columns) -> Result<()> {
         self.stored_keys
             .push((row.text("tenant")?, row.text("request_id")?));
+        Ok(())
+    }
+
+    /// The stored request ids a session read carried (a JSON array of
+    /// `[tenant, request_id]` as stored; `None` for none).
+    pub fn add_stored_request_ids(&mut self, stored: Option<&str>) -> Result<()> {
+        let Some(stored) = stored else {
+            return Ok(());
+        };
+        let pairs: Vec<(String, String)> = serde_json::from_str(stored).map_err(Error::storage)?;
+        self.stored_keys.extend(
+            pairs
+                .into_iter()
+                .map(|(tenant, request_id)| (unescape(tenant), unescape(request_id))),
+        );
         Ok(())
     }
 
@@ -847,6 +915,14 @@ fn placeholders_from(first: usize, rows: usize, columns: usize) -> String {
         sql.push(')');
     }
     sql
+}
+
+/// (tenant, text) pairs as parameters, escaped as stored.
+fn pairs(pairs: &[(&str, &str)]) -> Vec<Value> {
+    pairs
+        .iter()
+        .flat_map(|(tenant, text)| [Value::Text(escape(tenant)), Value::Text(escape(text))])
+        .collect()
 }
 
 /// Inserts `values` (`columns` per row) with `head` (`INSERT … VALUES `).

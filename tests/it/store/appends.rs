@@ -5,6 +5,7 @@ use super::*;
 
 crate::backend_tests!(
     appends_are_numbered_and_a_retry_is_answered_once,
+    a_retry_is_recognised_whatever_its_request_id_holds,
     refusals_write_nothing,
     a_full_history_append_stores_only_its_new_tail,
 );
@@ -38,6 +39,51 @@ async fn appends_are_numbered_and_a_retry_is_answered_once(backend: Backend) {
         .await
         .unwrap();
     assert_eq!((revision, appended.messages[0].sequence), (3, 2));
+    store.close().await;
+}
+
+/// Request ids are read back from where they are stored (on PostgreSQL,
+/// as JSON in the statement that locks the sessions), so ids holding what
+/// storage escapes or JSON quotes are recognised, in any tenant, and each
+/// run of concurrent appends tells them apart.
+async fn a_retry_is_recognised_whatever_its_request_id_holds(backend: Backend) {
+    let (_storage, store) = open(backend).await;
+    let ids = [
+        "back\\slash \\0",
+        "quote \" and [\"json\", 1]",
+        "nul \u{0} inside",
+        "ünïcödé ✓",
+        "",
+    ];
+    for tenant in [TENANT, "ten\\ant \u{0}"] {
+        create_in(&store, tenant, "s").await;
+        let firsts = futures_util::future::join_all(ids.iter().map(|id| {
+            let mut keyed = exchange("s", &format!("q {id}"));
+            keyed.request_id = (*id).to_owned();
+            store.append_exchange(tenant, keyed)
+        }))
+        .await;
+        for (id, first) in ids.iter().zip(firsts) {
+            let (revision, appended) = first.unwrap();
+            assert!(!appended.replayed, "{id:?}");
+            if id.is_empty() {
+                continue;
+            }
+            let mut retry = exchange("s", &format!("q {id}"));
+            retry.request_id = (*id).to_owned();
+            let (again, replayed) = store.append_exchange(tenant, retry.clone()).await.unwrap();
+            assert!(replayed.replayed, "{id:?} in {tenant:?}");
+            assert_eq!((again, &replayed.messages), (revision, &appended.messages));
+            retry.messages[0].content = "another question".into();
+            let reused = store.append_exchange(tenant, retry).await.unwrap_err();
+            assert!(
+                matches!(reused, Error::IdempotencyConflict(_)),
+                "{reused:?}"
+            );
+        }
+        let session = store.get_session(tenant, "s").await.unwrap();
+        assert_eq!(session.next_sequence, 2 * ids.len() as i64, "{tenant:?}");
+    }
     store.close().await;
 }
 

@@ -36,6 +36,10 @@ async fn open(backend: Backend) -> (Storage, SqlStore) {
 }
 
 async fn create(store: &SqlStore, id: &str) {
+    create_in(store, TENANT, id).await;
+}
+
+async fn create_in(store: &SqlStore, tenant: &str, id: &str) {
     let new = NewSession {
         id: Some(id.to_owned()),
         title: "t".into(),
@@ -46,7 +50,7 @@ async fn create(store: &SqlStore, id: &str) {
         initial_state: Default::default(),
         ..Default::default()
     };
-    let (session, _) = store.create_session(TENANT, new).await.unwrap();
+    let (session, _) = store.create_session(tenant, new).await.unwrap();
     assert_eq!(session.revision, 1);
 }
 
