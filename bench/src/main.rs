@@ -23,6 +23,7 @@ mod scale;
 mod server;
 mod stats;
 mod usage;
+mod versus;
 mod watch;
 mod workload;
 
@@ -86,6 +87,12 @@ struct Args {
     /// rebuilt first when run through cargo).
     #[arg(long)]
     server_bin: Option<PathBuf>,
+
+    /// Compare this `sessionstore` binary (B) with `--server-bin` (A)
+    /// instead: appends and the replay (as `--only append,export` selects),
+    /// each build on a database of its own, alternating run by run.
+    #[arg(long, value_name = "SERVER_BIN")]
+    vs: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -331,6 +338,16 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         }
     }
 
+    if let Some(vs) = &args.vs {
+        report.settings["vs_server_binary"] = serde_json::json!(vs.display().to_string());
+        for backend in ["sqlite", "postgres"] {
+            if backend == "sqlite" || postgres.is_some() {
+                versus::benchmarks(&plan, [&binary, vs], backend, postgres, &mut report).await?;
+            }
+        }
+        return finish(args, started, report);
+    }
+
     // sessionstore's best append rate per backend, for the peer ratios.
     let mut best_append = HashMap::new();
     let mut export_ms = HashMap::new();
@@ -396,6 +413,11 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         outcome?;
     }
 
+    finish(args, started, report)
+}
+
+/// Prints the figures, and writes them as JSON where asked.
+fn finish(args: &Args, started: Instant, mut report: Report) -> anyhow::Result<()> {
     report.settings["wall_seconds"] = serde_json::json!(started.elapsed().as_secs());
     println!("{}", report.table());
     if let Some(path) = &args.json {
