@@ -84,6 +84,12 @@ async fn a_retry_is_recognised_whatever_its_request_id_holds(backend: Backend) {
         let session = store.get_session(tenant, "s").await.unwrap();
         assert_eq!(session.next_sequence, 2 * ids.len() as i64, "{tenant:?}");
     }
+    // A keyed request naming no live session: no session row comes back to
+    // carry the ids, and it is refused as unknown, writing nothing.
+    let mut missing = exchange("nope", "x");
+    missing.request_id = "never stored".into();
+    let refused = store.append_exchange(TENANT, missing).await.unwrap_err();
+    assert!(matches!(refused, Error::SessionNotFound(_)), "{refused:?}");
     store.close().await;
 }
 
