@@ -85,7 +85,8 @@ pub async fn append_all(
             run.add_session(&row, now).map_err(decode_error)?;
         }
     }
-    // Unless every session is gone, which returns no row to carry them.
+    // Where the session read did not carry the ids: on SQLite, or when no
+    // named session is live, so no row came back to carry them.
     if !ids_read {
         for statement in run.request_id_reads() {
             for row in bind(&statement).fetch_all(&mut *conn).await? {
