@@ -105,5 +105,6 @@ mod appends;
 mod control;
 mod edits;
 mod forks;
+mod listing;
 mod search;
 mod sweeps;

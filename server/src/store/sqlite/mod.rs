@@ -158,6 +158,16 @@ impl Backend for Sqlite {
         }
     }
 
+    /// SQLite has statistics only where someone ran `ANALYZE`, and a
+    /// connection reads them when it loads the schema, not when they
+    /// change: a filtered listing's plan would depend on both. Without
+    /// them it walks every session newest first for a filter that matches
+    /// one in a thousand (8 ms at 100,000 sessions, against 0.1 ms reading
+    /// the filter's index first).
+    fn plans_metadata_filters(&self) -> bool {
+        true
+    }
+
     fn search_statement(&self, filters: &str, words: &[String]) -> (String, String) {
         let statement = format!(
             "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, m.wire, \
