@@ -93,6 +93,12 @@ struct Args {
     /// each build on a database of its own, alternating run by run.
     #[arg(long, value_name = "SERVER_BIN")]
     vs: Option<PathBuf>,
+
+    /// Keep each database the run made (SQLite files, PostgreSQL
+    /// databases) instead of removing it, and print where it is: for
+    /// looking at a plan or a size after the run.
+    #[arg(long)]
+    keep: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -286,6 +292,9 @@ impl Plan {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if args.keep {
+        server::keep_databases();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -630,6 +639,11 @@ async fn core_benchmarks(
                 format!("filter {selective} (1 in {apps}), first page"),
                 String::new(),
                 selective.clone(),
+            ),
+            (
+                format!("filter {} (9 in 10), first page", reads::common_filter()),
+                String::new(),
+                reads::common_filter(),
             ),
         ] {
             let mut took = reads::list_pages(&server, &token, &filter, plan.list_samples).await?;

@@ -243,7 +243,12 @@ pub async fn prepare_list(
             for n in (writer..sessions).step_by(writers) {
                 let id = format!("bench-list-{n:07}");
                 let user = format!("user-{}", n % 100);
-                let metadata = [("app".to_owned(), format!("app-{}", n % apps))].into();
+                let tier = if n % 10 == 0 { "pro" } else { "free" };
+                let metadata = [
+                    ("app".to_owned(), format!("app-{}", n % apps)),
+                    ("tier".to_owned(), tier.to_owned()),
+                ]
+                .into();
                 workload::create_tagged_session(&mut client, &id, &user, messages, 100, metadata)
                     .await?;
             }
@@ -267,9 +272,14 @@ pub fn apps(sessions: usize) -> usize {
     (sessions / PER_APP).max(1)
 }
 
-/// The filter the filtered list case pages through.
+/// The filter the selective filtered list case pages through.
 pub fn selective_filter() -> String {
     "metadata.app = \"app-0\"".to_owned()
+}
+
+/// A filter nine in ten sessions match (`tier` is `pro` for the rest).
+pub fn common_filter() -> String {
+    "metadata.tier = \"free\"".to_owned()
 }
 
 /// The page token of the page after `pages` pages (0: the first page).

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -49,7 +50,16 @@ pub fn binary(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     Ok(sibling)
 }
 
-/// A database made for one run, removed when the run ends.
+/// Set by `--keep`: databases are left where they are for inspection.
+static KEEP: AtomicBool = AtomicBool::new(false);
+
+/// Keeps every database from now on instead of removing it.
+pub fn keep_databases() {
+    KEEP.store(true, Ordering::Relaxed);
+}
+
+/// A database made for one run, removed when the run ends (unless
+/// [`keep_databases`] was called).
 pub enum Database {
     Sqlite { dir: PathBuf },
     Postgres { admin_url: String, name: String },
@@ -118,6 +128,10 @@ impl Database {
     }
 
     pub async fn remove(self) -> anyhow::Result<()> {
+        if KEEP.load(Ordering::Relaxed) {
+            eprintln!("   kept {}", self.url());
+            return Ok(());
+        }
         match self {
             Database::Sqlite { dir } => std::fs::remove_dir_all(dir)?,
             Database::Postgres { admin_url, name } => {

@@ -11,6 +11,12 @@ use super::*;
 
 crate::backend_tests!(filtered_listings_hold_every_match_newest_first_whatever_the_filter_matches,);
 
+/// A listing's user, if any, and its metadata filters.
+type Case = (
+    Option<&'static str>,
+    &'static [(&'static str, &'static str)],
+);
+
 /// Sessions written: enough for `tier = free` to match more than the
 /// store reads from a filter's index before it walks instead.
 const SESSIONS: usize = 2200;
@@ -58,7 +64,7 @@ async fn filtered_listings_hold_every_match_newest_first_whatever_the_filter_mat
     };
     store.create_session("other", other).await.unwrap();
 
-    let cases: [(Option<&str>, &[(&str, &str)]); 8] = [
+    let cases: [Case; 8] = [
         (None, &[("tier", "free")]),
         (None, &[("tier", "pro")]),
         (None, &[("app", "app-0")]),
