@@ -32,6 +32,9 @@ const MAX_HELD_BYTES: usize = 2 << 20;
 /// renders it). An older row's JSON is decoded to be judged.
 pub(crate) struct Targeted {
     row: OwnedMessageRow,
+    /// The stored encoding's outline, read with the page (on the
+    /// read-ahead's task, beside the sending of earlier messages).
+    outline: Option<wire::Outline>,
     /// The message, once decoded, as the rules left it.
     message: Option<Message>,
     /// The rules changed the message: it is encoded again to be sent.
@@ -91,7 +94,10 @@ impl Targeted {
         if self.message.is_none()
             && let Some(encoding) = &self.row.wire
         {
-            let outline = wire::outline(encoding)?;
+            let outline = match self.outline.take() {
+                Some(outline) => outline,
+                None => wire::outline(encoding)?,
+            };
             if (outline.reasoning || outline.signed) && !target.keeps(origin_of(self)) {
                 self.row.wire = Some(Bytes::from(wire::without_reasoning(encoding)?));
             }
@@ -155,8 +161,15 @@ fn pages<S: Store>(store: S, session: SessionHandle) -> ReadPage<Targeted> {
                 .read_message_rows_bounded(&session, after, bound)
                 .await?
                 .try_map(|row| {
+                    // One that cannot be read is read again, and fails,
+                    // when its turn comes, as it did before.
+                    let outline = row
+                        .wire
+                        .as_deref()
+                        .and_then(|wire| wire::outline(wire).ok());
                     Ok(Targeted {
                         row,
+                        outline,
                         message: None,
                         changed: false,
                     })
@@ -452,8 +465,11 @@ mod tests {
             for message in messages() {
                 let decoded = stripped(target, message.clone(), Some(&origin))
                     .map(|(m, _)| (Shape::of(7, &m), wire::message_to_pb(m).encode_to_vec()));
+                let row = row(&message);
+                let outline = row.wire.as_deref().map(wire::outline).transpose()?;
                 let mut item = Targeted {
-                    row: row(&message),
+                    row,
+                    outline,
                     message: None,
                     changed: false,
                 };
