@@ -199,6 +199,7 @@ impl SqlStore {
         for (index, (key, value)) in metadata.iter().enumerate() {
             let matches: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM (SELECT 1 FROM session_metadata \
+                 INDEXED BY session_metadata_by_value \
                  WHERE tenant = $1 AND key = $2 AND value = $3 LIMIT $4) AS matching",
             )
             .bind(escape(tenant))
@@ -433,38 +434,51 @@ impl Store for SqlStore {
         } else {
             self.list_plan(tenant, &query.metadata).await?
         };
-        // `+tenant` keeps SQLite off every index of `sessions` that starts
-        // with the tenant, which leaves the session keys the driving
-        // filter reads as the only way in.
-        let tenant_column = if plan == ListPlan::Walk || plan == ListPlan::Planner {
-            "tenant"
-        } else {
-            "+tenant"
+        // Which table the statement reads first, and how. SQLite's plans
+        // are named outright (`INDEXED BY`, and `CROSS JOIN`, which SQLite
+        // never reorders), so that no statistics can change them.
+        let user_param = query.user.is_some().then_some(2);
+        let first_filter = if user_param.is_some() { 3 } else { 2 };
+        let from = match plan {
+            ListPlan::Planner => "sessions".to_owned(),
+            ListPlan::Walk if user_param.is_some() => {
+                "sessions INDEXED BY sessions_by_user_update".to_owned()
+            }
+            ListPlan::Walk => "sessions INDEXED BY sessions_by_update".to_owned(),
+            ListPlan::Drive(index) => {
+                let key = first_filter + 2 * index;
+                format!(
+                    "(SELECT session_key FROM session_metadata \
+                     INDEXED BY session_metadata_by_value \
+                     WHERE tenant = $1 AND key = ${key} AND value = ${}) AS driving \
+                     CROSS JOIN sessions ON sessions.key = driving.session_key",
+                    key + 1
+                )
+            }
         };
         let mut sql = format!(
             "SELECT {SESSION_COLUMNS}, message_count, provider_call_count, last_model, \
              last_provider, last_cost_micros_usd, last_request_id, total_tokens, \
-             total_cost_micros_usd FROM sessions WHERE {tenant_column} = $1 AND deleted = 0"
+             total_cost_micros_usd FROM {from} WHERE sessions.tenant = $1 AND deleted = 0"
         );
-        let mut next = 2;
-        if query.user.is_some() {
-            sql.push_str(&format!(" AND user_name = ${next}"));
-            next += 1;
+        if let Some(user) = user_param {
+            sql.push_str(&format!(" AND user_name = ${user}"));
         }
+        let mut next = first_filter;
         for index in 0..query.metadata.len() {
             let (key, value) = (next, next + 1);
-            if plan == ListPlan::Planner || plan == ListPlan::Drive(index) {
-                sql.push_str(&format!(
+            next += 2;
+            match plan {
+                ListPlan::Drive(driving) if driving == index => {}
+                ListPlan::Planner => sql.push_str(&format!(
                     " AND key IN (SELECT session_key FROM session_metadata \
                      WHERE tenant = $1 AND key = ${key} AND value = ${value})"
-                ));
-            } else {
-                sql.push_str(&format!(
+                )),
+                _ => sql.push_str(&format!(
                     " AND EXISTS (SELECT 1 FROM session_metadata m \
                      WHERE m.session_key = sessions.key AND m.key = ${key} AND m.value = ${value})"
-                ));
+                )),
             }
-            next += 2;
         }
         if query.after.is_some() {
             sql.push_str(&format!(
