@@ -94,6 +94,11 @@ struct Args {
     #[arg(long, value_name = "SERVER_BIN")]
     vs: Option<PathBuf>,
 
+    /// With `--vs`: the `--search` both builds run with (`off` compares
+    /// them as the peers are compared like for like).
+    #[arg(long, value_name = "SEARCH", default_value = "on", requires = "vs")]
+    vs_search: Search,
+
     /// Keep each database the run made (SQLite files, PostgreSQL
     /// databases) instead of removing it, and print where it is: for
     /// looking at a plan or a size after the run.
@@ -349,9 +354,17 @@ async fn run(args: &Args) -> anyhow::Result<()> {
 
     if let Some(vs) = &args.vs {
         report.settings["vs_server_binary"] = serde_json::json!(vs.display().to_string());
+        report.settings["vs_search"] = serde_json::json!(match args.vs_search {
+            Search::On => "on",
+            Search::Off => "off",
+        });
         for backend in ["sqlite", "postgres"] {
             if backend == "sqlite" || postgres.is_some() {
-                versus::benchmarks(&plan, [&binary, vs], backend, postgres, &mut report).await?;
+                let builds = versus::Builds {
+                    binaries: [&binary, vs],
+                    search: args.vs_search,
+                };
+                versus::benchmarks(&plan, &builds, backend, postgres, &mut report).await?;
             }
         }
         return finish(args, started, report);
@@ -464,7 +477,7 @@ async fn fresh_database(
 }
 
 /// Whether the server keeps its search index (`--search`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum)]
 enum Search {
     On,
     Off,

@@ -14,7 +14,25 @@ use crate::append::Spread as Writers;
 use crate::report::{Figure, Report};
 use crate::server::{Database, Server};
 use crate::stats::{Spread, Throughput};
-use crate::{Bench, Plan, append, fresh_database, reads};
+use crate::{Bench, Plan, Search, append, fresh_database, reads};
+
+/// The two builds compared, and how both run.
+pub struct Builds<'a> {
+    /// A (`--server-bin`) and B (`--vs`).
+    pub binaries: [&'a Path; 2],
+    /// The `--search` both run with (`--vs-search`).
+    pub search: Search,
+}
+
+impl Builds<'_> {
+    /// The server options both builds start with.
+    fn options(&self) -> &'static [&'static str] {
+        match self.search {
+            Search::On => &[],
+            Search::Off => &["--search", "off"],
+        }
+    }
+}
 
 /// The two builds compared, each with its database.
 struct Pair<'a> {
@@ -39,7 +57,7 @@ impl<'a> Pair<'a> {
 /// backend is PostgreSQL): appends and the replay, as `--only` selects.
 pub async fn benchmarks(
     plan: &Plan,
-    binaries: [&Path; 2],
+    builds: &Builds<'_>,
     backend: &str,
     postgres: Option<&str>,
     report: &mut Report,
@@ -48,7 +66,7 @@ pub async fn benchmarks(
         fresh_database(backend, postgres, "vs_a").await?,
         fresh_database(backend, postgres, "vs_b").await?,
     ];
-    let outcome = compare(plan, binaries, &dbs, report).await;
+    let outcome = compare(plan, builds, &dbs, report).await;
     for db in dbs {
         db.remove().await?;
     }
@@ -57,13 +75,13 @@ pub async fn benchmarks(
 
 async fn compare(
     plan: &Plan,
-    binaries: [&Path; 2],
+    builds: &Builds<'_>,
     dbs: &[Database; 2],
     report: &mut Report,
 ) -> anyhow::Result<()> {
     let servers = [
-        Server::start(binaries[0], &dbs[0].url(), &[]).await?,
-        Server::start(binaries[1], &dbs[1].url(), &[]).await?,
+        Server::start(builds.binaries[0], &dbs[0].url(), builds.options()).await?,
+        Server::start(builds.binaries[1], &dbs[1].url(), builds.options()).await?,
     ];
     let pair = Pair {
         a: (&servers[0], &dbs[0]),
@@ -71,7 +89,7 @@ async fn compare(
     };
     let outcome = async {
         if plan.runs(Bench::Append) {
-            appends(plan, &pair, report).await?;
+            appends(plan, &pair, builds.search, report).await?;
         }
         if plan.runs(Bench::Export) {
             replay(plan, &pair, report).await?;
@@ -85,8 +103,13 @@ async fn compare(
     outcome
 }
 
-/// AppendExchange, many sessions, search on, at each client count.
-async fn appends(plan: &Plan, pair: &Pair<'_>, report: &mut Report) -> anyhow::Result<()> {
+/// AppendExchange, many sessions, at each client count.
+async fn appends(
+    plan: &Plan,
+    pair: &Pair<'_>,
+    search: Search,
+    report: &mut Report,
+) -> anyhow::Result<()> {
     let backend = pair.a.1.backend();
     eprintln!("== append on {backend}, A and B alternating");
     let max_clients = plan.clients.iter().copied().max().unwrap_or(1);
@@ -103,7 +126,10 @@ async fn appends(plan: &Plan, pair: &Pair<'_>, report: &mut Report) -> anyhow::R
             }
         }
         let [a, b] = runs.map(Throughput::of);
-        let case = format!("{clients} clients, {}", Writers::Many.label());
+        let case = match search {
+            Search::On => format!("{clients} clients, {}", Writers::Many.label()),
+            Search::Off => format!("{clients} clients, {}, --search off", Writers::Many.label()),
+        };
         let figure = |subject: &str, unit: &str, value: Spread| {
             Figure::new("append, A and B", backend, subject, &case, unit, value)
         };
