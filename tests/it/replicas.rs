@@ -845,3 +845,130 @@ async fn shared_state_written_on_two_replicas_loses_no_write() {
     drop(watching);
     replicas.stop().await;
 }
+
+/// A replica's append writers keep the sessions they write between batches
+/// and do not read them again; whatever changes a session elsewhere (an
+/// append or a run on another replica, a rollback, a delete, a plain SQL
+/// update that leaves the revision alone) is found by the next append on
+/// the keeping replica, never written over.
+#[tokio::test]
+async fn a_writer_keeping_a_session_finds_changes_made_elsewhere() {
+    if !postgres_available("replicas::a_writer_keeping_a_session_finds_changes_made_elsewhere")
+        .await
+    {
+        return;
+    }
+    let replicas = Replicas::start(2, |_, _| {}).await;
+    let mut a = replicas.client(0).await;
+    let mut b = replicas.client(1).await;
+    let id = "ses_replicas_kept";
+    let created = create(&mut a, id).await;
+    let keyed = |key: &str, question: &str, next: Option<i64>| pb::AppendExchangeRequest {
+        request_id: key.to_owned(),
+        expected_next_sequence: next,
+        ..exchange_request(id, question, "answer")
+    };
+    let busy = |status: tonic::Status| {
+        assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+        assert_eq!(
+            error_details(&status).0.as_deref(),
+            Some("SESSION_BUSY"),
+            "{status:?}"
+        );
+    };
+    let mut acked = Vec::new();
+
+    // A keeps the session; B appends behind its back.
+    let a1 = append(&mut a, keyed("a1", "first on A", Some(0))).await;
+    assert_eq!(a1.revision, created.revision + 1);
+    acked.extend(a1.messages.clone());
+    let b1 = append(&mut b, keyed("b1", "first on B", Some(a1.next_sequence))).await;
+    acked.extend(b1.messages.clone());
+    let a2 = append(&mut a, keyed("a2", "second on A", Some(b1.next_sequence))).await;
+    assert_eq!(a2.revision, b1.revision + 1);
+    assert_eq!(a2.messages[0].sequence, b1.next_sequence);
+    acked.extend(a2.messages.clone());
+
+    // A retry on A of what A kept: the first answer, nothing written.
+    let again = append(&mut a, keyed("a2", "second on A", Some(b1.next_sequence))).await;
+    assert_eq!(again, a2);
+
+    // A run begun on B holds the session against A's plain appends.
+    b.begin_run(pb::BeginRunRequest {
+        session_id: id.into(),
+        run_id: "run-b".into(),
+        lease: Some(prost_types::Duration {
+            seconds: 600,
+            nanos: 0,
+        }),
+    })
+    .await
+    .expect("begin run on B");
+    busy(
+        a.append_exchange(keyed("a3", "while B runs", None))
+            .await
+            .expect_err("the session is busy"),
+    );
+    b.end_run(pb::EndRunRequest {
+        session_id: id.into(),
+        run_id: "run-b".into(),
+    })
+    .await
+    .expect("end run on B");
+    let a3 = append(&mut a, keyed("a3", "after B's run", None)).await;
+    acked.extend(a3.messages.clone());
+
+    // A lease written straight into the row, its revision left alone.
+    let mut sql = sqlx::PgConnection::connect(&replicas.url)
+        .await
+        .expect("connect to the replicas' database");
+    let far = 4_102_444_800_000_000_i64; // 2100, in microseconds
+    sqlx::query("UPDATE sessions SET run_id = 'sql-run', run_expire_time = $1 WHERE id = $2")
+        .bind(far)
+        .bind(id)
+        .execute(&mut sql)
+        .await
+        .expect("set a lease by hand");
+    busy(
+        a.append_exchange(keyed("a4", "under the hand-set lease", None))
+            .await
+            .expect_err("the hand-set lease holds"),
+    );
+    sqlx::query("UPDATE sessions SET run_id = '', run_expire_time = 0 WHERE id = $1")
+        .bind(id)
+        .execute(&mut sql)
+        .await
+        .expect("clear the lease by hand");
+    let a4 = append(&mut a, keyed("a4", "lease cleared", None)).await;
+    acked.extend(a4.messages.clone());
+
+    // A rollback on B moves the next sequence back under A.
+    let kept_until = a3.next_sequence;
+    b.rollback_session(pb::RollbackSessionRequest {
+        session_id: id.into(),
+        after_sequence: kept_until - 1,
+        ..Default::default()
+    })
+    .await
+    .expect("roll back on B");
+    acked.retain(|message| message.sequence < kept_until);
+    let a5 = append(&mut a, keyed("a5", "after the rollback", Some(kept_until))).await;
+    assert_eq!(a5.messages[0].sequence, kept_until);
+    acked.extend(a5.messages.clone());
+    assert_eq!(all_messages(&mut a, id).await, acked);
+    assert_eq!(all_messages(&mut b, id).await, acked);
+
+    // A delete on B: A's next append finds no session.
+    b.delete_session(pb::DeleteSessionRequest {
+        session_id: id.into(),
+    })
+    .await
+    .expect("delete on B");
+    let status = a
+        .append_exchange(keyed("a6", "after the delete", None))
+        .await
+        .expect_err("the session is gone");
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    sql.close().await.expect("close");
+    replicas.stop().await;
+}

@@ -71,7 +71,48 @@ pub async fn append_all(
     requests: &[(&str, &NewExchange)],
 ) -> std::result::Result<Vec<Outcome>, sqlx::Error> {
     let now = Timestamp::now();
-    let mut run = Run::new(dialect, search, requests);
+    let written = append_run(conn, Run::new(dialect, search, requests), now).await?;
+    Ok(written.outcomes)
+}
+
+/// What [`append_run`] wrote.
+pub struct Written {
+    pub outcomes: Vec<Outcome>,
+    /// PostgreSQL: the sessions the run changed, as it left them, with
+    /// their rows' new versions: what a writer keeps for its next run
+    /// ([`Run::add_kept`]).
+    pub sessions: Vec<Kept>,
+    /// A kept session's row was not the version kept (another write
+    /// changed it since): the transaction must be rolled back and the run
+    /// redone from rows read.
+    pub stale: bool,
+}
+
+/// A session a run changed, as it leaves it.
+pub struct Changed {
+    pub tenant: String,
+    pub loaded: Loaded,
+    /// Later requests on it were deferred to the general path.
+    pub deferred: bool,
+}
+
+/// A session a PostgreSQL writer keeps between runs: as its last run left
+/// it, and the version (`xmin`) of the row that run wrote.
+pub struct Kept {
+    pub tenant: String,
+    pub loaded: Loaded,
+    pub version: String,
+}
+
+/// Reads what `run` does not have yet (the sessions it was not given, and
+/// the stored request ids), decides, and writes, in the caller's
+/// transaction. `Err` means a statement failed and the transaction must be
+/// rolled back; so does [`Written::stale`].
+pub async fn append_run(
+    conn: &mut AnyConnection,
+    mut run: Run<'_>,
+    now: Timestamp,
+) -> std::result::Result<Written, sqlx::Error> {
     let folded = run.reads_request_ids_with_sessions();
     let mut ids_read = false;
     for statement in run.session_reads() {
@@ -86,19 +127,67 @@ pub async fn append_all(
         }
     }
     // Where the session read did not carry the ids: on SQLite, or when no
-    // named session is live, so no row came back to carry them.
-    if !ids_read {
+    // named session is live, so no row came back to carry them. A run
+    // given kept sessions does not read them at all (below).
+    if !ids_read && !run.kept {
         for statement in run.request_id_reads() {
             for row in bind(&statement).fetch_all(&mut *conn).await? {
                 run.add_stored_request_id(&row).map_err(decode_error)?;
             }
         }
     }
-    let (outcomes, writes) = run.decide(now);
-    for statement in &writes {
-        bind(statement).execute(&mut *conn).await?;
+    let (dialect, kept) = (run.dialect, run.kept);
+    let (outcomes, writes, changed) = run.decide_settled(now);
+    // A refusal decided on a kept session may come from what it was, not
+    // what it is (a lease or a sequence changed elsewhere): redone from
+    // rows read, as a stale write is.
+    if kept
+        && outcomes
+            .iter()
+            .any(|outcome| matches!(outcome, Outcome::Done(Err(_))))
+    {
+        return Ok(Written {
+            outcomes,
+            sessions: Vec::new(),
+            stale: true,
+        });
     }
-    Ok(outcomes)
+    let mut versions = HashMap::new();
+    for statement in &writes {
+        if dialect == Dialect::Postgres {
+            for row in bind(statement).fetch_all(&mut *conn).await? {
+                versions.insert(row.try_get::<i64, _>(0)?, row.try_get::<String, _>(1)?);
+            }
+        } else {
+            bind(statement).execute(&mut *conn).await?;
+        }
+    }
+    let stale = dialect == Dialect::Postgres
+        && changed
+            .iter()
+            .any(|changed| !versions.contains_key(&changed.loaded.key));
+    let sessions = if dialect == Dialect::Postgres && !stale {
+        // Not those with requests deferred: the general path writes them next.
+        changed
+            .into_iter()
+            .filter(|changed| !changed.deferred)
+            .filter_map(|Changed { tenant, loaded, .. }| {
+                let version = versions.remove(&loaded.key)?;
+                Some(Kept {
+                    tenant,
+                    loaded,
+                    version,
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Written {
+        outcomes,
+        sessions,
+        stale,
+    })
 }
 
 /// A live session the caller has read (and, on PostgreSQL, locked) itself.
@@ -214,6 +303,12 @@ pub struct Run<'a> {
     /// A run of one on the general path, whose caller has done the steps
     /// a bulk run defers (its state changes are written).
     prepared: bool,
+    /// PostgreSQL: the version (`xmin`) of each session row, as read or as
+    /// kept by the writer ([`Run::add_kept`]). The write checks each row
+    /// is still that version and returns the new one.
+    versions: HashMap<i64, String>,
+    /// Some sessions were given as kept rather than read and locked.
+    kept: bool,
 }
 
 impl<'a> Run<'a> {
@@ -230,6 +325,8 @@ impl<'a> Run<'a> {
             stored_keys: Vec::new(),
             history_from: None,
             prepared: false,
+            versions: HashMap::new(),
+            kept: false,
         }
     }
 
@@ -241,10 +338,13 @@ impl<'a> Run<'a> {
     /// carries the run's stored request ids, for
     /// [`Run::add_stored_request_ids`].
     pub fn session_reads(&self) -> Vec<Statement> {
-        let wanted = self.wanted_sessions();
-        let lock = match self.dialect {
-            Dialect::Sqlite => "",
-            Dialect::Postgres => " ORDER BY key FOR UPDATE OF sessions",
+        let wanted = self.unread_sessions();
+        let (version, lock) = match self.dialect {
+            Dialect::Sqlite => ("", ""),
+            Dialect::Postgres => (
+                ", xmin::text AS row_version",
+                " ORDER BY key FOR UPDATE OF sessions",
+            ),
         };
         // The stored ids, read in the same statement: one round trip fewer
         // per run. Its snapshot is taken before any wait for a lock, so a
@@ -270,7 +370,7 @@ impl<'a> Run<'a> {
                 params.append(&mut id_params);
                 Statement {
                     sql: format!(
-                        "SELECT tenant, {SESSION_COLUMNS}{ids} FROM sessions WHERE deleted = 0 \
+                        "SELECT tenant, {SESSION_COLUMNS}{version}{ids} FROM sessions WHERE deleted = 0 \
                          AND (tenant, id) IN (VALUES {}){lock}",
                         placeholders(chunk.len(), 2)
                     ),
@@ -289,7 +389,21 @@ impl<'a> Run<'a> {
         self.dialect == Dialect::Postgres
             && keyed > 0
             && keyed <= ROWS_PER_STATEMENT
-            && self.wanted_sessions().len() <= ROWS_PER_STATEMENT
+            && self.unread_sessions().len() <= ROWS_PER_STATEMENT
+    }
+
+    /// The sessions [`Run::session_reads`] reads: those named and not
+    /// given already ([`Run::add_kept`]).
+    fn unread_sessions(&self) -> Vec<(&'a str, &'a str)> {
+        let mut wanted = self.wanted_sessions();
+        if self.kept {
+            wanted.retain(|(tenant, id)| {
+                !self
+                    .sessions
+                    .contains_key(&((*tenant).to_owned(), (*id).to_owned()))
+            });
+        }
+        wanted
     }
 
     /// The sessions the requests name, (tenant, id), sorted, once each.
@@ -339,8 +453,29 @@ impl<'a> Run<'a> {
             // Gone from its expire_time on: its requests find no session.
             return Ok(());
         }
+        if self.dialect == Dialect::Postgres {
+            self.versions
+                .insert(loaded.key, row.raw_text("row_version")?);
+        }
         self.add_loaded(&row.text("tenant")?, loaded);
         Ok(())
+    }
+
+    /// A session a PostgreSQL writer kept from its last run, not read (nor
+    /// locked) again: the write checks its row is still `version`, and the
+    /// run is [`Written::stale`] if not, or if it refuses a request (the
+    /// refusal may come from what the session was). Request ids are not
+    /// read either when every session is kept: a retry fails the write on
+    /// the key's primary key, and the caller redoes the run from rows read,
+    /// which answers it from the first result. A session expired by `now`
+    /// is not taken: it is read, and found gone.
+    pub fn add_kept(&mut self, kept: Kept, now: Timestamp) {
+        if kept.loaded.session.is_expired(now) {
+            return;
+        }
+        self.kept = true;
+        self.versions.insert(kept.loaded.key, kept.version);
+        self.add_loaded(&kept.tenant, kept.loaded);
     }
 
     /// A session read by the caller instead of [`Run::session_reads`].
@@ -385,7 +520,17 @@ impl<'a> Run<'a> {
 
     /// Decides every request, in order, against the rows read: one outcome
     /// per request, and the statements writing what was accepted.
-    pub fn decide(mut self, now: Timestamp) -> (Vec<Outcome>, Vec<Statement>) {
+    pub fn decide(self, now: Timestamp) -> (Vec<Outcome>, Vec<Statement>) {
+        let (outcomes, writes, _) = self.decide_settled(now);
+        (outcomes, writes)
+    }
+
+    /// As [`Run::decide`], with every session the run changed as it
+    /// leaves it.
+    pub fn decide_settled(
+        mut self,
+        now: Timestamp,
+    ) -> (Vec<Outcome>, Vec<Statement>, Vec<Changed>) {
         let (dialect, search) = (self.dialect, self.search);
         let mut rows = Rows::default();
         let mut outcomes = Vec::with_capacity(self.requests.len());
@@ -439,8 +584,24 @@ impl<'a> Run<'a> {
             };
             outcomes.push(outcome);
         }
-        let writes = rows.statements(dialect, &self.sessions);
-        (outcomes, writes)
+        let writes = rows.statements(dialect, &self.sessions, &self.versions);
+        let settled = self
+            .sessions
+            .into_iter()
+            .filter(|(_, state)| state.changed)
+            .map(|((tenant, _), state)| {
+                let loaded = Loaded {
+                    key: state.key,
+                    session: state.session,
+                };
+                Changed {
+                    tenant,
+                    loaded,
+                    deferred: state.deferred,
+                }
+            })
+            .collect();
+        (outcomes, writes, settled)
     }
 }
 
@@ -677,7 +838,12 @@ impl Rows {
 
     /// The statements writing everything: one per table (per
     /// [`ROWS_PER_STATEMENT`] rows), the sessions' UPDATE included.
-    fn statements(self, dialect: Dialect, sessions: &HashMap<SessionKey, State>) -> Vec<Statement> {
+    fn statements(
+        self,
+        dialect: Dialect,
+        sessions: &HashMap<SessionKey, State>,
+        versions: &HashMap<i64, String>,
+    ) -> Vec<Statement> {
         let mut statements = Vec::new();
         // On SQLite, `OR FAIL` rather than the default `ABORT`: a statement
         // that may abort halfway must keep a statement journal, a copy of
@@ -769,7 +935,9 @@ impl Rows {
         );
         let mut changed: Vec<&State> = sessions.values().filter(|s| s.changed).collect();
         changed.sort_unstable_by_key(|s| s.key);
-        update_sessions(&mut statements, dialect, &changed);
+        let updates =
+            statements.len()..statements.len() + changed.len().div_ceil(ROWS_PER_STATEMENT);
+        update_sessions(&mut statements, dialect, &changed, versions);
         insert(
             &mut statements,
             &format!(
@@ -789,7 +957,7 @@ impl Rows {
             self.keys,
         );
         if dialect == Dialect::Postgres && !statements.is_empty() {
-            return vec![combined(statements)];
+            return vec![combined(statements, updates)];
         }
         statements
     }
@@ -798,8 +966,10 @@ impl Rows {
 /// PostgreSQL: a run's statements as one, so a run writes in one round
 /// trip. Each becomes a data-modifying `WITH` query (PostgreSQL runs them
 /// all; the tables they write have no foreign keys to check, migration
-/// 0012). The commit hints are sent after the commit (`postgres/hints.rs`).
-fn combined(statements: Vec<Statement>) -> Statement {
+/// 0012). It returns what the session updates (the statements at
+/// `updates`) return: each changed session's key and new row version. The
+/// commit hints are sent after the commit (`postgres/hints.rs`).
+fn combined(statements: Vec<Statement>, updates: Range<usize>) -> Statement {
     let mut sql = String::from("WITH ");
     let mut params = Vec::new();
     for (number, statement) in statements.into_iter().enumerate() {
@@ -812,7 +982,15 @@ fn combined(statements: Vec<Statement>) -> Statement {
         ));
         params.extend(statement.params);
     }
-    sql.push_str(" SELECT 1");
+    let returned: Vec<String> = updates
+        .map(|number| format!("SELECT key, version FROM w{number}"))
+        .collect();
+    if returned.is_empty() {
+        sql.push_str(" SELECT 1 WHERE false");
+    } else {
+        sql.push(' ');
+        sql.push_str(&returned.join(" UNION ALL "));
+    }
     Statement { sql, params }
 }
 
@@ -839,11 +1017,34 @@ fn renumbered(sql: &str, offset: usize) -> String {
 /// counters grown by what the run added (totals saturate, as in the general
 /// path) and, if the run recorded a call on it, the last call's fields.
 /// `VALUES` columns are `column1…` on both engines.
-fn update_sessions(statements: &mut Vec<Statement>, dialect: Dialect, changed: &[&State]) {
-    const COLUMNS: usize = 13;
-    let update = match dialect {
-        Dialect::Sqlite => "UPDATE OR FAIL",
-        Dialect::Postgres => "UPDATE",
+///
+/// On PostgreSQL each update returns the session's key and its row's new
+/// version (`xmin`), and, where every row's version is known (`versions`,
+/// as read or kept), updates only a row still at that version: a session
+/// changed since is left out of what it returns.
+fn update_sessions(
+    statements: &mut Vec<Statement>,
+    dialect: Dialect,
+    changed: &[&State],
+    versions: &HashMap<i64, String>,
+) {
+    let checked = dialect == Dialect::Postgres
+        && changed
+            .iter()
+            .all(|state| versions.contains_key(&state.key));
+    let columns = if checked { 14 } else { 13 };
+    let (update, check, returning) = match dialect {
+        Dialect::Sqlite => ("UPDATE OR FAIL", "", ""),
+        Dialect::Postgres if checked => (
+            "UPDATE",
+            " AND sessions.xmin::text = v.column14",
+            " RETURNING sessions.key, sessions.xmin::text AS version",
+        ),
+        Dialect::Postgres => (
+            "UPDATE",
+            "",
+            " RETURNING sessions.key, sessions.xmin::text AS version",
+        ),
     };
     for chunk in changed.chunks(ROWS_PER_STATEMENT) {
         let sql = format!(
@@ -858,10 +1059,10 @@ fn update_sessions(statements: &mut Vec<Statement>, dialect: Dialect, changed: &
              last_provider = CASE WHEN v.column9 = 1 THEN v.column11 ELSE last_provider END, \
              last_cost_micros_usd = CASE WHEN v.column9 = 1 THEN v.column12 ELSE last_cost_micros_usd END, \
              last_request_id = CASE WHEN v.column9 = 1 THEN v.column13 ELSE last_request_id END \
-             FROM (VALUES {values}) AS v WHERE sessions.key = v.column1",
-            values = placeholders(chunk.len(), COLUMNS)
+             FROM (VALUES {values}) AS v WHERE sessions.key = v.column1{check}{returning}",
+            values = placeholders(chunk.len(), columns)
         );
-        let mut params = Vec::with_capacity(chunk.len() * COLUMNS);
+        let mut params = Vec::with_capacity(chunk.len() * columns);
         for state in chunk {
             let (has_call, model, provider, cost, request_id) = match &state.last_call {
                 Some(call) => (
@@ -888,6 +1089,10 @@ fn update_sessions(statements: &mut Vec<Statement>, dialect: Dialect, changed: &
                 Value::Int(cost),
                 Value::Text(request_id),
             ]);
+            if checked {
+                let version = versions.get(&state.key).cloned().unwrap_or_default();
+                params.push(Value::Text(version));
+            }
         }
         statements.push(Statement { sql, params });
     }

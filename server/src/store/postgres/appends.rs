@@ -2,7 +2,9 @@
 //! the appends queued for it in batches, through the bulk path
 //! (`batch.rs`).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyPool, Executor as _};
@@ -11,7 +13,7 @@ use tokio::task::JoinHandle;
 
 use super::hints;
 use super::writes::write;
-use crate::domain::{Error, NewExchange};
+use crate::domain::{Error, NewExchange, Timestamp};
 use crate::store::ops::{Dialect, SearchWrites};
 use crate::store::writer::{PendingAppend, Publisher, enqueue, next_batch};
 use crate::store::{CommitSink, batch, fault};
@@ -127,12 +129,21 @@ async fn run_append_writer(
     search: SearchWrites,
 ) {
     // The writer keeps its connection between batches: taking one from the
-    // pool costs a round trip (its liveness check) of the five a batch
+    // pool costs a round trip (its liveness check) of the few a batch
     // takes. A connection that failed is dropped and replaced.
     let mut held = None;
+    let mut kept = KeptSessions::default();
     while let Some((batch, stop)) = next_batch(&mut jobs, MAX_BATCH).await {
         if !batch.is_empty() {
-            commit_appends(&pool, &mut held, &sink, &publisher, search, batch).await;
+            let writer = Writer {
+                pool: &pool,
+                held: &mut held,
+                kept: &mut kept,
+                sink: &sink,
+                publisher: &publisher,
+                search,
+            };
+            writer.commit_appends(batch).await;
         }
         if stop {
             return;
@@ -140,106 +151,220 @@ async fn run_append_writer(
     }
 }
 
-/// Commits a batch of appends in one transaction (sessions locked in key
-/// order, so batches on other writers and replicas never deadlock). If a
-/// caller gives up before the commit, the batch is rolled back and redone
-/// without it, so an abandoned append never commits. If a statement fails
-/// (a race with another replica), every append goes through [`write`] on
-/// its own, which retries lost races.
-async fn commit_appends(
-    pool: &AnyPool,
-    held: &mut Option<PoolConnection<Any>>,
-    sink: &Arc<dyn CommitSink>,
-    publisher: &Publisher,
-    search: SearchWrites,
-    mut jobs: Vec<PendingAppend>,
-) {
-    // A kept connection may have died since the last batch (the database
-    // restarted): its failure is retried once on a fresh one.
-    let mut kept = held.is_some();
-    let outcomes = loop {
-        jobs.retain(|job| !job.abandoned());
-        if jobs.is_empty() {
-            return;
-        }
-        let requests: Vec<(&str, &NewExchange)> = jobs
-            .iter()
-            .map(|job| (job.tenant(), job.op().0.as_ref()))
-            .collect();
-        let attempt = async {
-            let connection = match held {
-                Some(connection) => connection,
-                None => held.insert(pool.acquire().await?),
-            };
-            // A plain BEGIN rather than sqlx's transaction, which would
-            // end with a COMMIT of its own: the commit hints share the
-            // COMMIT's round trip (`hints::commit`).
-            connection.execute("BEGIN").await?;
-            let outcomes =
-                batch::append_all(connection, Dialect::Postgres, search, &requests).await?;
-            if jobs.iter().any(PendingAppend::abandoned) {
-                connection.execute("ROLLBACK").await?;
-                return Ok(None);
+/// The sessions a writer keeps between batches, as its last batch left
+/// them, with their rows' versions (`xmin`). A batch whose sessions are
+/// all kept neither reads nor locks them: it writes straight away, each
+/// session's update checking that its row is still the version kept, and
+/// is redone from rows read if one is not (another replica, or another
+/// kind of write, changed it). Three round trips (`BEGIN`, the write,
+/// `COMMIT` with the hints) instead of four, and no session read.
+///
+/// A session is taken out while a batch writes it and put back only if
+/// the batch committed, so a failed or redone batch never leaves a stale
+/// copy. Kept for [`KEPT_FOR`] at most, [`KEPT_MAX`] sessions at most.
+#[derive(Default)]
+struct KeptSessions {
+    sessions: HashMap<(String, String), (batch::Kept, Instant)>,
+}
+
+/// How long a writer trusts a session it keeps without using it. Also
+/// keeps a row's version from being compared after the 2^32 transactions
+/// that could bring the same `xmin` back.
+const KEPT_FOR: Duration = Duration::from_secs(60);
+/// The most sessions one writer keeps.
+const KEPT_MAX: usize = 10_000;
+
+impl KeptSessions {
+    /// Gives `run` the kept sessions its requests name, taking them out.
+    /// `true` if it gave any.
+    fn lend(
+        &mut self,
+        run: &mut batch::Run<'_>,
+        requests: &[(&str, &NewExchange)],
+        now: Timestamp,
+    ) -> bool {
+        let mut lent = false;
+        for (tenant, exchange) in requests {
+            let key = ((*tenant).to_owned(), exchange.session_id.clone());
+            if let Some((kept, since)) = self.sessions.remove(&key)
+                && since.elapsed() < KEPT_FOR
+            {
+                run.add_kept(kept, now);
+                lent = true;
             }
-            let hints = hints::of(outcomes.iter().flat_map(|outcome| match outcome {
-                batch::Outcome::Done(Ok(applied)) => applied.events.as_slice(),
-                _ => &[],
-            }));
-            hints::commit(connection, &hints).await?;
-            Ok::<_, sqlx::Error>(Some(outcomes))
         }
-        .await;
-        match attempt {
-            Ok(Some(outcomes)) => break Some(outcomes),
-            Ok(None) => continue,
-            Err(error) => {
-                // It may be the connection that failed.
-                release(held);
-                let error = Error::from(error);
-                // An unreachable database (or a full disk) fails every
-                // append alike: answer them now rather than each after its
-                // own wait for the same fault.
-                if std::mem::take(&mut kept) && matches!(error, Error::StorageUnavailable(_)) {
-                    tracing::debug!(%error, "the kept connection failed; retrying on a fresh one");
+        lent
+    }
+
+    /// Keeps `sessions`, as a batch that committed left them.
+    fn keep(&mut self, sessions: Vec<batch::Kept>) {
+        if self.sessions.len() + sessions.len() > KEPT_MAX {
+            self.sessions
+                .retain(|_, (_, since)| since.elapsed() < KEPT_FOR);
+            if self.sessions.len() + sessions.len() > KEPT_MAX {
+                self.sessions.clear();
+            }
+        }
+        let now = Instant::now();
+        for kept in sessions {
+            let key = (kept.tenant.clone(), kept.loaded.session.id.clone());
+            self.sessions.insert(key, (kept, now));
+        }
+    }
+}
+
+/// A batch writer's state, for one batch.
+struct Writer<'a> {
+    pool: &'a AnyPool,
+    held: &'a mut Option<PoolConnection<Any>>,
+    kept: &'a mut KeptSessions,
+    sink: &'a Arc<dyn CommitSink>,
+    publisher: &'a Publisher,
+    search: SearchWrites,
+}
+
+/// How one try at a batch ended, short of a failed statement.
+enum Attempt {
+    Committed(batch::Written),
+    /// A caller gave up before the commit: rolled back.
+    Abandoned,
+    /// A kept session had changed: rolled back.
+    Stale,
+}
+
+impl Writer<'_> {
+    /// Commits a batch of appends in one transaction (sessions it reads
+    /// locked in key order, so batches on other writers and replicas never
+    /// deadlock). If a caller gives up before the commit, the batch is
+    /// rolled back and redone without it, so an abandoned append never
+    /// commits. A batch that wrote kept sessions and failed, or found one
+    /// changed, is redone from rows read. If a statement fails then (a
+    /// race with another replica), every append goes through [`write`] on
+    /// its own, which retries lost races.
+    async fn commit_appends(mut self, mut jobs: Vec<PendingAppend>) {
+        // A kept connection may have died since the last batch (the
+        // database restarted): its failure is retried once on a fresh one.
+        let mut kept_connection = self.held.is_some();
+        let outcomes = loop {
+            jobs.retain(|job| !job.abandoned());
+            if jobs.is_empty() {
+                return;
+            }
+            let requests: Vec<(&str, &NewExchange)> = jobs
+                .iter()
+                .map(|job| (job.tenant(), job.op().0.as_ref()))
+                .collect();
+            let mut lent = false;
+            let attempt = self.attempt(&requests, &jobs, &mut lent).await;
+            match attempt {
+                Ok(Attempt::Committed(written)) => {
+                    self.kept.keep(written.sessions);
+                    break Some(written.outcomes);
+                }
+                Ok(Attempt::Abandoned) => continue,
+                Ok(Attempt::Stale) => {
+                    tracing::debug!("a kept session had changed; redoing the batch from rows read");
                     continue;
                 }
-                if fault::is_shared(&error) {
-                    tracing::warn!(%error, appends = jobs.len(), "bulk append failed");
-                    for job in jobs {
-                        job.fail(fault::again(&error));
+                Err(error) => {
+                    // It may be the connection that failed.
+                    release(self.held);
+                    let error = Error::from(error);
+                    // An unreachable database (or a full disk) fails every
+                    // append alike: answer them now rather than each after
+                    // its own wait for the same fault.
+                    if std::mem::take(&mut kept_connection)
+                        && matches!(error, Error::StorageUnavailable(_))
+                    {
+                        tracing::debug!(%error, "the kept connection failed; retrying on a fresh one");
+                        continue;
                     }
-                    return;
+                    if fault::is_shared(&error) {
+                        tracing::warn!(%error, appends = jobs.len(), "bulk append failed");
+                        for job in jobs {
+                            job.fail(fault::again(&error));
+                        }
+                        return;
+                    }
+                    // Kept sessions skip the read of stored request ids: a
+                    // retry fails the write on its key, and the batch is
+                    // redone from rows read, which defers it. (The kept
+                    // sessions were taken out: the redo reads them all.)
+                    if lent {
+                        tracing::debug!(%error, "a batch on kept sessions failed; redoing it from rows read");
+                        continue;
+                    }
+                    // A race with another replica is expected; anything else is worth a warning.
+                    if fault::is_retryable(&error) {
+                        tracing::debug!(%error, "bulk append lost a race; writing the appends one by one");
+                    } else {
+                        tracing::warn!(%error, "bulk append failed; writing the appends one by one");
+                    }
+                    break None;
                 }
-                // A race with another replica is expected; anything else is worth a warning.
-                if fault::is_retryable(&error) {
-                    tracing::debug!(%error, "bulk append lost a race; writing the appends one by one");
-                } else {
-                    tracing::warn!(%error, "bulk append failed; writing the appends one by one");
+            }
+        };
+        let mut deferred = Vec::new();
+        match outcomes {
+            Some(outcomes) => {
+                let mut done = Vec::with_capacity(outcomes.len());
+                for (job, outcome) in jobs.into_iter().zip(outcomes) {
+                    match outcome {
+                        batch::Outcome::Done(Ok(applied)) => done.push(job.applied(applied)),
+                        batch::Outcome::Done(Err(error)) => job.fail(error),
+                        batch::Outcome::Deferred => deferred.push(job),
+                    }
                 }
-                break None;
+                self.publisher.committed(self.sink, done);
+            }
+            None => deferred = jobs,
+        }
+        // In arrival order: a session's later appends were deferred with it.
+        // (Their sessions are not kept: the general path changes them.)
+        for job in deferred {
+            if !job.abandoned() {
+                write(self.pool, self.sink.as_ref(), self.search, Box::new(job)).await;
             }
         }
-    };
-    let mut deferred = Vec::new();
-    match outcomes {
-        Some(outcomes) => {
-            let mut done = Vec::with_capacity(outcomes.len());
-            for (job, outcome) in jobs.into_iter().zip(outcomes) {
-                match outcome {
-                    batch::Outcome::Done(Ok(applied)) => done.push(job.applied(applied)),
-                    batch::Outcome::Done(Err(error)) => job.fail(error),
-                    batch::Outcome::Deferred => deferred.push(job),
-                }
-            }
-            publisher.committed(sink, done);
-        }
-        None => deferred = jobs,
     }
-    // In arrival order: a session's later appends were deferred with it.
-    for job in deferred {
-        if !job.abandoned() {
-            write(pool, sink.as_ref(), search, Box::new(job)).await;
+
+    /// One try at a batch, in one transaction on the writer's connection:
+    /// `BEGIN`, the kept sessions given and the others read and locked,
+    /// the write, then `COMMIT` with the hints unless a caller gave up or
+    /// a kept session had changed. `lent` says whether kept sessions were
+    /// given.
+    async fn attempt(
+        &mut self,
+        requests: &[(&str, &NewExchange)],
+        jobs: &[PendingAppend],
+        lent: &mut bool,
+    ) -> Result<Attempt, sqlx::Error> {
+        let connection = match self.held {
+            Some(connection) => connection,
+            None => self.held.insert(self.pool.acquire().await?),
+        };
+        // A plain BEGIN rather than sqlx's transaction, which would end
+        // with a COMMIT of its own: the commit hints share the COMMIT's
+        // round trip (`hints::commit`).
+        connection.execute("BEGIN").await?;
+        let mut run = batch::Run::new(Dialect::Postgres, self.search, requests);
+        let now = Timestamp::now();
+        *lent = self.kept.lend(&mut run, requests, now);
+        let written = batch::append_run(connection, run, now).await?;
+        if written.stale {
+            connection.execute("ROLLBACK").await?;
+            return Ok(Attempt::Stale);
         }
+        if jobs.iter().any(PendingAppend::abandoned) {
+            connection.execute("ROLLBACK").await?;
+            return Ok(Attempt::Abandoned);
+        }
+        let hints = hints::of(written.outcomes.iter().flat_map(|outcome| match outcome {
+            batch::Outcome::Done(Ok(applied)) => applied.events.as_slice(),
+            _ => &[],
+        }));
+        hints::commit(connection, &hints).await?;
+        Ok(Attempt::Committed(written))
     }
 }
 
