@@ -1426,6 +1426,94 @@ mod tests {
     }
 
     #[test]
+    fn kept_sessions_are_written_only_at_their_versions() {
+        let (a, b, gone) = (exchange("a"), exchange("b"), exchange("gone"));
+        let requests = [("t", &a), ("t", &b), ("t", &gone)];
+        let mut run = Run::new(Dialect::Postgres, SearchWrites::Inline, &requests);
+        let kept = |loaded: Loaded, version: &str| Kept {
+            tenant: "t".into(),
+            loaded,
+            version: version.into(),
+        };
+        run.add_kept(kept(session("a", 1), "701"), NOW);
+        let mut expired = session("gone", 3);
+        expired.session.expire_time = NOW;
+        run.add_kept(kept(expired, "703"), NOW);
+        // Only what is not kept is read: `b`, and the expired one, which
+        // the read then finds gone. No request ids are read on their own.
+        let reads = run.session_reads();
+        assert_eq!(reads.len(), 1);
+        let read = &reads[0];
+        assert!(
+            read.sql.contains("xmin::text AS row_version"),
+            "{}",
+            read.sql
+        );
+        let named: Vec<&str> = read
+            .params
+            .iter()
+            .filter_map(|value| match value {
+                Value::Text(text) if text != "t" => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(named, ["b", "gone"]);
+        // `b` as read and locked, at its row's version.
+        run.sessions.insert(
+            ("t".into(), "b".into()),
+            State {
+                key: 200,
+                session: session("b", 2).session,
+                deferred: false,
+                changed: false,
+                added_messages: 0,
+                added_calls: 0,
+                added_tokens: 0,
+                added_cost: 0,
+                last_call: None,
+            },
+        );
+        run.versions.insert(200, "702".into());
+        let (outcomes, writes, changed) = run.decide_settled(NOW);
+        assert!(matches!(
+            outcomes.last(),
+            Some(Outcome::Done(Err(Error::SessionNotFound(_))))
+        ));
+        let sql = &writes[0].sql;
+        assert!(
+            sql.contains("AND sessions.xmin::text = v.column14"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("RETURNING sessions.key, sessions.xmin::text AS version"),
+            "{sql}"
+        );
+        assert!(sql.ends_with("SELECT key, version FROM w3"), "{sql}");
+        for version in ["701", "702"] {
+            assert!(
+                writes[0]
+                    .params
+                    .iter()
+                    .any(|value| matches!(value, Value::Text(text) if text == version)),
+                "version {version} is checked"
+            );
+        }
+        // Both as the run leaves them, for the writer to keep.
+        let mut left: Vec<(String, i64, i64)> = changed
+            .into_iter()
+            .map(|c| {
+                (
+                    c.loaded.session.id,
+                    c.loaded.session.revision,
+                    c.loaded.session.next_sequence,
+                )
+            })
+            .collect();
+        left.sort();
+        assert_eq!(left, [("a".into(), 2, 2), ("b".into(), 3, 2)]);
+    }
+
+    #[test]
     fn the_lease_and_sequence_checks_come_first() {
         let mut loaded = session("s", 1);
         loaded.session.active_run_id = "other".into();
