@@ -1459,20 +1459,7 @@ mod tests {
             .collect();
         assert_eq!(named, ["b", "gone"]);
         // `b` as read and locked, at its row's version.
-        run.sessions.insert(
-            ("t".into(), "b".into()),
-            State {
-                key: 200,
-                session: session("b", 2).session,
-                deferred: false,
-                changed: false,
-                added_messages: 0,
-                added_calls: 0,
-                added_tokens: 0,
-                added_cost: 0,
-                last_call: None,
-            },
-        );
+        run.add_loaded("t", session("b", 2));
         run.versions.insert(200, "702".into());
         let (outcomes, writes, changed) = run.decide_settled(NOW);
         assert!(matches!(
