@@ -868,7 +868,12 @@ async fn a_writer_keeping_a_session_finds_changes_made_elsewhere() {
         expected_next_sequence: next,
         ..exchange_request(id, question, "answer")
     };
-    let busy = |status: tonic::Status| {
+    // An append on A that a lease refuses: SESSION_BUSY, nothing written.
+    let refused_as_busy = async |a: &mut Client, request: pb::AppendExchangeRequest| {
+        let status = a
+            .append_exchange(request)
+            .await
+            .expect_err("the session is busy");
         assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
         assert_eq!(
             error_details(&status).0.as_deref(),
@@ -904,11 +909,7 @@ async fn a_writer_keeping_a_session_finds_changes_made_elsewhere() {
     })
     .await
     .expect("begin run on B");
-    busy(
-        a.append_exchange(keyed("a3", "while B runs", None))
-            .await
-            .expect_err("the session is busy"),
-    );
+    refused_as_busy(&mut a, keyed("a3", "while B runs", None)).await;
     b.end_run(pb::EndRunRequest {
         session_id: id.into(),
         run_id: "run-b".into(),
@@ -929,11 +930,7 @@ async fn a_writer_keeping_a_session_finds_changes_made_elsewhere() {
         .execute(&mut sql)
         .await
         .expect("set a lease by hand");
-    busy(
-        a.append_exchange(keyed("a4", "under the hand-set lease", None))
-            .await
-            .expect_err("the hand-set lease holds"),
-    );
+    refused_as_busy(&mut a, keyed("a4", "under the hand-set lease", None)).await;
     sqlx::query("UPDATE sessions SET run_id = '', run_expire_time = 0 WHERE id = $1")
         .bind(id)
         .execute(&mut sql)

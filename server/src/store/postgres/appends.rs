@@ -15,7 +15,7 @@ use super::hints;
 use super::writes::write;
 use crate::domain::{Error, NewExchange, Timestamp};
 use crate::store::ops::{Dialect, SearchWrites};
-use crate::store::writer::{PendingAppend, Publisher, enqueue, next_batch};
+use crate::store::writer::{PendingAppend, Publisher, by_outcome, enqueue, next_batch};
 use crate::store::{CommitSink, batch, fault};
 
 /// The batch writers' queues. A session's appends always go to the same
@@ -304,21 +304,14 @@ impl Writer<'_> {
                 }
             }
         };
-        let mut deferred = Vec::new();
-        match outcomes {
+        let deferred = match outcomes {
             Some(outcomes) => {
-                let mut done = Vec::with_capacity(outcomes.len());
-                for (job, outcome) in jobs.into_iter().zip(outcomes) {
-                    match outcome {
-                        batch::Outcome::Done(Ok(applied)) => done.push(job.applied(applied)),
-                        batch::Outcome::Done(Err(error)) => job.fail(error),
-                        batch::Outcome::Deferred => deferred.push(job),
-                    }
-                }
+                let (done, deferred) = by_outcome(jobs, outcomes);
                 self.publisher.committed(self.sink, done);
+                deferred
             }
-            None => deferred = jobs,
-        }
+            None => jobs,
+        };
         // In arrival order: a session's later appends were deferred with it.
         // (Their sessions are not kept: the general path changes them.)
         for job in deferred {

@@ -21,7 +21,7 @@ use crate::store::CommitSink;
 use crate::store::batch;
 use crate::store::fault::{self, DiskSpace};
 use crate::store::ops::{Dialect, SearchWrites};
-use crate::store::writer::{Job, PendingAppend, Refused, Settle, next_batch};
+use crate::store::writer::{Job, PendingAppend, Refused, Settle, by_outcome, next_batch};
 
 /// The most write requests committed in one transaction.
 const MAX_BATCH: usize = 256;
@@ -163,14 +163,8 @@ async fn append_through_engine(
     let mut left = Vec::new();
     match outcomes {
         Ok(outcomes) => {
-            let mut done = Vec::with_capacity(outcomes.len());
-            for (pending, outcome) in requests.into_iter().zip(outcomes) {
-                match outcome {
-                    batch::Outcome::Done(Ok(applied)) => done.push(pending.applied(applied)),
-                    batch::Outcome::Done(Err(error)) => pending.fail(error),
-                    batch::Outcome::Deferred => left.push(Queued::Append(pending)),
-                }
-            }
+            let (done, deferred) = by_outcome(requests, outcomes);
+            left.extend(deferred.into_iter().map(Queued::Append));
             // Answered, and published to watchers, once on disk.
             let sink = Arc::clone(sink);
             engine.after_sync(Box::new(move |synced| {
