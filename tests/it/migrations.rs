@@ -1373,8 +1373,9 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
         .into_inner();
     assert_eq!(cancelled.revision, 4);
 
-    // Search finds the old messages (on SQLite, through the index the
-    // server rebuilt from them).
+    // Search finds the old messages, through the index the server rebuilt
+    // from them (on SQLite in a file of its own; on PostgreSQL after 0018
+    // emptied it, with the words the server splits).
     let hits = loop {
         let searched = client
             .search_messages(pb::SearchMessagesRequest {

@@ -1,5 +1,7 @@
 //! SearchMessages' query: the words to find, and its limits.
 
+use std::borrow::Cow;
+
 use super::{Error, Result};
 
 /// The most words a search may hold.
@@ -81,6 +83,144 @@ pub fn snippet(text: &str, query: &[String]) -> String {
     out
 }
 
+/// The longest word the index keeps, in bytes: PostgreSQL refuses longer
+/// lexemes (its `MAXSTRLEN` is 2,047), and `to_tsvector` skipped them too.
+const MAX_LEXEME_BYTES: usize = 2046;
+/// The highest position a word is recorded at (PostgreSQL's `MAXENTRYPOS`
+/// less one): later words all count as this one, as they did before.
+const MAX_POSITION: usize = 16_383;
+/// The most positions kept per word (PostgreSQL's `MAXNUMPOS`).
+const MAX_POSITIONS: usize = 256;
+/// The most bytes of distinct words one message's entry holds: PostgreSQL
+/// refuses a `tsvector` whose words exceed 1 MiB; the words past that are
+/// not indexed (`to_tsvector` failed the whole write instead).
+const MAX_WORD_BYTES: usize = (1 << 20) - 1;
+
+/// The words a message's searchable `text` is found by, in PostgreSQL's
+/// `tsvector` input syntax (`'tea':1,4 'time':2`): the words [`snippet`]
+/// sees (runs of letters and digits), lowercased, each with the positions
+/// (from 1) where it occurs. Empty when the text holds no word.
+///
+/// Built here, not by `to_tsvector` in the database, for two reasons:
+/// PostgreSQL's parser was the largest single cost of an indexed append on
+/// that side (BENCHMARKS.md), and it split words its own way (an e-mail
+/// address, a path or a hyphenated word also stayed whole), so a word that
+/// SQLite's index and the snippets found could be missed there. Queries
+/// are split the same way ([`tsquery`]).
+pub fn tsvector(text: &str) -> String {
+    // (the word's first bytes as a number, the word, its position): sorted
+    // by the first two, as PostgreSQL orders a tsvector's words (bytewise),
+    // mostly by comparing numbers.
+    let mut found: Vec<(u64, Cow<'_, str>, usize)> = Vec::with_capacity(text.len() / 4);
+    let mut position = 0;
+    for (_, word) in words(text) {
+        let word = lowercase(word);
+        if word.len() > MAX_LEXEME_BYTES {
+            continue;
+        }
+        position = (position + 1).min(MAX_POSITION);
+        let mut prefix = [0_u8; 8];
+        let head = &word.as_bytes()[..word.len().min(8)];
+        prefix[..head.len()].copy_from_slice(head);
+        found.push((u64::from_be_bytes(prefix), word, position));
+    }
+    found.sort_unstable();
+    let mut out = String::with_capacity(text.len() + found.len() * 4);
+    let mut word_bytes = 0;
+    let mut rest = found.as_slice();
+    while let Some((_, word, _)) = rest.first() {
+        let count = rest.iter().take_while(|(_, w, _)| w == word).count();
+        let (same, after) = rest.split_at(count);
+        rest = after;
+        word_bytes += word.len();
+        if word_bytes > MAX_WORD_BYTES {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        push_quoted(&mut out, word);
+        let mut last = 0;
+        let mut kept = 0;
+        for &(_, _, at) in same {
+            // Positions past the last one all count as the last one.
+            if at == last || kept == MAX_POSITIONS {
+                continue;
+            }
+            out.push(if kept == 0 { ':' } else { ',' });
+            push_number(&mut out, at);
+            last = at;
+            kept += 1;
+        }
+    }
+    out
+}
+
+/// A search's words as a PostgreSQL `tsquery` every word of which a
+/// message must hold (`'tea' & 'time'`), split and lowercased as
+/// [`tsvector`] splits a message's text. Empty when they hold no word
+/// (a query of punctuation alone), which finds nothing.
+pub fn tsquery(query: &[String]) -> String {
+    let mut out = String::new();
+    for word in query.iter().flat_map(|word| words(word)) {
+        let word = lowercase(word.1);
+        if word.len() > MAX_LEXEME_BYTES {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(" & ");
+        }
+        push_quoted(&mut out, &word);
+    }
+    out
+}
+
+/// Writes `n` in decimal (as `write!` would, without its machinery: a
+/// message's words have a position each).
+fn push_number(out: &mut String, n: usize) {
+    let mut digits = [0_u8; 20];
+    let mut at = digits.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &digit in &digits[at..] {
+        out.push(char::from(digit));
+    }
+}
+
+/// `word` lowercased, borrowed where it already is (most words).
+fn lowercase(word: &str) -> Cow<'_, str> {
+    if word.is_ascii() && !word.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Borrowed(word)
+    } else {
+        Cow::Owned(word.to_lowercase())
+    }
+}
+
+/// `word` quoted for PostgreSQL's `tsvector` and `tsquery` input: within
+/// single quotes, a quote or a backslash is escaped by a backslash (the
+/// words here are letters and digits, so this is only a safeguard).
+fn push_quoted(out: &mut String, word: &str) {
+    out.push('\'');
+    if word.contains(['\'', '\\']) {
+        for c in word.chars() {
+            if c == '\'' || c == '\\' {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+    } else {
+        out.push_str(word);
+    }
+    out.push('\'');
+}
+
 /// The words of `text` (runs of letters and digits) with their byte offsets.
 fn words(text: &str) -> impl Iterator<Item = (usize, &str)> {
     text.split(|c: char| !c.is_alphanumeric())
@@ -131,6 +271,39 @@ mod tests {
             snippet("ünïcode WÖRDS", &query(&["wörds"])),
             "ünïcode **WÖRDS**"
         );
+    }
+
+    #[test]
+    fn a_texts_words_are_lowercased_with_their_positions() {
+        assert_eq!(tsvector("Tea time, TEA!"), "'tea':1,3 'time':2");
+        // Split where the snippets split: an address is three words.
+        assert_eq!(
+            tsvector("mail ann@example.com"),
+            "'ann':2 'com':4 'example':3 'mail':1"
+        );
+        assert_eq!(tsvector("Ünïcode wörds"), "'wörds':2 'ünïcode':1");
+        assert_eq!(tsvector(" ,;- "), "");
+        // A word too long to index is skipped and takes no position.
+        let long = "x".repeat(MAX_LEXEME_BYTES + 1);
+        assert_eq!(tsvector(&format!("a {long} b")), "'a':1 'b':2");
+    }
+
+    #[test]
+    fn positions_are_bounded_as_postgres_bounds_them() {
+        // At most 256 positions a word; past 16,383 every word is at 16,383.
+        let text = "w ".repeat(MAX_POSITION + 10);
+        let entry = tsvector(&text);
+        let positions: Vec<&str> = entry["'w':".len()..].split(',').collect();
+        assert_eq!(positions.len(), MAX_POSITIONS);
+        assert_eq!(positions[..3], ["1", "2", "3"]);
+        let late = format!("{}a b", "w ".repeat(MAX_POSITION + 10));
+        assert!(tsvector(&late).starts_with("'a':16383 'b':16383 'w':1,2,"));
+    }
+
+    #[test]
+    fn a_query_needs_every_word_split_as_texts_are() {
+        assert_eq!(tsquery(&query(&["Tea-Time", "x"])), "'tea' & 'time' & 'x'");
+        assert_eq!(tsquery(&query(&["!!", "?"])), "");
     }
 
     #[test]

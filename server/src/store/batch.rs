@@ -39,7 +39,7 @@ use super::rows::{Columns, SESSION_COLUMNS, encode_content, search_rowid, sessio
 use super::text::{escape, unescape};
 use crate::domain::{
     AppendedExchange, Change, Error, Message, NewExchange, ProviderCall, Result, Session,
-    SessionEvent, StoredMessage, Timestamp, control, ids,
+    SessionEvent, StoredMessage, Timestamp, control, ids, search,
 };
 use crate::wire::EncodedEvent;
 
@@ -889,10 +889,11 @@ impl Rows {
                 2,
                 "",
             ),
-            // The words only: the text itself is in the message's body.
+            // The words only (`domain::search::tsvector`): the text itself
+            // is in the message's body.
             Dialect::Postgres => (
                 "INSERT INTO message_search (session_key, sequence, words) \
-                 SELECT v.k, v.s, to_tsvector('simple', v.t) FROM (VALUES ",
+                 SELECT v.k, v.s, CAST(v.t AS tsvector) FROM (VALUES ",
                 3,
                 ") AS v (k, s, t)",
             ),
@@ -902,12 +903,14 @@ impl Rows {
             match dialect {
                 Dialect::Sqlite => {
                     values.push(Value::Int(search_rowid(session_key, sequence)));
+                    values.push(Value::Text(text));
                 }
-                Dialect::Postgres => {
-                    values.extend([Value::Int(session_key), Value::Int(sequence)]);
-                }
+                Dialect::Postgres => values.extend([
+                    Value::Int(session_key),
+                    Value::Int(sequence),
+                    Value::Text(search::tsvector(&text)),
+                ]),
             }
-            values.push(Value::Text(text));
         }
         insert_with(&mut statements, (head, tail), columns, values);
         // One range per session: its appends in a run are contiguous.

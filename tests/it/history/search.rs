@@ -5,6 +5,7 @@ use super::*;
 crate::backend_tests!(
     search_sees_only_the_current_view,
     search_pages_and_filters_by_user,
+    search_splits_words_as_snippets_do,
 );
 
 async fn search_sees_only_the_current_view(backend: Backend) {
@@ -149,6 +150,51 @@ async fn search_sees_only_the_current_view(backend: Backend) {
         let empty = search(&mut client, query, "", 0, "").await.unwrap_err();
         assert_field(&empty, Code::InvalidArgument, "query");
     }
+    server.stop().await.unwrap();
+}
+
+/// A word is a run of letters and digits on both backends: the parts of
+/// an e-mail address, a path or a hyphenated word are found on their own,
+/// and a query is split the same way. (PostgreSQL's own parser, used
+/// before 0018, kept such words whole as well, so their parts were missed.)
+async fn search_splits_words_as_snippets_do(backend: Backend) {
+    let server = TestServer::start(backend).await;
+    let mut client = server.client().await;
+    create(&mut client, "w_split").await;
+    let appended = exchange(
+        &mut client,
+        "w_split",
+        "Write to ANN@Example.com about /srv/data-2024/report.txt",
+        "A self-hosted ÉCOLE, version 3.14",
+    )
+    .await;
+    let user = at("w_split", appended.messages[0].sequence);
+    let answer = at("w_split", appended.messages[1].sequence);
+    for (query, hit) in [
+        ("example", &user),
+        ("ann@example.com", &user),
+        ("srv report txt", &user),
+        ("data 2024", &user),
+        ("DATA-2024", &user),
+        ("hosted", &answer),
+        ("école", &answer),
+        ("14", &answer),
+    ] {
+        assert_eq!(
+            found(&mut client, query, "").await,
+            [hit.clone()].into(),
+            "{query}"
+        );
+    }
+    assert!(found(&mut client, "examplecom", "").await.is_empty());
+    assert!(found(&mut client, "!!", "").await.is_empty());
+    let hits = search_all(&mut client, "hosted", "").await;
+    assert_eq!(hits.len(), 1);
+    assert!(
+        hits[0].snippet.contains("self-**hosted**"),
+        "{}",
+        hits[0].snippet
+    );
     server.stop().await.unwrap();
 }
 

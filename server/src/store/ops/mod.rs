@@ -436,12 +436,12 @@ impl Tx<'_> {
             // and was rolled back and run again whole.)
             Dialect::Postgres => sqlx::query(
                 "INSERT INTO message_search (session_key, sequence, words) \
-                 VALUES ($1, $2, to_tsvector('simple', $3)) \
+                 VALUES ($1, $2, CAST($3 AS tsvector)) \
                  ON CONFLICT (session_key, sequence) DO UPDATE SET words = EXCLUDED.words",
             )
             .bind(session_key)
             .bind(sequence)
-            .bind(text),
+            .bind(crate::domain::search::tsvector(&text)),
         };
         query.execute(&mut *self.conn).await?;
         Ok(())

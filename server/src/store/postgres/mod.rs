@@ -182,13 +182,13 @@ impl Backend for Postgres {
         let statement = format!(
             "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, m.wire, \
              CAST(NULL AS TEXT) AS snippet \
-             FROM message_search f CROSS JOIN plainto_tsquery('simple', $1) q \
+             FROM message_search f CROSS JOIN CAST($1 AS tsquery) q \
              JOIN messages m ON m.session_key = f.session_key AND m.sequence = f.sequence \
              JOIN sessions s ON s.key = f.session_key \
              WHERE f.words @@ q AND s.tenant = $2 AND s.deleted = 0{filters} \
              ORDER BY ts_rank(f.words, q) DESC, f.session_key, f.sequence LIMIT $3 OFFSET $4"
         );
-        (statement, words.join(" "))
+        (statement, crate::domain::search::tsquery(words))
     }
 
     fn events<'a>(

@@ -20,7 +20,7 @@ use sqlx::{AnyPool, Row as _};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::domain::{Error, Result, Timestamp, control};
+use crate::domain::{Error, Result, Timestamp, control, search};
 use crate::store::once::TakeOnce;
 use crate::store::rows::Content;
 
@@ -207,7 +207,7 @@ async fn index_page(pool: &AnyPool, after: (i64, i64)) -> Result<Option<(i64, i6
         if !text.trim().is_empty() {
             let key: i64 = row.try_get("session_key")?;
             let sequence: i64 = row.try_get("sequence")?;
-            texts.push((key, sequence, text));
+            texts.push((key, sequence, search::tsvector(&text)));
         }
     }
     if !texts.is_empty() {
@@ -223,7 +223,7 @@ async fn index_page(pool: &AnyPool, after: (i64, i64)) -> Result<Option<(i64, i6
             .collect();
         let sql = format!(
             "INSERT INTO message_search (session_key, sequence, words) \
-             SELECT v.k, v.s, to_tsvector('simple', v.t) FROM (VALUES {}) AS v (k, s, t) \
+             SELECT v.k, v.s, CAST(v.t AS tsvector) FROM (VALUES {}) AS v (k, s, t) \
              WHERE EXISTS (SELECT 1 FROM messages m \
                            WHERE m.session_key = v.k AND m.sequence = v.s AND m.redacted = 0) \
              ON CONFLICT DO NOTHING",
