@@ -285,7 +285,7 @@ impl Plan {
                     sessions: 1_000_000,
                 }
             },
-            scale_samples: if quick { 20 } else { 500 },
+            scale_samples: if quick { 20 } else { 2_000 },
             benches,
         }
     }
