@@ -170,6 +170,25 @@ async fn search_splits_words_as_snippets_do(backend: Backend) {
     .await;
     let user = at("w_split", appended.messages[0].sequence);
     let answer = at("w_split", appended.messages[1].sequence);
+    // Sent as the full history: its new messages are known only once the
+    // stored ones are read (PostgreSQL's writers split the words of other
+    // appends before queueing them).
+    let mut full = exchange_request("w_split", "", "The QUOKKA-land reply");
+    full.full_history = vec![
+        crate::support::user("Write to ANN@Example.com about /srv/data-2024/report.txt"),
+        crate::support::assistant("A self-hosted ÉCOLE, version 3.14"),
+        crate::support::user("zebra crossing?"),
+    ];
+    full.messages.clear();
+    let tail = client
+        .append_exchange(full)
+        .await
+        .expect("append with full_history")
+        .into_inner();
+    let zebra = at("w_split", tail.messages[0].sequence);
+    let quokka = at("w_split", tail.messages[1].sequence);
+    assert_eq!(found(&mut client, "ZEBRA", "").await, [zebra].into());
+    assert_eq!(found(&mut client, "land quokka", "").await, [quokka].into());
     for (query, hit) in [
         ("example", &user),
         ("ann@example.com", &user),
