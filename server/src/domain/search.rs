@@ -91,10 +91,10 @@ const MAX_LEXEME_BYTES: usize = 2046;
 const MAX_POSITION: usize = 16_383;
 /// The most positions kept per word (PostgreSQL's `MAXNUMPOS`).
 const MAX_POSITIONS: usize = 256;
-/// The most bytes of distinct words one message's entry holds: PostgreSQL
-/// refuses a `tsvector` whose words exceed 1 MiB; the words past that are
-/// not indexed (`to_tsvector` failed the whole write instead).
-const MAX_WORD_BYTES: usize = (1 << 20) - 1;
+/// The most bytes one message's words and positions take in a `tsvector`:
+/// PostgreSQL refuses a larger one. The words (in their order) past it are
+/// not indexed; `to_tsvector` failed the whole write instead.
+const MAX_STORED_BYTES: usize = (1 << 20) - 1;
 
 /// The words a message's searchable `text` is found by, in PostgreSQL's
 /// `tsvector` input syntax (`'tea':1,4 'time':2`): the words [`snippet`]
@@ -126,31 +126,33 @@ pub fn tsvector(text: &str) -> String {
     }
     found.sort_unstable();
     let mut out = String::with_capacity(text.len() + found.len() * 4);
-    let mut word_bytes = 0;
+    let mut stored = 0;
+    let mut positions = Vec::new();
     let mut rest = found.as_slice();
     while let Some((_, word, _)) = rest.first() {
         let count = rest.iter().take_while(|(_, w, _)| w == word).count();
         let (same, after) = rest.split_at(count);
         rest = after;
-        word_bytes += word.len();
-        if word_bytes > MAX_WORD_BYTES {
+        positions.clear();
+        for &(_, _, at) in same {
+            // Positions past the last one all count as the last one.
+            if positions.last() != Some(&at) && positions.len() < MAX_POSITIONS {
+                positions.push(at);
+            }
+        }
+        // What PostgreSQL stores for it: the word (to an even length),
+        // the count of its positions and each position, two bytes each.
+        stored += word.len().next_multiple_of(2) + 2 + 2 * positions.len();
+        if stored > MAX_STORED_BYTES {
             break;
         }
         if !out.is_empty() {
             out.push(' ');
         }
         push_quoted(&mut out, word);
-        let mut last = 0;
-        let mut kept = 0;
-        for &(_, _, at) in same {
-            // Positions past the last one all count as the last one.
-            if at == last || kept == MAX_POSITIONS {
-                continue;
-            }
-            out.push(if kept == 0 { ':' } else { ',' });
+        for (index, &at) in positions.iter().enumerate() {
+            out.push(if index == 0 { ':' } else { ',' });
             push_number(&mut out, at);
-            last = at;
-            kept += 1;
         }
     }
     out
@@ -298,6 +300,17 @@ mod tests {
         assert_eq!(positions[..3], ["1", "2", "3"]);
         let late = format!("{}a b", "w ".repeat(MAX_POSITION + 10));
         assert!(tsvector(&late).starts_with("'a':16383 'b':16383 'w':1,2,"));
+    }
+
+    #[test]
+    fn an_entry_stops_where_postgres_would_refuse_it() {
+        // 131,000 words of 8 bytes, one position each: 1,572,000 bytes.
+        let text: Vec<String> = (0..131_000).map(|i| format!("w{i:07}")).collect();
+        let entry = tsvector(&text.join(" "));
+        let kept = entry.split(' ').count();
+        // Each takes 8 bytes, 2 for its count of positions and 2 for one.
+        assert_eq!(kept, MAX_STORED_BYTES / 12);
+        assert!(entry.starts_with("'w0000000':1 'w0000001':2 "));
     }
 
     #[test]

@@ -6,6 +6,7 @@ crate::backend_tests!(
     search_sees_only_the_current_view,
     search_pages_and_filters_by_user,
     search_splits_words_as_snippets_do,
+    a_message_of_more_words_than_an_index_entry_holds_is_stored,
 );
 
 async fn search_sees_only_the_current_view(backend: Backend) {
@@ -214,6 +215,21 @@ async fn search_splits_words_as_snippets_do(backend: Backend) {
         "{}",
         hits[0].snippet
     );
+    server.stop().await.unwrap();
+}
+
+/// A message whose distinct words would take more than PostgreSQL's
+/// 1 MiB for one `tsvector` is stored, and found by its first words (in
+/// PostgreSQL's order of words, the index keeps as many as fit; before
+/// 0018 the whole append failed there).
+async fn a_message_of_more_words_than_an_index_entry_holds_is_stored(backend: Backend) {
+    let server = TestServer::start(backend).await;
+    let mut client = server.client().await;
+    create(&mut client, "w_many").await;
+    let text: Vec<String> = (0..200_000).map(|i| format!("w{i:06}")).collect();
+    let appended = exchange(&mut client, "w_many", &text.join(" "), "short answer").await;
+    let first = at("w_many", appended.messages[0].sequence);
+    assert_eq!(found(&mut client, "w000001", "").await, [first].into());
     server.stop().await.unwrap();
 }
 
