@@ -390,6 +390,10 @@ fn run(
 ) {
     // Log rows per pass: fewer after a pass that found the disk full.
     let mut rows = PASS_ROWS;
+    // After a pass that found the disk full, the next waits as long as
+    // writes make background work wait (as the checkpointer does): space
+    // freed meanwhile goes to the callers' writes first.
+    let mut full_at: Option<Instant> = None;
     // When a pass last applied rows, until the search file's WAL has been
     // given back after it.
     let mut applied_at: Option<Instant> = None;
@@ -403,7 +407,7 @@ fn run(
         // The index waits while writes find the disk full: freed space
         // goes to them first. (Searches meanwhile may answer
         // SEARCH_INDEX_BEHIND.)
-        if space.holding_back() {
+        if space.holding_back() || full_at.is_some_and(|at| at.elapsed() < DiskSpace::HOLD_BACK) {
             if !waits.idle() {
                 return;
             }
@@ -415,6 +419,7 @@ fn run(
                 cleared,
                 cut,
             })) => {
+                full_at = None;
                 applied.store(through, Ordering::Release);
                 progress.send_replace(Progress::Applied { through, cleared });
                 applied_at = Some(Instant::now());
@@ -427,6 +432,7 @@ fn run(
                 // Short of space, smaller passes still fit.
                 if matches!(error, crate::domain::Error::StorageFull(_)) {
                     rows = (rows / 4).max(1);
+                    full_at = Some(Instant::now());
                 }
                 tracing::error!(%error, rows, "indexing messages for search failed; retrying");
                 None
