@@ -172,3 +172,71 @@ async fn a_full_history_append_stores_only_its_new_tail(backend: Backend) {
     assert_eq!(texts(&store, "s").await.len(), 4);
     store.close().await;
 }
+
+/// PostgreSQL's append writers begin each batch's transaction in the
+/// round trip that commits the batch before it. A writer whose open
+/// transaction's connection ends (killed here, as an administrator or
+/// `idle_in_transaction_session_timeout` would) appends on a new one, and
+/// once appends stop no transaction is left open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_writers_leave_no_transaction_open() {
+    use sqlx::Connection as _;
+    if !crate::support::postgres_available(
+        "store::appends::postgres_writers_leave_no_transaction_open",
+    )
+    .await
+    {
+        return;
+    }
+    let (storage, store) = open(Backend::Postgres).await;
+    let observer =
+        tokio::sync::Mutex::new(sqlx::PgConnection::connect(&storage.url).await.unwrap());
+    let open_transactions = || {
+        let observer = &observer;
+        async move {
+            let pids: Vec<i32> = sqlx::query_scalar(
+                "SELECT pid FROM pg_stat_activity \
+                 WHERE datname = current_database() AND state = 'idle in transaction'",
+            )
+            .fetch_all(&mut *observer.lock().await)
+            .await
+            .unwrap();
+            pids
+        }
+    };
+    create(&store, "s").await;
+    store
+        .append_exchange(TENANT, exchange("s", "q1"))
+        .await
+        .unwrap();
+    // The writer's connection waits in the transaction begun for the next
+    // batch; it is ended under it.
+    let writer = crate::support::poll_until(
+        "the writer's transaction begun for the next batch",
+        std::time::Duration::from_secs(10),
+        || async { open_transactions().await.first().copied() },
+    )
+    .await;
+    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(writer)
+        .fetch_one(&mut *observer.lock().await)
+        .await
+        .unwrap();
+    assert!(ended);
+    store
+        .append_exchange(TENANT, exchange("s", "q2"))
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(&store, "s").await,
+        ["q1", "an answer", "q2", "an answer"]
+    );
+    // With no append coming, the writer ends its open transaction itself.
+    crate::support::poll_until(
+        "no transaction left open",
+        std::time::Duration::from_secs(10),
+        || async { open_transactions().await.is_empty().then_some(()) },
+    )
+    .await;
+    store.close().await;
+}

@@ -131,9 +131,25 @@ async fn run_append_writer(
     // The writer keeps its connection between batches: taking one from the
     // pool costs a round trip (its liveness check) of the few a batch
     // takes. A connection that failed is dropped and replaced.
-    let mut held = None;
+    let mut held: Option<Held> = None;
     let mut kept = KeptSessions::default();
-    while let Some((batch, stop)) = next_batch(&mut jobs, MAX_BATCH).await {
+    loop {
+        // A transaction begun for the next batch is not left open while
+        // no append comes.
+        let next = match held.as_mut().filter(|held| held.begun) {
+            Some(_) => {
+                match tokio::time::timeout(OPEN_WHILE_IDLE, next_batch(&mut jobs, MAX_BATCH)).await
+                {
+                    Ok(next) => next,
+                    Err(_) => {
+                        end_open(&mut held).await;
+                        continue;
+                    }
+                }
+            }
+            None => next_batch(&mut jobs, MAX_BATCH).await,
+        };
+        let Some((batch, stop)) = next else { break };
         if !batch.is_empty() {
             let writer = Writer {
                 pool: &pool,
@@ -146,7 +162,46 @@ async fn run_append_writer(
             writer.commit_appends(batch).await;
         }
         if stop {
-            return;
+            break;
+        }
+    }
+    // Back to the pool as it came.
+    if let Some(Held { mut connection, .. }) = held.take()
+        && connection
+            .execute("ROLLBACK; RESET client_min_messages")
+            .await
+            .is_err()
+    {
+        connection.close_on_drop();
+    }
+}
+
+/// The writer's connection, and whether a transaction is open on it for
+/// the next batch: each commit begins the next transaction in its own
+/// round trip (`hints::commit_and_begin`), so a batch takes two round trips, the
+/// write and the commit, instead of three.
+struct Held {
+    connection: PoolConnection<Any>,
+    begun: bool,
+}
+
+/// How long a transaction begun for the next batch stays open while no
+/// append comes. It holds no snapshot and no lock (nothing has run in it),
+/// but an idle connection is better seen outside a transaction.
+const OPEN_WHILE_IDLE: Duration = Duration::from_secs(1);
+
+/// Ends the transaction begun for a batch that did not come. A connection
+/// that cannot do so is dropped.
+async fn end_open(held: &mut Option<Held>) {
+    if let Some(open) = held.as_mut().filter(|held| held.begun) {
+        match open.connection.execute("ROLLBACK").await {
+            Ok(_) => open.begun = false,
+            Err(error) => {
+                tracing::debug!(%error, "cannot end the writer's open transaction; closing its connection");
+                if let Some(mut held) = held.take() {
+                    held.connection.close_on_drop();
+                }
+            }
         }
     }
 }
@@ -156,8 +211,9 @@ async fn run_append_writer(
 /// all kept neither reads nor locks them: it writes straight away, each
 /// session's update checking that its row is still the version kept, and
 /// is redone from rows read if one is not (another replica, or another
-/// kind of write, changed it). Three round trips (`BEGIN`, the write,
-/// `COMMIT` with the hints) instead of four, and no session read.
+/// kind of write, changed it). Two round trips (the write, and `COMMIT`
+/// with the hints and the next `BEGIN`) instead of three, and no session
+/// read.
 ///
 /// A session is taken out while a batch writes it and put back only if
 /// the batch committed, so a failed or redone batch never leaves a stale
@@ -216,7 +272,7 @@ impl KeptSessions {
 /// A batch writer's state, for one batch.
 struct Writer<'a> {
     pool: &'a AnyPool,
-    held: &'a mut Option<PoolConnection<Any>>,
+    held: &'a mut Option<Held>,
     kept: &'a mut KeptSessions,
     sink: &'a Arc<dyn CommitSink>,
     publisher: &'a Publisher,
@@ -332,31 +388,48 @@ impl Writer<'_> {
         jobs: &[PendingAppend],
         lent: &mut bool,
     ) -> Result<Attempt, sqlx::Error> {
-        let connection = match self.held {
-            Some(connection) => connection,
-            None => self.held.insert(self.pool.acquire().await?),
+        let held = match self.held {
+            Some(held) => held,
+            None => {
+                let mut connection = self.pool.acquire().await?;
+                // The commit's round trip ends the hints' own implicit
+                // transaction with a `COMMIT`, which PostgreSQL answers
+                // with a warning (`hints::commit_and_begin`): not logged.
+                connection
+                    .execute("SET client_min_messages = error")
+                    .await?;
+                self.held.insert(Held {
+                    connection,
+                    begun: false,
+                })
+            }
         };
         // A plain BEGIN rather than sqlx's transaction, which would end
-        // with a COMMIT of its own: the commit hints share the COMMIT's
-        // round trip (`hints::commit`).
-        connection.execute("BEGIN").await?;
+        // with a COMMIT of its own: the commit hints and the next batch's
+        // BEGIN share the COMMIT's round trip (`hints::commit_and_begin`).
+        if !held.begun {
+            held.connection.execute("BEGIN").await?;
+            held.begun = true;
+        }
+        let connection = &mut held.connection;
         let mut run = batch::Run::new(Dialect::Postgres, self.search, requests);
         let now = Timestamp::now();
         *lent = self.kept.lend(&mut run, requests, now);
         let written = batch::append_run(connection, run, now).await?;
+        // Redone at once: the redo's transaction begins in the same round trip.
         if written.stale {
-            connection.execute("ROLLBACK").await?;
+            connection.execute("ROLLBACK; BEGIN").await?;
             return Ok(Attempt::Stale);
         }
         if jobs.iter().any(PendingAppend::abandoned) {
-            connection.execute("ROLLBACK").await?;
+            connection.execute("ROLLBACK; BEGIN").await?;
             return Ok(Attempt::Abandoned);
         }
         let hints = hints::of(written.outcomes.iter().flat_map(|outcome| match outcome {
             batch::Outcome::Done(Ok(applied)) => applied.events.as_slice(),
             _ => &[],
         }));
-        hints::commit(connection, &hints).await?;
+        held.begun = hints::commit_and_begin(connection, &hints).await?;
         Ok(Attempt::Committed(written))
     }
 }
@@ -364,10 +437,14 @@ impl Writer<'_> {
 /// Gives the writer's connection back after a failed batch, its
 /// transaction perhaps still open: rolled back, in the background, and
 /// returned to the pool if it still answers, closed if not.
-fn release(held: &mut Option<PoolConnection<Any>>) {
-    if let Some(mut connection) = held.take() {
+fn release(held: &mut Option<Held>) {
+    if let Some(Held { mut connection, .. }) = held.take() {
         tokio::spawn(async move {
-            if connection.execute("ROLLBACK").await.is_err() {
+            if connection
+                .execute("ROLLBACK; RESET client_min_messages")
+                .await
+                .is_err()
+            {
                 connection.close_on_drop();
             }
         });

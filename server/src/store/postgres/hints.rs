@@ -11,7 +11,7 @@
 //! instead of sharing one. A statement that only notifies writes no data,
 //! so PostgreSQL does not wait for its commit record to reach the disk, and
 //! holds the lock for microseconds. The append writers send the hints in
-//! the same round trip as their `COMMIT` ([`commit`]); the general path,
+//! the same round trip as their `COMMIT` ([`commit_and_begin`]); the general path,
 //! whose transaction sqlx ends, sends them in one of their own ([`send`]).
 //!
 //! Sent before the answers, a run's closing hint still reaches the other
@@ -43,31 +43,50 @@ pub(super) fn of<'a>(
         .collect()
 }
 
-/// Commits `conn`'s open transaction (begun with a plain `BEGIN`) and
-/// sends `hints` in the same round trip: `COMMIT; SELECT pg_notify(…)` as
-/// one simple query. `Err` only if the commit failed; a failure of the
-/// hints after it is logged, as in [`send`].
-pub(super) async fn commit(conn: &mut AnyConnection, hints: &[String]) -> Result<(), sqlx::Error> {
+/// Commits `conn`'s open transaction (begun with a plain `BEGIN`), sends
+/// `hints`, and begins the next transaction, all in one round trip:
+/// `COMMIT; SELECT pg_notify(…); COMMIT; BEGIN` as one simple query. The
+/// hints run in an implicit transaction of their own, after the commit,
+/// which the second `COMMIT` ends (PostgreSQL warns that no transaction
+/// block was open: the append writers' connections do not log warnings).
+/// `Err` only if the commit failed. `Ok(true)` if the next transaction
+/// was begun; `Ok(false)` if the hints failed after the commit (logged,
+/// as in [`send`]): PostgreSQL runs nothing after a statement that fails,
+/// so no transaction was begun.
+pub(super) async fn commit_and_begin(
+    conn: &mut AnyConnection,
+    hints: &[String],
+) -> Result<bool, sqlx::Error> {
     let mut sql = String::from("COMMIT");
+    let mut statements = 2;
     for chunk in hints.chunks(HINTS_PER_STATEMENT) {
         sql.push_str("; ");
         sql.push_str(&statement(chunk));
+        statements += 1;
     }
+    if !hints.is_empty() {
+        sql.push_str("; COMMIT");
+        statements += 1;
+    }
+    sql.push_str("; BEGIN");
     let mut results = conn.execute_many(sql.as_str());
-    // The first result is the commit's; PostgreSQL runs nothing after a
-    // statement that fails.
+    // The first result is the commit's.
     match results.next().await {
         Some(Ok(_)) => {}
         Some(Err(error)) => return Err(error),
         None => return Err(sqlx::Error::Protocol("COMMIT went unanswered".into())),
     }
+    let mut answered = 1;
     while let Some(result) = results.next().await {
-        if let Err(error) = result {
-            lost(&error);
-            break;
+        match result {
+            Ok(_) => answered += 1,
+            Err(error) => {
+                lost(&error);
+                return Ok(false);
+            }
         }
     }
-    Ok(())
+    Ok(answered == statements)
 }
 
 /// Sends `hints` on `conn`, outside any transaction. `false` if that
