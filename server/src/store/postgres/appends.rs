@@ -390,25 +390,23 @@ impl Writer<'_> {
     ) -> Result<Attempt, sqlx::Error> {
         let held = match self.held {
             Some(held) => held,
-            None => {
-                let mut connection = self.pool.acquire().await?;
-                // The commit's round trip ends the hints' own implicit
-                // transaction with a `COMMIT`, which PostgreSQL answers
-                // with a warning (`hints::commit_and_begin`): not logged.
-                connection
-                    .execute("SET client_min_messages = error")
-                    .await?;
-                self.held.insert(Held {
-                    connection,
-                    begun: false,
-                })
-            }
+            None => self.held.insert(Held {
+                connection: self.pool.acquire().await?,
+                begun: false,
+            }),
         };
         // A plain BEGIN rather than sqlx's transaction, which would end
         // with a COMMIT of its own: the commit hints and the next batch's
         // BEGIN share the COMMIT's round trip (`hints::commit_and_begin`).
+        // That round trip ends the hints' own implicit transaction with a
+        // `COMMIT`, which PostgreSQL answers with a warning: the writer's
+        // connection does not log warnings, set in the same round trip as
+        // its first `BEGIN` (the `SET` ends its own implicit transaction
+        // with a `COMMIT` whose warning it already silences).
         if !held.begun {
-            held.connection.execute("BEGIN").await?;
+            held.connection
+                .execute("SET client_min_messages = error; COMMIT; BEGIN")
+                .await?;
             held.begun = true;
         }
         let connection = &mut held.connection;
