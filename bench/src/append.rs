@@ -134,6 +134,9 @@ async fn ceiling_search(db: &Database) -> anyhow::Result<()> {
 /// answers INVALID_ARGUMENT without touching the database.
 struct ServiceWriter {
     client: SessionStoreClient<Channel>,
+    /// The other replicas' clients, when each append goes to the next
+    /// replica in turn ([`Routing::Alternating`]).
+    others: Vec<SessionStoreClient<Channel>>,
     session: String,
     seed: u64,
     rejected: bool,
@@ -143,6 +146,10 @@ impl Worker for ServiceWriter {
     async fn op(&mut self) -> anyhow::Result<()> {
         self.seed += 1;
         let mut request = workload::exchange(&self.session, self.seed);
+        if !self.others.is_empty() {
+            self.others.push(self.client.clone());
+            self.client = self.others.remove(0);
+        }
         if !self.rejected {
             self.client
                 .append_exchange(request)
@@ -172,21 +179,39 @@ pub async fn service(
     spread: Spread,
     timing: Timing,
 ) -> anyhow::Result<Run> {
-    service_across(&[server], clients, spread, timing).await
+    service_across(&[server], clients, spread, Routing::Sticky, timing).await
 }
 
-/// The same through several replicas of one database: client `i` talks to
-/// `servers[i % servers.len()]`, and the servers' CPU is summed.
+/// Which replica a client's appends go to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// Client `i` always to `servers[i % servers.len()]` (a load balancer
+    /// that keeps a session on one replica).
+    Sticky,
+    /// Each append to the next replica in turn (one that spreads requests).
+    Alternating,
+}
+
+/// The same through several replicas of one database, routed by
+/// `routing`; the servers' CPU is summed.
 pub async fn service_across(
     servers: &[&Server],
     clients: usize,
     spread: Spread,
+    routing: Routing,
     timing: Timing,
 ) -> anyhow::Result<Run> {
     let first = *servers.first().context("no server to append through")?;
     let mut workers = Vec::with_capacity(clients);
     for worker in 0..clients {
+        let mut others = Vec::new();
+        if routing == Routing::Alternating {
+            for other in 1..servers.len() {
+                others.push(servers[(worker + other) % servers.len()].connect().await?);
+            }
+        }
         workers.push(ServiceWriter {
+            others,
             client: servers[worker % servers.len()].connect().await?,
             session: spread.session(worker),
             seed: seed_base(worker),
@@ -238,6 +263,7 @@ pub async fn rejected(server: &Server, clients: usize, timing: Timing) -> anyhow
     let mut workers = Vec::with_capacity(clients);
     for worker in 0..clients {
         workers.push(ServiceWriter {
+            others: Vec::new(),
             client: server.connect().await?,
             session: Spread::Many.session(worker),
             seed: seed_base(worker),

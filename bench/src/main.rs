@@ -35,6 +35,7 @@ use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 use sqlx::Connection as _;
 
+use crate::append::Routing;
 use crate::append::Spread as Writers;
 use crate::report::{Figure, Machine, Report};
 use crate::server::{Database, Server};
@@ -561,14 +562,20 @@ async fn replicas_benchmarks(
     append::prepare(&a, db, max_clients, plan.prefill).await?;
     db.analyze().await?;
     for &clients in &plan.clients {
-        for (subject, servers) in [
-            ("sessionstore, one replica", vec![&a]),
-            ("sessionstore, two replicas", vec![&a, &b]),
+        for (subject, servers, routing) in [
+            ("sessionstore, one replica", vec![&a], Routing::Sticky),
+            ("sessionstore, two replicas", vec![&a, &b], Routing::Sticky),
+            (
+                "sessionstore, two replicas, each append to the other",
+                vec![&a, &b],
+                Routing::Alternating,
+            ),
         ] {
             let mut runs = Vec::new();
             for _ in 0..plan.repeat {
                 runs.push(
-                    append::service_across(&servers, clients, Writers::Many, plan.timing).await?,
+                    append::service_across(&servers, clients, Writers::Many, routing, plan.timing)
+                        .await?,
                 );
             }
             let service = Throughput::of(runs);

@@ -221,7 +221,19 @@ async fn end_open(held: &mut Option<Held>) {
 #[derive(Default)]
 struct KeptSessions {
     sessions: HashMap<(String, String), (batch::Kept, Instant)>,
+    /// Sessions not kept again until the instant given: a batch that
+    /// wrote them as kept had to be redone (another replica, or another
+    /// kind of write, had changed one of them). A session whose appends
+    /// go to several replicas in turn changes under every writer that
+    /// keeps it; kept, each of its batches would write once for nothing
+    /// and again from rows read. Read and locked instead, it costs one
+    /// read. (Which of a redone batch's kept sessions had changed is not
+    /// known when a key refused the write: all of them cool down.)
+    cooling: HashMap<(String, String), Instant>,
 }
+
+/// How long a session of a redone batch is not kept.
+const COOL_FOR: Duration = Duration::from_secs(10);
 
 /// How long a writer trusts a session it keeps without using it. Also
 /// keeps a row's version from being compared after the 2^32 transactions
@@ -238,18 +250,32 @@ impl KeptSessions {
         run: &mut batch::Run<'_>,
         requests: &[(&str, &NewExchange)],
         now: Timestamp,
-    ) -> bool {
-        let mut lent = false;
+    ) -> Vec<(String, String)> {
+        let mut lent = Vec::new();
         for (tenant, exchange) in requests {
             let key = ((*tenant).to_owned(), exchange.session_id.clone());
             if let Some((kept, since)) = self.sessions.remove(&key)
                 && since.elapsed() < KEPT_FOR
             {
                 run.add_kept(kept, now);
-                lent = true;
+                lent.push(key);
             }
         }
         lent
+    }
+
+    /// Keeps none of `sessions` for [`COOL_FOR`]: a batch that wrote them
+    /// as kept is being redone.
+    fn cool(&mut self, sessions: Vec<(String, String)>) {
+        let until = Instant::now() + COOL_FOR;
+        if self.cooling.len() + sessions.len() > KEPT_MAX {
+            let now = Instant::now();
+            self.cooling.retain(|_, until| *until > now);
+        }
+        if self.cooling.len() + sessions.len() <= KEPT_MAX {
+            self.cooling
+                .extend(sessions.into_iter().map(|key| (key, until)));
+        }
     }
 
     /// Keeps `sessions`, as a batch that committed left them.
@@ -264,6 +290,13 @@ impl KeptSessions {
         let now = Instant::now();
         for kept in sessions {
             let key = (kept.tenant.clone(), kept.loaded.session.id.clone());
+            match self.cooling.get(&key) {
+                Some(until) if *until > now => continue,
+                Some(_) => {
+                    self.cooling.remove(&key);
+                }
+                None => {}
+            }
             self.sessions.insert(key, (kept, now));
         }
     }
@@ -310,7 +343,7 @@ impl Writer<'_> {
                 .iter()
                 .map(|job| (job.tenant(), job.op().0.as_ref()))
                 .collect();
-            let mut lent = false;
+            let mut lent = Vec::new();
             let attempt = self.attempt(&requests, &jobs, &mut lent).await;
             match attempt {
                 Ok(Attempt::Committed(written)) => {
@@ -320,6 +353,7 @@ impl Writer<'_> {
                 Ok(Attempt::Abandoned) => continue,
                 Ok(Attempt::Stale) => {
                     tracing::debug!("a kept session had changed; redoing the batch from rows read");
+                    self.kept.cool(lent);
                     continue;
                 }
                 Err(error) => {
@@ -346,8 +380,9 @@ impl Writer<'_> {
                     // retry fails the write on its key, and the batch is
                     // redone from rows read, which defers it. (The kept
                     // sessions were taken out: the redo reads them all.)
-                    if lent {
+                    if !lent.is_empty() {
                         tracing::debug!(%error, "a batch on kept sessions failed; redoing it from rows read");
+                        self.kept.cool(lent);
                         continue;
                     }
                     // A race with another replica is expected; anything else is worth a warning.
@@ -377,16 +412,16 @@ impl Writer<'_> {
         }
     }
 
-    /// One try at a batch, in one transaction on the writer's connection:
-    /// `BEGIN`, the kept sessions given and the others read and locked,
-    /// the write, then `COMMIT` with the hints unless a caller gave up or
-    /// a kept session had changed. `lent` says whether kept sessions were
-    /// given.
+    /// One try at a batch, in one transaction on the writer's connection
+    /// (begun by the commit before it, or here): the kept sessions given
+    /// and the others read and locked, the write, then `COMMIT` with the
+    /// hints (and the next `BEGIN`) unless a caller gave up or a kept
+    /// session had changed. `lent` gets the kept sessions given.
     async fn attempt(
         &mut self,
         requests: &[(&str, &NewExchange)],
         jobs: &[PendingAppend],
-        lent: &mut bool,
+        lent: &mut Vec<(String, String)>,
     ) -> Result<Attempt, sqlx::Error> {
         let held = match self.held {
             Some(held) => held,
