@@ -181,14 +181,11 @@ async fn a_full_history_append_stores_only_its_new_tail(backend: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_writers_leave_no_transaction_open() {
     use sqlx::Connection as _;
-    if !crate::support::postgres_available(
-        "store::appends::postgres_writers_leave_no_transaction_open",
-    )
-    .await
-    {
+    let Some((storage, store)) =
+        open_postgres("store::appends::postgres_writers_leave_no_transaction_open").await
+    else {
         return;
-    }
-    let (storage, store) = open(Backend::Postgres).await;
+    };
     let observer =
         tokio::sync::Mutex::new(sqlx::PgConnection::connect(&storage.url).await.unwrap());
     let open_transactions = || {

@@ -261,14 +261,11 @@ async fn search_pages_by_offset_and_keeps_to_the_user_and_tenant(backend: Backen
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_racing_a_search_build_keeps_its_own_words() {
     use sqlx::Connection as _;
-    if !crate::support::postgres_available(
-        "store::search::an_edit_racing_a_search_build_keeps_its_own_words",
-    )
-    .await
-    {
+    let Some((storage, store)) =
+        open_postgres("store::search::an_edit_racing_a_search_build_keeps_its_own_words").await
+    else {
         return;
-    }
-    let (storage, store) = open(Backend::Postgres).await;
+    };
     create(&store, "s").await;
     let (_, appended) = store
         .append_exchange(TENANT, exchange("s", "zebra"))
