@@ -265,11 +265,21 @@ async fn web_chat_in_chromium() {
         .expect("run node test/drive.mjs");
     let report: serde_json::Value = serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|e| panic!("drive.mjs printed no JSON report ({e}):\n{}", said(&output)));
+    // The whole report first, so that a failure's own message (below, kept
+    // short) is the last thing the test prints, where a log's tail shows it.
     let pretty = serde_json::to_string_pretty(&report).unwrap();
+    println!(
+        "drive.mjs report:\n{pretty}\ndrive.mjs stderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(
         output.status.success() && report["ok"] == true,
-        "the browser scenario failed:\n{pretty}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+        "the browser scenario failed: {} (last check: {})",
+        report["error"],
+        report["checks"]
+            .as_array()
+            .and_then(|checks| checks.last())
+            .unwrap_or(&serde_json::Value::Null)
     );
     println!(
         "browser scenario passed in {:.1} s: {} checks; delta {} before the reload, {} restored, \
@@ -287,29 +297,35 @@ async fn web_chat_in_chromium() {
     );
 
     // What the page saw.
-    assert_eq!(report["wrongToken"]["code"], "Unauthenticated", "{pretty}");
+    assert_eq!(
+        report["wrongToken"]["code"], "Unauthenticated",
+        "report above"
+    );
     assert_eq!(
         report["wrongToken"]["reason"], "UNAUTHENTICATED",
-        "{pretty}"
+        "report above"
     );
-    assert_eq!(report["cors"]["refused"], true, "{pretty}");
+    assert_eq!(report["cors"]["refused"], true, "report above");
     let before = report["beforeReload"]["text"].as_str().unwrap();
     let after = report["afterReload"]["text"].as_str().unwrap();
-    assert!(!before.is_empty() && after.starts_with(before), "{pretty}");
+    assert!(
+        !before.is_empty() && after.starts_with(before),
+        "report above"
+    );
     assert!(
         report["afterReload"]["restoredIndex"].as_i64()
             >= report["beforeReload"]["lastIndex"].as_i64(),
-        "{pretty}"
+        "report above"
     );
     assert!(
         report["secondTab"]["mergedDeltas"].as_i64() > Some(0),
-        "the second tab joined through a merged delta: {pretty}"
+        "the second tab joined through a merged delta (report above)"
     );
-    assert_eq!(report["producer"]["cancelled"], true, "{pretty}");
+    assert_eq!(report["producer"]["cancelled"], true, "report above");
     let run_id = report["producer"]["runId"].as_str().unwrap().to_owned();
-    assert_eq!(report["cancel"]["runId"], run_id.as_str(), "{pretty}");
+    assert_eq!(report["cancel"]["runId"], run_id.as_str(), "report above");
     let stored_text = report["cancel"]["storedText"].as_str().unwrap().to_owned();
-    assert!(stored_text.starts_with(before.trim_end()), "{pretty}");
+    assert!(stored_text.starts_with(before.trim_end()), "report above");
     if std::env::var_os("SESSIONSTORE_UPDATE_SCREENSHOT").is_some() {
         std::fs::copy(&screenshot, example().join("screenshot.png")).unwrap();
     }
