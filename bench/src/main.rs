@@ -853,7 +853,7 @@ async fn export_case(
     )
     .ratio(ratio, &format!("{} time", baseline.0));
     if size == 10_000 {
-        figure = figure.target("≤ 2.0× SELECT", ratio <= 2.0);
+        figure = figure.target("≤ 1.3× SELECT", ratio <= 1.3);
     }
     report.push(figure);
     export_ms.insert((backend, size), service.median);
