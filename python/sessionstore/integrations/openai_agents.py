@@ -56,9 +56,15 @@ API refuses a reasoning item without its following item), and a window of
 - ``add_items`` then sends the items from the first one the model produced
   (an assistant message, a reasoning item, a ``*_call``) as the response of
   a provider call of that model, and the ones before it as input: still one
-  ``AppendExchange``. The call names the model only; the ``Session``
-  protocol is not given the run's token usage, so the call has none, but it
-  counts as a call in ``SummarizeUsage``.
+  ``AppendExchange``. The call carries the tokens of the model requests the
+  run made since this session last recorded them (``prompt_tokens``,
+  ``completion_tokens``, ``total_tokens``, ``cached_input_tokens``,
+  ``cache_creation_input_tokens`` and ``reasoning_tokens``, summed over
+  them; the SDK saves each turn as it ends, so usually one request's), read
+  from the run's context, which the SDK passes to a session whose methods
+  take ``wrapper`` (as this one's do): ``SummarizeUsage`` then counts what
+  the run was billed. Called without a run's context (directly, or by a
+  runner that does not pass it), the call names the model only.
 - ``get_items`` reads an export for that target (``ExportHistory`` with
   ``ExportTarget``, ``reasoning="same_model"`` by default): reasoning items
   other models made are left out, and a ``function_call`` whose output never
@@ -104,7 +110,7 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from .. import v1
@@ -399,6 +405,77 @@ def item_from_message(message: v1.Message) -> TResponseInputItem | None:
 # -- the session -------------------------------------------------------------
 
 
+#: Where a run's context remembers, per session, how many of the run's
+#: model requests (``usage.request_usage_entries``) were recorded already.
+_RECORDED_ATTRIBUTE = "_sessionstore_recorded_requests"
+
+
+class _Requests:
+    """The model requests of a run (``wrapper.usage.request_usage_entries``)
+    that the session ``key`` has not recorded yet."""
+
+    def __init__(self, wrapper: Any, key: str, done: int, entries: list[Any]) -> None:
+        self._wrapper = wrapper
+        self._key = key
+        self._done = done
+        self._entries = entries
+
+    @classmethod
+    def unrecorded(cls, wrapper: Any, key: str) -> _Requests | None:
+        """``None`` without a run's context or usage, or with nothing new."""
+        usage = getattr(wrapper, "usage", None) if wrapper is not None else None
+        entries = list(getattr(usage, "request_usage_entries", None) or ())
+        recorded = getattr(wrapper, _RECORDED_ATTRIBUTE, None)
+        done = recorded.get(key, 0) if isinstance(recorded, dict) else 0
+        if not entries[done:]:
+            return None
+        return cls(wrapper, key, len(entries), entries[done:])
+
+    def tokens(self) -> dict[str, int]:
+        """The requests' tokens summed, as ``ProviderCall`` fields."""
+
+        def total(read: Callable[[Any], Any]) -> int:
+            return sum(_count(read(entry)) for entry in self._entries)
+
+        cached = total(
+            lambda e: getattr(getattr(e, "input_tokens_details", None), "cached_tokens", 0)
+        )
+        written = total(
+            lambda e: getattr(getattr(e, "input_tokens_details", None), "cache_write_tokens", 0)
+        )
+        reasoning = total(
+            lambda e: getattr(getattr(e, "output_tokens_details", None), "reasoning_tokens", 0)
+        )
+        # The SDK's input and output counts hold their cache and reasoning
+        # parts (as the server requires); a model adapter that reported a
+        # part larger than its whole would otherwise fail the append.
+        return {
+            "prompt_tokens": max(total(lambda e: getattr(e, "input_tokens", 0)), cached + written),
+            "completion_tokens": max(total(lambda e: getattr(e, "output_tokens", 0)), reasoning),
+            "total_tokens": total(lambda e: getattr(e, "total_tokens", 0)),
+            "cached_input_tokens": cached,
+            "cache_creation_input_tokens": written,
+            "reasoning_tokens": reasoning,
+        }
+
+    def mark_recorded(self) -> None:
+        """Remembers, in the run's context, that these requests are stored
+        (after the append succeeded, so a failed one records them later)."""
+        recorded = getattr(self._wrapper, _RECORDED_ATTRIBUTE, None)
+        if not isinstance(recorded, dict):
+            recorded = {}
+            try:
+                setattr(self._wrapper, _RECORDED_ATTRIBUTE, recorded)
+            except (AttributeError, TypeError):  # pragma: no cover - a context without attributes
+                return
+        recorded[self._key] = max(recorded.get(self._key, 0), self._done)
+
+
+def _count(value: Any) -> int:
+    """A token count as an ``int`` (``None`` or a negative count as 0)."""
+    return value if isinstance(value, int) and value > 0 else 0
+
+
 async def _settle(awaitable: Awaitable[_T]) -> _T:
     """Awaits ``awaitable`` to its outcome even when the caller is cancelled
     meanwhile; then re-raises the cancellation (or returns the result)."""
@@ -467,11 +544,14 @@ class SessionstoreSession(SessionABC):
 
     # -- reads ---------------------------------------------------------------
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: Any = None
+    ) -> list[TResponseInputItem]:
         """The conversation's items in order: the latest ``limit`` of them
         (``None``: ``session_settings.limit``, and when that is ``None`` too,
         all). ``limit`` 0 gives ``[]``; a negative limit gives all, as with
-        ``SQLiteSession``. An unknown session has no items."""
+        ``SQLiteSession``. An unknown session has no items. (``wrapper``, the
+        run's context the SDK passes, is not needed here.)"""
         effective = resolve_session_limit(limit, self.session_settings)
         if effective == 0:
             return []
@@ -521,22 +601,33 @@ class SessionstoreSession(SessionABC):
 
     # -- changes -------------------------------------------------------------
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
+    async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
         """Appends ``items`` in one ``AppendExchange`` (all or none), creating
         the session first if it does not exist. ``TypeError`` before any RPC
-        if an item is not JSON-serializable."""
+        if an item is not JSON-serializable. ``wrapper`` is the run's context
+        (``RunContextWrapper``), which the SDK passes: with ``model`` set, the
+        provider call carries the tokens of the requests it holds that this
+        session has not recorded yet."""
         batch = [cast(Mapping[str, Any], item) for item in items]
         if not batch:
             return
         exchange: dict[str, Any] = {}
         first = next((index for index, item in enumerate(batch) if _from_model(item)), None)
+        recorded: _Requests | None = None
         if self.model is None or first is None:
             exchange["messages"] = messages_from_items(batch)
         else:
             exchange["messages"] = messages_from_items(batch[:first])
             exchange["response_messages"] = messages_from_items(batch[first:])
-            exchange["provider_call"] = {"provider": self.provider, "model": self.model}
+            recorded = _Requests.unrecorded(wrapper, self.store_session_id)
+            exchange["provider_call"] = {
+                "provider": self.provider,
+                "model": self.model,
+                **(recorded.tokens() if recorded is not None else {}),
+            }
         await _settle(self._append(exchange))
+        if recorded is not None:
+            recorded.mark_recorded()
 
     async def _append(self, exchange: dict[str, Any]) -> None:
         request_id = new_request_id()
@@ -562,7 +653,7 @@ class SessionstoreSession(SessionABC):
         except AlreadyExists:
             pass  # another writer created it first
 
-    async def pop_item(self) -> TResponseInputItem | None:
+    async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
         """Removes the latest item and returns it (``None`` if there is
         none): one ``RollbackSession`` guarded by ``expected_next_sequence``,
         retried on the new tail if another writer got there first."""
@@ -596,7 +687,7 @@ class SessionstoreSession(SessionABC):
             next_sequence = response.next_sequence  # it held no item: pop the next one
         return None
 
-    async def clear_session(self) -> None:
+    async def clear_session(self, *, wrapper: Any = None) -> None:
         """Removes every item (one ``RollbackSession(after_sequence=-1)``);
         the stored session stays, empty."""
         await _settle(self._clear())

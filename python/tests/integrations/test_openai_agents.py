@@ -627,6 +627,102 @@ async def test_runner_keeps_history_in_the_session(
     assert model.calls[-1].input[:3] == history[:3]
 
 
+def usage(
+    prompt: int, completion: int, cached: int = 0, written: int = 0, reasoning: int = 0
+) -> Any:
+    """One model request's usage, as the SDK reports it."""
+    from agents.usage import Usage
+    from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+    return Usage(
+        requests=1,
+        input_tokens=prompt,
+        output_tokens=completion,
+        total_tokens=prompt + completion,
+        input_tokens_details=InputTokensDetails.model_validate(
+            {"cached_tokens": cached, "cache_write_tokens": written}
+        ),
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning),
+    )
+
+
+@pytest.mark.asyncio
+async def test_runner_records_what_each_model_request_used(
+    make_session: Callable[..., SessionstoreSession], client: sessionstore.AsyncClient
+) -> None:
+    from agents import function_tool
+    from agents.testing import ModelStep, function_call
+
+    @function_tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        return f"18C in {city}"
+
+    model = ScriptedModel()
+    agent = Agent(name="a", model=model, tools=[weather])
+    session = make_session("runner-usage", model="gpt-5")
+    config = RunConfig(tracing_disabled=True)
+    # One run, two model requests: a tool call, then the answer.
+    model.enqueue(
+        ModelStep(
+            output=[function_call("weather", {"city": "Paris"}, call_id="call_1")],
+            usage=usage(100, 20, cached=40, written=10, reasoning=5),
+        )
+    )
+    model.enqueue(ModelStep(output=[assistant_message("18C.")], usage=usage(150, 30, cached=90)))
+    await Runner.run(agent, "Weather in Paris?", session=session, run_config=config)
+    # A second run, one request.
+    model.enqueue(ModelStep(output=[assistant_message("Yes.")], usage=usage(200, 7, reasoning=3)))
+    await Runner.run(agent, "Sure?", session=session, run_config=config)
+
+    calls = [call async for call in client.iter_provider_calls(session.store_session_id)]
+    assert [
+        (
+            c.model,
+            c.prompt_tokens,
+            c.completion_tokens,
+            c.total_tokens,
+            c.cached_input_tokens,
+            c.cache_creation_input_tokens,
+            c.reasoning_tokens,
+        )
+        for c in calls
+    ] == [
+        ("gpt-5", 100, 20, 120, 40, 10, 5),
+        ("gpt-5", 150, 30, 180, 90, 0, 0),
+        ("gpt-5", 200, 7, 207, 0, 0, 3),
+    ]
+    summary = await client.summarize_usage(session_id=session.store_session_id)
+    (row,) = summary.rows
+    assert (row.calls, row.prompt_tokens, row.completion_tokens, row.total_tokens) == (
+        3,
+        450,
+        57,
+        507,
+    )
+    assert (row.cached_input_tokens, row.cache_creation_input_tokens, row.reasoning_tokens) == (
+        130,
+        10,
+        8,
+    )
+    # The items are as they would be without usage.
+    kinds = [item.get("type", "message") for item in await session.get_items()]
+    assert kinds == [
+        "message", "function_call", "function_call_output", "message", "message", "message",
+    ]
+
+
+@pytest.mark.asyncio
+async def test_add_items_without_a_run_records_no_tokens(
+    make_session: Callable[..., SessionstoreSession], client: sessionstore.AsyncClient
+) -> None:
+    session = make_session("no-run-usage", model="gpt-5")
+    answer = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}
+    await session.add_items([user("hi"), cast(TResponseInputItem, answer)])
+    (call,) = [c async for c in client.iter_provider_calls(session.store_session_id)]
+    assert (call.model, call.prompt_tokens, call.completion_tokens) == ("gpt-5", 0, 0)
+
+
 # -- switching models ---------------------------------------------------------
 
 
