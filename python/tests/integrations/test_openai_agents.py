@@ -713,6 +713,25 @@ async def test_runner_records_what_each_model_request_used(
 
 
 @pytest.mark.asyncio
+async def test_a_streamed_run_records_its_tokens_too(
+    make_session: Callable[..., SessionstoreSession], client: sessionstore.AsyncClient
+) -> None:
+    from agents.testing import ModelStep
+
+    model = ScriptedModel()
+    model.enqueue(ModelStep(output=[assistant_message("Hello.")], usage=usage(64, 9, cached=32)))
+    session = make_session("streamed-usage", model="gpt-5")
+    result = Runner.run_streamed(
+        Agent(name="a", model=model), "Hi", session=session,
+        run_config=RunConfig(tracing_disabled=True),
+    )
+    async for _ in result.stream_events():
+        pass
+    (call,) = [c async for c in client.iter_provider_calls(session.store_session_id)]
+    assert (call.prompt_tokens, call.completion_tokens, call.cached_input_tokens) == (64, 9, 32)
+
+
+@pytest.mark.asyncio
 async def test_add_items_without_a_run_records_no_tokens(
     make_session: Callable[..., SessionstoreSession], client: sessionstore.AsyncClient
 ) -> None:
