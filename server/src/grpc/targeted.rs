@@ -35,8 +35,11 @@ pub(crate) struct Targeted {
     /// The stored encoding's outline, read with the page (on the
     /// read-ahead's task, beside the sending of earlier messages).
     outline: Option<wire::Outline>,
-    /// The message, once decoded, as the rules left it.
-    message: Option<Message>,
+    /// The message, once decoded, as the rules left it. Boxed: most
+    /// messages are never decoded, and a `Targeted` is moved several times
+    /// on its way out (read-ahead, pairing, the stream's stages), so it is
+    /// kept small.
+    message: Option<Box<Message>>,
     /// The rules changed the message: it is encoded again to be sent.
     changed: bool,
 }
@@ -54,7 +57,7 @@ impl Targeted {
             return Ok(wire);
         }
         let message = match self.message {
-            Some(message) => message,
+            Some(message) => *message,
             None => self.row.message()?,
         };
         Ok(Bytes::from(wire::message_to_pb(message).encode_to_vec()))
@@ -63,7 +66,7 @@ impl Targeted {
     /// The stored message, its message as the rules left it.
     pub(crate) fn into_stored(self, session_id: &str) -> Result<StoredMessage> {
         match self.message {
-            Some(message) => Ok(self.row.into_stored_with(session_id, message)),
+            Some(message) => Ok(self.row.into_stored_with(session_id, *message)),
             None => self.row.into_stored(session_id),
         }
     }
@@ -71,14 +74,14 @@ impl Targeted {
     /// Takes the message out to apply a rule to it, decoded if it was not.
     fn take_message(&mut self) -> Result<Message> {
         match self.message.take() {
-            Some(message) => Ok(message),
+            Some(message) => Ok(*message),
             None => self.row.message(),
         }
     }
 
     /// Puts `message`, as a rule left it, back.
     fn set(&mut self, message: Message, changed: bool) {
-        self.message = Some(message);
+        self.message = Some(Box::new(message));
         self.changed |= changed;
     }
 
