@@ -168,7 +168,7 @@ async fn run_append_writer(
     // Back to the pool as it came.
     if let Some(Held { mut connection, .. }) = held.take()
         && connection
-            .execute("ROLLBACK; RESET client_min_messages")
+            .execute("ROLLBACK; RESET client_min_messages; RESET enable_seqscan")
             .await
             .is_err()
     {
@@ -438,9 +438,18 @@ impl Writer<'_> {
         // connection does not log warnings, set in the same round trip as
         // its first `BEGIN` (the `SET` ends its own implicit transaction
         // with a `COMMIT` whose warning it already silences).
+        //
+        // Nor does it scan a table whole where an index would do: a
+        // batch's session update joins its few keys with `sessions`, and
+        // once its prepared plan is fixed on a small table (a few busy
+        // sessions, as a gateway with few users has), PostgreSQL scans it
+        // page by page, every row version that appends left since the
+        // last vacuum included: a tenth of PostgreSQL's CPU in an append
+        // run at 64 clients, where the primary key's index took 2%
+        // (BENCHMARKS.md). What else this connection runs reads by key.
         if !held.begun {
             held.connection
-                .execute("SET client_min_messages = error; COMMIT; BEGIN")
+                .execute("SET client_min_messages = error; SET enable_seqscan = off; COMMIT; BEGIN")
                 .await?;
             held.begun = true;
         }
@@ -474,7 +483,7 @@ fn release(held: &mut Option<Held>) {
     if let Some(Held { mut connection, .. }) = held.take() {
         tokio::spawn(async move {
             if connection
-                .execute("ROLLBACK; RESET client_min_messages")
+                .execute("ROLLBACK; RESET client_min_messages; RESET enable_seqscan")
                 .await
                 .is_err()
             {
