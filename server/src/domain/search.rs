@@ -88,7 +88,7 @@ pub fn snippet(text: &str, query: &[String]) -> String {
 const MAX_LEXEME_BYTES: usize = 2046;
 /// The highest position a word is recorded at (PostgreSQL's `MAXENTRYPOS`
 /// less one): later words all count as this one, as they did before.
-const MAX_POSITION: usize = 16_383;
+const MAX_POSITION: u16 = 16_383;
 /// The most positions kept per word (PostgreSQL's `MAXNUMPOS`).
 const MAX_POSITIONS: usize = 256;
 /// The most bytes one message's words and positions take in a `tsvector`:
@@ -108,11 +108,56 @@ const MAX_STORED_BYTES: usize = (1 << 20) - 1;
 /// SQLite's index and the snippets found could be missed there. Queries
 /// are split the same way ([`tsquery`]).
 pub fn tsvector(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 2);
+    each_lexeme(text, |word, positions| {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        push_quoted(&mut out, word);
+        for (index, &at) in positions.iter().enumerate() {
+            out.push(if index == 0 { ':' } else { ',' });
+            push_number(&mut out, usize::from(at));
+        }
+    });
+    out
+}
+
+/// The same words as [`tsvector`], in PostgreSQL's binary form of a
+/// `tsvector` (what its `tsvectorrecv` reads: the count of words, then
+/// each word NUL-terminated, the count of its positions and each position,
+/// big-endian). A writer that binds it as a `tsvector` spares the
+/// database parsing the text form, a sixth of PostgreSQL's CPU in an
+/// append run with search on (BENCHMARKS.md). The words come sorted as
+/// PostgreSQL sorts them and each one's positions ascending, as it
+/// requires; none holds a NUL (they are letters and digits).
+pub fn tsvector_binary(text: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + text.len() + text.len() / 2);
+    out.extend_from_slice(&[0; 4]);
+    let mut count: u32 = 0;
+    each_lexeme(text, |word, positions| {
+        out.extend_from_slice(word.as_bytes());
+        out.push(0);
+        // At most MAX_POSITIONS (256) positions, each at most MAX_POSITION.
+        out.extend_from_slice(&u16::try_from(positions.len()).unwrap_or(0).to_be_bytes());
+        for at in positions {
+            out.extend_from_slice(&at.to_be_bytes());
+        }
+        count += 1;
+    });
+    out[..4].copy_from_slice(&count.to_be_bytes());
+    out
+}
+
+/// Calls `lexeme` with each word of `text` (split and lowercased as
+/// [`tsvector`] says), in PostgreSQL's order of a `tsvector`'s words
+/// (bytewise), and its positions, ascending: as many as PostgreSQL keeps,
+/// and only the words that fit in one `tsvector`.
+fn each_lexeme(text: &str, mut lexeme: impl FnMut(&str, &[u16])) {
     // (the word's first bytes as a number, the word, its position): sorted
     // by the first two, as PostgreSQL orders a tsvector's words (bytewise),
     // mostly by comparing numbers.
-    let mut found: Vec<(u64, Cow<'_, str>, usize)> = Vec::with_capacity(text.len() / 4);
-    let mut position = 0;
+    let mut found: Vec<(u64, Cow<'_, str>, u16)> = Vec::with_capacity(text.len() / 4);
+    let mut position: u16 = 0;
     for (_, word) in words(text) {
         let word = lowercase(word);
         if word.len() > MAX_LEXEME_BYTES {
@@ -125,7 +170,6 @@ pub fn tsvector(text: &str) -> String {
         found.push((u64::from_be_bytes(prefix), word, position));
     }
     found.sort_unstable();
-    let mut out = String::with_capacity(text.len() + found.len() * 4);
     let mut stored = 0;
     let mut positions = Vec::new();
     let mut rest = found.as_slice();
@@ -146,16 +190,8 @@ pub fn tsvector(text: &str) -> String {
         if stored > MAX_STORED_BYTES {
             break;
         }
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        push_quoted(&mut out, word);
-        for (index, &at) in positions.iter().enumerate() {
-            out.push(if index == 0 { ':' } else { ',' });
-            push_number(&mut out, at);
-        }
+        lexeme(word, &positions);
     }
-    out
 }
 
 /// A search's words as a PostgreSQL `tsquery` every word of which a
@@ -293,13 +329,39 @@ mod tests {
     #[test]
     fn positions_are_bounded_as_postgres_bounds_them() {
         // At most 256 positions a word; past 16,383 every word is at 16,383.
-        let text = "w ".repeat(MAX_POSITION + 10);
+        let text = "w ".repeat(usize::from(MAX_POSITION) + 10);
         let entry = tsvector(&text);
         let positions: Vec<&str> = entry["'w':".len()..].split(',').collect();
         assert_eq!(positions.len(), MAX_POSITIONS);
         assert_eq!(positions[..3], ["1", "2", "3"]);
-        let late = format!("{}a b", "w ".repeat(MAX_POSITION + 10));
+        let late = format!("{}a b", "w ".repeat(usize::from(MAX_POSITION) + 10));
         assert!(tsvector(&late).starts_with("'a':16383 'b':16383 'w':1,2,"));
+    }
+
+    #[test]
+    fn the_binary_form_holds_the_same_words_as_the_text_form() {
+        let text = "Tea time, TEA";
+        assert_eq!(tsvector(text), "'tea':1,3 'time':2");
+        let mut expected = 2_u32.to_be_bytes().to_vec();
+        expected.extend_from_slice(b"tea\0");
+        expected.extend_from_slice(&[0, 2, 0, 1, 0, 3]);
+        expected.extend_from_slice(b"time\0");
+        expected.extend_from_slice(&[0, 1, 0, 2]);
+        assert_eq!(tsvector_binary(text), expected);
+        // No word: no entry.
+        assert_eq!(tsvector_binary("..."), 0_u32.to_be_bytes());
+        // The bounds are the text form's: as many words, as many positions.
+        let late = format!("{}a b", "w ".repeat(usize::from(MAX_POSITION) + 10));
+        let binary = tsvector_binary(&late);
+        assert_eq!(binary[..4], 3_u32.to_be_bytes());
+        assert_eq!(binary[4..10], [b'a', 0, 0, 1, 0x3f, 0xff]);
+        let words: Vec<String> = (0..131_000).map(|i| format!("w{i:07}")).collect();
+        let words = words.join(" ");
+        let count = tsvector(&words).split(' ').count();
+        assert_eq!(
+            tsvector_binary(&words)[..4],
+            u32::try_from(count).unwrap_or(u32::MAX).to_be_bytes()
+        );
     }
 
     #[test]

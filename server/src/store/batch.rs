@@ -30,9 +30,10 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use sqlx::any::AnyArguments;
+use sqlx::any::{AnyArguments, AnyRow};
+use sqlx::postgres::{PgArgumentBuffer, PgArguments, PgRow, PgTypeInfo};
 use sqlx::query::Query;
-use sqlx::{Any, AnyConnection, Row as _};
+use sqlx::{Any, AnyConnection, PgConnection, Postgres};
 
 use super::ops::{Appended, Applied, Dialect, SearchWrites};
 use super::rows::{Columns, SESSION_COLUMNS, encode_content, search_rowid, session_from_row};
@@ -108,17 +109,19 @@ pub struct Kept {
 /// the stored request ids), decides, and writes, in the caller's
 /// transaction. `Err` means a statement failed and the transaction must be
 /// rolled back; so does [`Written::stale`].
-pub async fn append_run(
-    conn: &mut AnyConnection,
+pub async fn append_run<C: RunConnection>(
+    conn: &mut C,
     mut run: Run<'_>,
     now: Timestamp,
 ) -> std::result::Result<Written, sqlx::Error> {
     let folded = run.reads_request_ids_with_sessions();
     let mut ids_read = false;
     for statement in run.session_reads() {
-        for row in bind(&statement).fetch_all(&mut *conn).await? {
+        for row in conn.rows(&statement).await? {
             if folded && !ids_read {
-                let ids: Option<String> = row.try_get(STORED_REQUEST_IDS)?;
+                let ids = row
+                    .optional_text(STORED_REQUEST_IDS)
+                    .map_err(decode_error)?;
                 run.add_stored_request_ids(ids.as_deref())
                     .map_err(decode_error)?;
                 ids_read = true;
@@ -131,7 +134,7 @@ pub async fn append_run(
     // given kept sessions does not read them at all (below).
     if !ids_read && !run.kept {
         for statement in run.request_id_reads() {
-            for row in bind(&statement).fetch_all(&mut *conn).await? {
+            for row in conn.rows(&statement).await? {
                 run.add_stored_request_id(&row).map_err(decode_error)?;
             }
         }
@@ -155,11 +158,14 @@ pub async fn append_run(
     let mut versions = HashMap::new();
     for statement in &writes {
         if dialect == Dialect::Postgres {
-            for row in bind(statement).fetch_all(&mut *conn).await? {
-                versions.insert(row.try_get::<i64, _>(0)?, row.try_get::<String, _>(1)?);
+            for row in conn.rows(statement).await? {
+                versions.insert(
+                    row.int("key").map_err(decode_error)?,
+                    row.raw_text("version").map_err(decode_error)?,
+                );
             }
         } else {
-            bind(statement).execute(&mut *conn).await?;
+            conn.run(statement).await?;
         }
     }
     let stale = dialect == Dialect::Postgres
@@ -256,6 +262,55 @@ pub fn admit(session: &Session, exchange: &NewExchange) -> Result<()> {
     Ok(())
 }
 
+/// Where a run's statements are executed through sqlx: a connection of
+/// the store's pool (`Any`), or a PostgreSQL append writer's own, which
+/// sends a message's search words in PostgreSQL's binary form.
+pub trait RunConnection: Send {
+    type Row: Columns + Send;
+
+    /// The rows `statement` returns.
+    fn rows<'c>(
+        &'c mut self,
+        statement: &'c Statement,
+    ) -> impl Future<Output = std::result::Result<Vec<Self::Row>, sqlx::Error>> + Send + 'c;
+
+    /// Executes `statement`.
+    fn run<'c>(
+        &'c mut self,
+        statement: &'c Statement,
+    ) -> impl Future<Output = std::result::Result<(), sqlx::Error>> + Send + 'c;
+}
+
+impl RunConnection for AnyConnection {
+    type Row = AnyRow;
+
+    async fn rows(
+        &mut self,
+        statement: &Statement,
+    ) -> std::result::Result<Vec<AnyRow>, sqlx::Error> {
+        bind(statement).fetch_all(self).await
+    }
+
+    async fn run(&mut self, statement: &Statement) -> std::result::Result<(), sqlx::Error> {
+        bind(statement).execute(self).await.map(|_| ())
+    }
+}
+
+impl RunConnection for PgConnection {
+    type Row = PgRow;
+
+    async fn rows(
+        &mut self,
+        statement: &Statement,
+    ) -> std::result::Result<Vec<PgRow>, sqlx::Error> {
+        bind_postgres(statement).fetch_all(self).await
+    }
+
+    async fn run(&mut self, statement: &Statement) -> std::result::Result<(), sqlx::Error> {
+        bind_postgres(statement).execute(self).await.map(|_| ())
+    }
+}
+
 fn bind(statement: &Statement) -> Query<'_, Any, AnyArguments<'_>> {
     let mut query = sqlx::query(&statement.sql);
     for value in &statement.params {
@@ -264,9 +319,43 @@ fn bind(statement: &Statement) -> Query<'_, Any, AnyArguments<'_>> {
             Value::Text(v) => query.bind(v.as_str()),
             Value::NullableText(v) => query.bind(v.as_deref()),
             Value::Bytes(v) => query.bind(v.as_slice()),
+            Value::Words(v) => query.bind(search::tsvector(v)),
         };
     }
     query
+}
+
+fn bind_postgres(statement: &Statement) -> Query<'_, Postgres, PgArguments> {
+    let mut query = sqlx::query(&statement.sql);
+    for value in &statement.params {
+        query = match value {
+            Value::Int(v) => query.bind(*v),
+            Value::Text(v) => query.bind(v.as_str()),
+            Value::NullableText(v) => query.bind(v.as_deref()),
+            Value::Bytes(v) => query.bind(v.as_slice()),
+            Value::Words(v) => query.bind(Tsvector(search::tsvector_binary(v))),
+        };
+    }
+    query
+}
+
+/// A `tsvector` in PostgreSQL's binary form ([`search::tsvector_binary`]).
+struct Tsvector(Vec<u8>);
+
+impl sqlx::Type<Postgres> for Tsvector {
+    fn type_info() -> PgTypeInfo {
+        PgTypeInfo::with_name("tsvector")
+    }
+}
+
+impl sqlx::Encode<'_, Postgres> for Tsvector {
+    fn encode_by_ref(
+        &self,
+        buf: &mut PgArgumentBuffer,
+    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        buf.extend_from_slice(&self.0);
+        Ok(sqlx::encode::IsNull::No)
+    }
 }
 
 fn decode_error(error: Error) -> sqlx::Error {
@@ -285,6 +374,11 @@ pub enum Value {
     Text(String),
     NullableText(Option<String>),
     Bytes(Vec<u8>),
+    /// A message's searchable text, bound as its words (a PostgreSQL
+    /// `tsvector`): in the text form [`search::tsvector`], which the
+    /// statement casts, or, by a PostgreSQL append writer, in the binary
+    /// form.
+    Words(String),
 }
 
 /// One run of appends, independent of how its statements are executed:
@@ -908,7 +1002,7 @@ impl Rows {
                 Dialect::Postgres => values.extend([
                     Value::Int(session_key),
                     Value::Int(sequence),
-                    Value::Text(search::tsvector(&text)),
+                    Value::Words(text),
                 ]),
             }
         }

@@ -10,6 +10,7 @@ use bytes::Bytes;
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
+use sqlx::postgres::PgRow;
 
 use prost::Message as _;
 use sessionstore_client::v1 as pb;
@@ -275,6 +276,8 @@ pub trait Columns {
     fn text(&self, column: &str) -> Result<String> {
         Ok(unescape(self.raw_text(column)?))
     }
+    /// A text column that may be NULL, as stored.
+    fn optional_text(&self, column: &str) -> Result<Option<String>>;
 }
 
 impl Columns for AnyRow {
@@ -283,6 +286,24 @@ impl Columns for AnyRow {
     }
 
     fn raw_text(&self, column: &str) -> Result<String> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn optional_text(&self, column: &str) -> Result<Option<String>> {
+        Ok(self.try_get(column)?)
+    }
+}
+
+impl Columns for PgRow {
+    fn int(&self, column: &str) -> Result<i64> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn raw_text(&self, column: &str) -> Result<String> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn optional_text(&self, column: &str) -> Result<Option<String>> {
         Ok(self.try_get(column)?)
     }
 }

@@ -857,6 +857,7 @@ impl Store for SqlStore {
                 Value::Text(v) => statement.bind(v),
                 Value::NullableText(v) => statement.bind(v),
                 Value::Bytes(v) => statement.bind(v),
+                Value::Words(v) => statement.bind(crate::domain::search::tsvector(&v)),
             };
         }
         let rows = statement.fetch_all(&self.inner.pool).await?;

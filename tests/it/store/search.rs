@@ -342,3 +342,52 @@ async fn an_edit_racing_a_search_build_keeps_its_own_words() {
     assert!(found(&store, "zebra").await.is_empty());
     store.close().await;
 }
+
+/// PostgreSQL: the append writers bind a message's words as a `tsvector`
+/// in PostgreSQL's binary form; a session's initial history is indexed
+/// through the text form, which the statement casts. Both store the same
+/// words and positions, and both are found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_words_are_the_same_in_binary_and_in_text() {
+    use sqlx::Connection as _;
+    let Some((storage, store)) =
+        open_postgres("store::search::postgres_words_are_the_same_in_binary_and_in_text").await
+    else {
+        return;
+    };
+    let text = "Tea for TWO: tea at 3.14, ÉCOLE café naïve x1y2 ann@example.com tea ß";
+    create(&store, "appended").await;
+    store
+        .append_exchange(TENANT, exchange("appended", text))
+        .await
+        .unwrap();
+    let created = NewSession {
+        id: Some("created".to_owned()),
+        title: "t".into(),
+        system_prompt: "Be brief.".into(),
+        user: "u".into(),
+        initial_history: vec![Message::text(Role::User, text)],
+        ..Default::default()
+    };
+    store.create_session(TENANT, created).await.unwrap();
+
+    let mut conn = sqlx::PgConnection::connect(&storage.url).await.unwrap();
+    // Each session's first message is the text.
+    let words: Vec<(String, String)> = sqlx::query_as(
+        "SELECT s.id, CAST(f.words AS TEXT) FROM message_search f \
+         JOIN sessions s ON s.key = f.session_key WHERE f.sequence = 0 ORDER BY s.id",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(words.len(), 2, "{words:?}");
+    assert_eq!(words[0].0, "appended");
+    assert_eq!(words[0].1, words[1].1, "{words:?}");
+    assert!(words[0].1.starts_with("'14':7 '3':6 "), "{words:?}");
+    assert!(words[0].1.contains(" 'tea':1,4,15 "), "{words:?}");
+    assert_eq!(
+        found(&store, "ÉCOLE tea").await,
+        [at("appended", 0), at("created", 0)].into()
+    );
+    store.close().await;
+}

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyPool, Executor as _};
+use sqlx::postgres::PgPool;
+use sqlx::{AnyPool, Executor as _, Postgres};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -27,9 +28,13 @@ pub(super) struct Appends {
 }
 
 impl Appends {
-    /// Starts the writers for a pool of `max_connections`.
+    /// Starts the writers for a store pool of `max_connections`, each
+    /// with a connection of its own from `connections` (a pool of
+    /// [`append_writers`] connections), and the store's `pool` for the
+    /// appends the general path takes.
     pub(super) fn start(
         pool: &AnyPool,
+        connections: &PgPool,
         sink: &Arc<dyn CommitSink>,
         max_connections: u32,
         search: SearchWrites,
@@ -42,6 +47,7 @@ impl Appends {
             queues.push(queue);
             writers.push(tokio::spawn(run_append_writer(
                 pool.clone(),
+                connections.clone(),
                 jobs,
                 Arc::clone(sink),
                 publisher.clone(),
@@ -106,7 +112,7 @@ const MAX_BATCH: usize = 256;
 /// writers appended 1–29% more than 4 with 6–32% less server CPU per
 /// exchange (4 made smaller batches, more commits competing for the same
 /// cores), and 1 writer appended 24–29% less than 2 (BENCHMARKS.md).
-fn append_writers(max_connections: u32) -> usize {
+pub(super) fn append_writers(max_connections: u32) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     writers_for(max_connections, cores)
 }
@@ -123,6 +129,7 @@ fn writers_for(max_connections: u32, cores: usize) -> usize {
 /// path. Several run side by side; `None` stops one.
 async fn run_append_writer(
     pool: AnyPool,
+    connections: PgPool,
     mut jobs: mpsc::Receiver<Option<PendingAppend>>,
     sink: Arc<dyn CommitSink>,
     publisher: Publisher,
@@ -153,6 +160,7 @@ async fn run_append_writer(
         if !batch.is_empty() {
             let writer = Writer {
                 pool: &pool,
+                connections: &connections,
                 held: &mut held,
                 kept: &mut kept,
                 sink: &sink,
@@ -181,7 +189,7 @@ async fn run_append_writer(
 /// round trip (`hints::commit_and_begin`), so a batch takes two round trips, the
 /// write and the commit, instead of three.
 struct Held {
-    connection: PoolConnection<Any>,
+    connection: PoolConnection<Postgres>,
     begun: bool,
 }
 
@@ -304,7 +312,10 @@ impl KeptSessions {
 
 /// A batch writer's state, for one batch.
 struct Writer<'a> {
+    /// The store's pool, for the general path.
     pool: &'a AnyPool,
+    /// The writers' own connections.
+    connections: &'a PgPool,
     held: &'a mut Option<Held>,
     kept: &'a mut KeptSessions,
     sink: &'a Arc<dyn CommitSink>,
@@ -426,7 +437,7 @@ impl Writer<'_> {
         let held = match self.held {
             Some(held) => held,
             None => self.held.insert(Held {
-                connection: self.pool.acquire().await?,
+                connection: self.connections.acquire().await?,
                 begun: false,
             }),
         };
@@ -457,7 +468,7 @@ impl Writer<'_> {
         let mut run = batch::Run::new(Dialect::Postgres, self.search, requests);
         let now = Timestamp::now();
         *lent = self.kept.lend(&mut run, requests, now);
-        let written = batch::append_run(connection, run, now).await?;
+        let written = batch::append_run(&mut **connection, run, now).await?;
         // Redone at once: the redo's transaction begins in the same round trip.
         if written.stale {
             connection.execute("ROLLBACK; BEGIN").await?;

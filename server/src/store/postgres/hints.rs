@@ -23,7 +23,7 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt as _;
-use sqlx::{AnyConnection, Executor as _};
+use sqlx::{AnyConnection, Executor as _, PgConnection};
 
 use crate::wire::{Effect, EncodedEvent};
 
@@ -54,7 +54,7 @@ pub(super) fn of<'a>(
 /// as in [`send`]): PostgreSQL runs nothing after a statement that fails,
 /// so no transaction was begun.
 pub(super) async fn commit_and_begin(
-    conn: &mut AnyConnection,
+    conn: &mut PgConnection,
     hints: &[String],
 ) -> Result<bool, sqlx::Error> {
     let mut sql = String::from("COMMIT");

@@ -114,6 +114,8 @@ pub(super) struct Postgres {
     pool: AnyPool,
     /// The pool exports' and replays' pages are read through (`reads.rs`).
     reads: PgPool,
+    /// The append writers' connections.
+    writers: PgPool,
     sink: Arc<dyn CommitSink>,
     appends: Appends,
     listener: Listener,
@@ -133,7 +135,17 @@ pub(super) async fn open(
     options: &StoreOptions,
 ) -> Result<(AnyPool, Postgres), OpenError> {
     check_reachable(url).await?;
-    let pool = connect(url, options.max_connections).await?;
+    // The append writers hold connections of their own (beside the store's
+    // pool, so they bind through PostgreSQL's own driver:
+    // `batch::RunConnection`), taken out of the store's share, as they
+    // were when they held the store pool's.
+    let writer_count = appends::append_writers(options.max_connections);
+    let writer_connections = u32::try_from(writer_count).unwrap_or(1);
+    let pool = connect(
+        url,
+        options.max_connections.saturating_sub(writer_connections),
+    )
+    .await?;
     let reads = reads::pool(url, reads::read_connections(options.max_connections))?;
     MIGRATOR.run(&pool).await?;
     let replica = uuid::Uuid::now_v7().simple().to_string();
@@ -149,11 +161,13 @@ pub(super) async fn open(
         (SearchWrites::Off, None)
     };
     let listener = Listener::start(url, &pool, &sink, &replica, options.recheck_interval);
-    let appends = Appends::start(&pool, &sink, options.max_connections, search)
+    let writers = reads::pool(url, writer_connections)?;
+    let appends = Appends::start(&pool, &writers, &sink, options.max_connections, search)
         .map_err(OpenError::Publisher)?;
     let postgres = Postgres {
         pool: pool.clone(),
         reads,
+        writers,
         sink,
         appends,
         listener,
@@ -246,6 +260,7 @@ impl Backend for Postgres {
                 index.stop().await;
             }
             self.appends.stop().await;
+            self.writers.close().await;
             self.reads.close().await;
             close_pool(pool).await;
         })

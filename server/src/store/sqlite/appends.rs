@@ -425,6 +425,8 @@ fn prepare<'c>(
             Value::Text(v) => prepared.raw_bind_parameter(index, v)?,
             Value::NullableText(v) => prepared.raw_bind_parameter(index, v)?,
             Value::Bytes(v) => prepared.raw_bind_parameter(index, v)?,
+            // PostgreSQL's: SQLite's search rows are the text itself.
+            Value::Words(v) => prepared.raw_bind_parameter(index, v)?,
         }
     }
     Ok(prepared)
@@ -438,6 +440,10 @@ impl Columns for EngineRow<'_, '_> {
     }
 
     fn raw_text(&self, column: &str) -> Result<String> {
+        Ok(self.0.get(column)?)
+    }
+
+    fn optional_text(&self, column: &str) -> Result<Option<String>> {
         Ok(self.0.get(column)?)
     }
 }
