@@ -281,63 +281,57 @@ pub trait RunConnection: Send {
     ) -> impl Future<Output = std::result::Result<(), sqlx::Error>> + Send + 'c;
 }
 
-impl RunConnection for AnyConnection {
-    type Row = AnyRow;
+/// A [`RunConnection`] over a sqlx connection, its rows, and the function
+/// binding a statement for it.
+macro_rules! run_connection {
+    ($connection:ty, $row:ty, $bind:ident) => {
+        impl RunConnection for $connection {
+            type Row = $row;
 
-    async fn rows(
-        &mut self,
-        statement: &Statement,
-    ) -> std::result::Result<Vec<AnyRow>, sqlx::Error> {
-        bind(statement).fetch_all(self).await
-    }
+            async fn rows(
+                &mut self,
+                statement: &Statement,
+            ) -> std::result::Result<Vec<$row>, sqlx::Error> {
+                $bind(statement).fetch_all(self).await
+            }
 
-    async fn run(&mut self, statement: &Statement) -> std::result::Result<(), sqlx::Error> {
-        bind(statement).execute(self).await.map(|_| ())
-    }
+            async fn run(&mut self, statement: &Statement) -> std::result::Result<(), sqlx::Error> {
+                $bind(statement).execute(self).await.map(|_| ())
+            }
+        }
+    };
 }
 
-impl RunConnection for PgConnection {
-    type Row = PgRow;
+run_connection!(AnyConnection, AnyRow, bind);
+run_connection!(PgConnection, PgRow, bind_postgres);
 
-    async fn rows(
-        &mut self,
-        statement: &Statement,
-    ) -> std::result::Result<Vec<PgRow>, sqlx::Error> {
-        bind_postgres(statement).fetch_all(self).await
-    }
-
-    async fn run(&mut self, statement: &Statement) -> std::result::Result<(), sqlx::Error> {
-        bind_postgres(statement).execute(self).await.map(|_| ())
-    }
+/// A statement's values bound for sqlx's `Any` driver (the words in their
+/// text form, which the statement casts) or its PostgreSQL driver (in
+/// their binary form).
+macro_rules! binder {
+    ($name:ident, $database:ty, $arguments:ty, $words:expr) => {
+        fn $name(statement: &Statement) -> Query<'_, $database, $arguments> {
+            let mut query = sqlx::query(&statement.sql);
+            for value in &statement.params {
+                query = match value {
+                    Value::Int(v) => query.bind(*v),
+                    Value::Text(v) => query.bind(v.as_str()),
+                    Value::NullableText(v) => query.bind(v.as_deref()),
+                    Value::Bytes(v) => query.bind(v.as_slice()),
+                    Value::Words(v) => query.bind($words(v)),
+                };
+            }
+            query
+        }
+    };
 }
 
-fn bind(statement: &Statement) -> Query<'_, Any, AnyArguments<'_>> {
-    let mut query = sqlx::query(&statement.sql);
-    for value in &statement.params {
-        query = match value {
-            Value::Int(v) => query.bind(*v),
-            Value::Text(v) => query.bind(v.as_str()),
-            Value::NullableText(v) => query.bind(v.as_deref()),
-            Value::Bytes(v) => query.bind(v.as_slice()),
-            Value::Words(v) => query.bind(search::tsvector(v)),
-        };
-    }
-    query
-}
-
-fn bind_postgres(statement: &Statement) -> Query<'_, Postgres, PgArguments> {
-    let mut query = sqlx::query(&statement.sql);
-    for value in &statement.params {
-        query = match value {
-            Value::Int(v) => query.bind(*v),
-            Value::Text(v) => query.bind(v.as_str()),
-            Value::NullableText(v) => query.bind(v.as_deref()),
-            Value::Bytes(v) => query.bind(v.as_slice()),
-            Value::Words(v) => query.bind(Tsvector(search::tsvector_binary(v))),
-        };
-    }
-    query
-}
+binder!(bind, Any, AnyArguments<'_>, |text: &String| {
+    search::tsvector(text)
+});
+binder!(bind_postgres, Postgres, PgArguments, |text: &String| {
+    Tsvector(search::tsvector_binary(text))
+});
 
 /// A `tsvector` in PostgreSQL's binary form ([`search::tsvector_binary`]).
 struct Tsvector(Vec<u8>);

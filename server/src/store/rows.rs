@@ -280,33 +280,27 @@ pub trait Columns {
     fn optional_text(&self, column: &str) -> Result<Option<String>>;
 }
 
-impl Columns for AnyRow {
-    fn int(&self, column: &str) -> Result<i64> {
-        Ok(self.try_get(column)?)
-    }
+/// [`Columns`] over sqlx's rows: `Any`'s, and PostgreSQL's (the append
+/// writers' own connections).
+macro_rules! sqlx_columns {
+    ($($row:ty),*) => {$(
+        impl Columns for $row {
+            fn int(&self, column: &str) -> Result<i64> {
+                Ok(self.try_get(column)?)
+            }
 
-    fn raw_text(&self, column: &str) -> Result<String> {
-        Ok(self.try_get(column)?)
-    }
+            fn raw_text(&self, column: &str) -> Result<String> {
+                Ok(self.try_get(column)?)
+            }
 
-    fn optional_text(&self, column: &str) -> Result<Option<String>> {
-        Ok(self.try_get(column)?)
-    }
+            fn optional_text(&self, column: &str) -> Result<Option<String>> {
+                Ok(self.try_get(column)?)
+            }
+        }
+    )*};
 }
 
-impl Columns for PgRow {
-    fn int(&self, column: &str) -> Result<i64> {
-        Ok(self.try_get(column)?)
-    }
-
-    fn raw_text(&self, column: &str) -> Result<String> {
-        Ok(self.try_get(column)?)
-    }
-
-    fn optional_text(&self, column: &str) -> Result<Option<String>> {
-        Ok(self.try_get(column)?)
-    }
-}
+sqlx_columns!(AnyRow, PgRow);
 
 /// A session as stored. The lease fields are raw: a lease past its expiry
 /// still shows until it is settled (see [`Session::hide_expired_lease`]).
