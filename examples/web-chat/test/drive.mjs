@@ -186,7 +186,14 @@ async function scenario(browser) {
     // Reloaded mid-answer: the partial text is there at once (from
     // sessionStorage), and the watch resumes after it.
     await tab.reload({ waitUntil: "domcontentloaded" });
-    await tab.waitForFunction(() => document.body.dataset.restoredIndex !== undefined, null, { timeout });
+    // The page restores the partial answer at once, then reads the session
+    // and its newest messages, and only then starts the watch (which is
+    // when it says where from): wait for both.
+    await tab.waitForFunction(
+      () => document.body.dataset.restoredIndex !== undefined && document.body.dataset.watchFrom !== undefined,
+      null,
+      { timeout },
+    );
     const restoredIndex = Number(await tab.evaluate(() => document.body.dataset.restoredIndex));
     const watchFrom = JSON.parse(await tab.evaluate(() => document.body.dataset.watchFrom ?? "{}"));
     check("after the reload the tab restored its partial answer", restoredIndex >= before.lastIndex, { restoredIndex, watchFrom });
