@@ -2,6 +2,7 @@
 //! and a `full_history` append storing only its new tail.
 
 use super::*;
+use sqlx::Connection as _;
 
 crate::backend_tests!(
     appends_are_numbered_and_a_retry_is_answered_once,
@@ -180,7 +181,6 @@ async fn a_full_history_append_stores_only_its_new_tail(backend: Backend) {
 /// once appends stop no transaction is left open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_writers_leave_no_transaction_open() {
-    use sqlx::Connection as _;
     let Some((storage, store)) =
         open_postgres("store::appends::postgres_writers_leave_no_transaction_open").await
     else {

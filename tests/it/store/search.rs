@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use sessionstore_server::domain::search::search_words;
 use sessionstore_server::domain::{Fork, SearchHit};
 use sessionstore_server::store::SearchQuery;
+use sqlx::Connection as _;
 
 use super::*;
 
@@ -260,7 +261,6 @@ async fn search_pages_by_offset_and_keeps_to_the_user_and_tenant(backend: Backen
 /// the page's (before, it hit a unique violation and was run again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_racing_a_search_build_keeps_its_own_words() {
-    use sqlx::Connection as _;
     let Some((storage, store)) =
         open_postgres("store::search::an_edit_racing_a_search_build_keeps_its_own_words").await
     else {
@@ -349,7 +349,6 @@ async fn an_edit_racing_a_search_build_keeps_its_own_words() {
 /// words and positions, and both are found.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_words_are_the_same_in_binary_and_in_text() {
-    use sqlx::Connection as _;
     let Some((storage, store)) =
         open_postgres("store::search::postgres_words_are_the_same_in_binary_and_in_text").await
     else {
