@@ -397,9 +397,9 @@ const UPDATE_SESSION: &str = "UPDATE sessions SET revision = $1, next_sequence =
      total_tokens = total_tokens + $5, total_cost_micros_usd = total_cost_micros_usd + $4 \
      WHERE key = $6";
 const INSERT_EVENT: &str = "INSERT INTO events (session_key, revision, time, body, wire, \
-     refers_from, refers_until) VALUES ($1, $2, $3, '', $4, $5, $6)";
+     refers_from, refers_until, request_id) VALUES ($1, $2, $3, '', $4, $5, $6, $7)";
 const INSERT_KEY: &str = "INSERT INTO idempotency_keys (tenant, request_id, session_key, \
-     fingerprint, revision) VALUES ($1, $2, $3, $4, $5)";
+     fingerprint, revision, found_through_event) VALUES ($1, $2, $3, $4, $5, 1)";
 
 /// SQLite's full-text row id of a message (as the service numbers them).
 fn search_rowid(session_key: i64, sequence: i64) -> i64 {
@@ -546,6 +546,7 @@ impl RawExchange {
                     Bytes(self.event(session, revision + 1, next)),
                     Int(next),
                     Int(next + 2),
+                    Text(self.request_id.clone()),
                 ],
             ),
             (

@@ -158,7 +158,7 @@ impl Rows {
             }),
             ..Default::default()
         });
-        self.event(chat, 1, chat.create_time, created, 0..0);
+        self.event(chat, 1, chat.create_time, created, 0..0, "NULL");
     }
 
     /// Exchanges `range` of `chat`: its messages, calls, events and
@@ -244,10 +244,18 @@ impl Rows {
             next_sequence: sequence + 2,
             ..Default::default()
         });
-        self.event(chat, revision, time, appended, sequence..sequence + 2);
-        // The client's idempotency key (a UUIDv7) and a fingerprint of 32
-        // bytes; no filled exchange is ever retried.
+        // The client's idempotency key (a UUIDv7), named by its event
+        // (migration 0019), and a fingerprint of 32 bytes; no filled
+        // exchange is ever retried.
         let key = uuid::Uuid::now_v7();
+        self.event(
+            chat,
+            revision,
+            time,
+            appended,
+            sequence..sequence + 2,
+            &format!("'{key}'"),
+        );
         let fingerprint = format!("{}{}", key.simple(), key.simple());
         let fingerprint = if self.postgres {
             format!("'\\x{fingerprint}'")
@@ -255,14 +263,15 @@ impl Rows {
             format!("X'{fingerprint}'")
         };
         self.keys.push(format!(
-            "('{TENANT}', '{key}', {}, {fingerprint}, {revision})",
+            "('{TENANT}', '{key}', {}, {fingerprint}, {revision}, 1)",
             chat.key
         ));
     }
 
-    /// An event row as the server writes it (migrations 0013 and 0016):
-    /// the `SessionEvent` encoded in `wire`, `body` empty, referring to the
-    /// messages `refers` for their content.
+    /// An event row as the server writes it (migrations 0013, 0016 and
+    /// 0019): the `SessionEvent` encoded in `wire`, `body` empty, referring
+    /// to the messages `refers` for their content, naming its request id
+    /// (`request_id`, an SQL literal: `NULL` for none).
     fn event(
         &mut self,
         chat: &Chat,
@@ -270,6 +279,7 @@ impl Rows {
         time: i64,
         event: pb::session_event::Event,
         refers: std::ops::Range<i64>,
+        request_id: &str,
     ) {
         let encoded = pb::SessionEvent {
             revision,
@@ -279,7 +289,7 @@ impl Rows {
         .encode_to_vec();
         let literal = self.bytes(&encoded);
         self.events.push(format!(
-            "({}, {revision}, {time}, '', {literal}, {}, {})",
+            "({}, {revision}, {time}, '', {literal}, {}, {}, {request_id})",
             chat.key, refers.start, refers.end
         ));
     }
@@ -344,13 +354,13 @@ impl Rows {
             ),
             (
                 "INSERT INTO events (session_key, revision, time, body, wire, refers_from, \
-                 refers_until) VALUES ",
+                 refers_until, request_id) VALUES ",
                 "",
                 &mut self.events,
             ),
             (
                 "INSERT INTO idempotency_keys (tenant, request_id, session_key, fingerprint, \
-                 revision) VALUES ",
+                 revision, found_through_event) VALUES ",
                 "",
                 &mut self.keys,
             ),

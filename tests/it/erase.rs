@@ -263,7 +263,8 @@ async fn erase_user_deletes_everything_of_the_user(backend: Backend) {
 }
 
 /// More sessions and rows than one transaction takes (100 sessions, 1,000
-/// rows), while another user keeps appending.
+/// rows: the events, each with its exchange's idempotency key, are split
+/// between two), while another user keeps appending.
 async fn a_large_user_is_erased_in_batches(backend: Backend) {
     let server = TestServer::start(backend).await;
     let mut client = server.client().await;
@@ -271,8 +272,8 @@ async fn a_large_user_is_erased_in_batches(backend: Backend) {
     for i in 0..sessions {
         let id = format!("bulk-{i}");
         create_owned(&mut client, &id, "bulk").await;
-        for _ in 0..4 {
-            crate::support::exchange(&mut client, &id, "question", "answer").await;
+        for j in 0..5 {
+            keyed_exchange(&mut client, &id, &format!("bulk-{i}-{j}")).await;
         }
     }
     create_owned(&mut client, "other", "carol").await;
@@ -284,9 +285,15 @@ async fn a_large_user_is_erased_in_batches(backend: Backend) {
     });
     let erased = erase(&mut client, "bulk").await;
     assert_eq!(erased.sessions_deleted, sessions);
-    assert_eq!(erased.messages_deleted, sessions * 8);
-    assert_eq!(erased.provider_calls_deleted, sessions * 4);
+    assert_eq!(erased.messages_deleted, sessions * 10);
+    assert_eq!(erased.provider_calls_deleted, sessions * 5);
     appending.await.unwrap();
+    // The idempotency keys went with them: their request ids are new
+    // again, to the first session's and the last one's events alike.
+    for (request_id, revision) in [("bulk-0-0", 52), ("bulk-129-4", 53)] {
+        let appended = keyed_exchange(&mut client, "other", request_id).await;
+        assert_eq!(appended.revision, revision, "{request_id}");
+    }
     let listed = client
         .list_sessions(pb::ListSessionsRequest {
             user: "bulk".into(),
@@ -297,8 +304,23 @@ async fn a_large_user_is_erased_in_batches(backend: Backend) {
         .into_inner();
     assert!(listed.sessions.is_empty());
     let other = crate::support::all_messages(&mut client, "other").await;
-    assert_eq!(other.len(), 100);
+    assert_eq!(other.len(), 104);
     server.stop().await.unwrap();
+}
+
+/// An exchange sent with the idempotency key `request_id`.
+async fn keyed_exchange(
+    client: &mut Client,
+    session_id: &str,
+    request_id: &str,
+) -> pb::AppendExchangeResponse {
+    let mut request = crate::support::exchange_request(session_id, "question", "answer");
+    request.request_id = request_id.into();
+    client
+        .append_exchange(request)
+        .await
+        .unwrap_or_else(|status| panic!("append {request_id}: {status:?}"))
+        .into_inner()
 }
 
 async fn erase_user_refuses_bad_requests(backend: Backend) {

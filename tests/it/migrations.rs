@@ -1499,4 +1499,79 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
     );
     assert_eq!(exchange.messages[1], alpha_messages()[3]);
     assert!(!format!("{events:?}").contains("Book a flight"));
+
+    // 0019: the old key stays in the index by session, now partial on
+    // it; a new exchange's key is found through its event, which names
+    // it, and stays out of that index. On SQLite the keys lost their
+    // foreign key.
+    let indexes = old.indexes("idempotency_keys").await;
+    assert!(
+        indexes.contains(&"idempotency_keys_without_event_by_session".to_owned())
+            && !indexes.contains(&"idempotency_keys_by_session".to_owned()),
+        "{indexes:?}"
+    );
+    if dialect == Dialect::Sqlite {
+        assert_eq!(
+            old.rows::<(i64,)>("SELECT count(*) FROM pragma_foreign_key_list('idempotency_keys')")
+                .await,
+            [(0,)]
+        );
+    }
+    for (session, request_id, revision) in [
+        ("mig-alpha", "idem-alpha-2", 7),
+        ("mig-bravo", "idem-bravo-1", 7),
+    ] {
+        let appended = client
+            .append_exchange(pb::AppendExchangeRequest {
+                session_id: session.into(),
+                messages: vec![said(pb::Role::User, "A hotel too?")],
+                request_id: request_id.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("a keyed exchange")
+            .into_inner();
+        assert_eq!(appended.revision, revision);
+    }
+    let keys = "SELECT request_id, session_key, found_through_event FROM idempotency_keys \
+                ORDER BY 1";
+    assert_eq!(
+        old.rows::<(String, i64, i64)>(keys).await,
+        [
+            ("idem-alpha-1".to_owned(), 1, 0),
+            ("idem-alpha-2".to_owned(), 1, 1),
+            ("idem-bravo-1".to_owned(), 2, 1),
+        ]
+    );
+    assert_eq!(
+        old.rows::<(i64, i64, String)>(
+            "SELECT session_key, revision, request_id FROM events \
+             WHERE request_id IS NOT NULL ORDER BY 1, 2"
+        )
+        .await,
+        [
+            (1, 7, "idem-alpha-2".to_owned()),
+            (2, 7, "idem-bravo-1".to_owned())
+        ]
+    );
+    // Deleting a session deletes both kinds of its keys; erasing a user
+    // deletes those of the user's sessions.
+    client
+        .delete_session(pb::DeleteSessionRequest {
+            session_id: "mig-alpha".into(),
+        })
+        .await
+        .expect("DeleteSession");
+    assert_eq!(
+        old.rows::<(String, i64, i64)>(keys).await,
+        [("idem-bravo-1".to_owned(), 2, 1)]
+    );
+    client
+        .erase_user(pb::EraseUserRequest {
+            user: "bob".into(),
+            scopes: Vec::new(),
+        })
+        .await
+        .expect("EraseUser");
+    assert_eq!(old.rows::<(String, i64, i64)>(keys).await, []);
 }

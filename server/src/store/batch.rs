@@ -802,6 +802,7 @@ fn append_one(
         now,
         logged,
         first_sequence..state.session.next_sequence,
+        &exchange.request_id,
     );
     if !exchange.request_id.is_empty() {
         rows.idempotency_key(
@@ -887,7 +888,9 @@ impl Rows {
 
     /// An event row: its encoding in `wire`, `body` left empty (see
     /// [`super::ops::INSERT_EVENT`]), referring to the messages `refers`
-    /// for their content ([`EncodedEvent::referring`]).
+    /// for their content ([`EncodedEvent::referring`]), and naming the
+    /// exchange's request id, if it has one: deleting the session's history
+    /// finds its idempotency keys through its events (migration 0019).
     fn event(
         &mut self,
         session_key: i64,
@@ -895,6 +898,7 @@ impl Rows {
         now: Timestamp,
         encoding: Vec<u8>,
         refers: Range<i64>,
+        request_id: &str,
     ) {
         self.events.extend([
             Value::Int(session_key),
@@ -904,6 +908,7 @@ impl Rows {
             Value::Bytes(encoding),
             Value::Int(refers.start),
             Value::Int(refers.end),
+            Value::NullableText((!request_id.is_empty()).then(|| escape(request_id))),
         ]);
     }
 
@@ -915,12 +920,15 @@ impl Rows {
         fingerprint: Vec<u8>,
         revision: i64,
     ) {
+        // Found through its event, not in the index by session kept for
+        // keys written before (migration 0019).
         self.keys.extend([
             Value::Text(escape(tenant)),
             Value::Text(escape(request_id)),
             Value::Int(session_key),
             Value::Bytes(fingerprint),
             Value::Int(revision),
+            Value::Int(1),
         ]);
     }
 
@@ -1033,18 +1041,18 @@ impl Rows {
             &mut statements,
             &format!(
                 "{insert_into} events (session_key, revision, time, body, wire, refers_from, \
-                 refers_until) VALUES "
+                 refers_until, request_id) VALUES "
             ),
-            7,
+            8,
             self.events,
         );
         insert(
             &mut statements,
             &format!(
                 "{insert_into} idempotency_keys (tenant, request_id, session_key, fingerprint, \
-             revision) VALUES "
+             revision, found_through_event) VALUES "
             ),
-            5,
+            6,
             self.keys,
         );
         if dialect == Dialect::Postgres && !statements.is_empty() {

@@ -8,7 +8,8 @@
 //!    with their rows still there;
 //! 2. [`EraseRows`], until it says there are no more: a bounded number of
 //!    those rows deleted, table by table (messages first, so deleting a
-//!    provider call never has messages left to update);
+//!    provider call never has messages left to update; each batch of
+//!    events after the idempotency keys they name);
 //! 3. [`EraseTombstones`], until it finds none: a batch of the tombstones
 //!    themselves (each keeps its last event until then, for other
 //!    replicas' watchers), with their search entries;
@@ -112,10 +113,15 @@ impl Write for EraseRows {
             (
                 "events",
                 "session_key, revision",
-                "AND t.revision < (SELECT s.revision FROM sessions s WHERE s.key = t.session_key)",
+                "AND t.revision < (SELECT s.revision FROM sessions s WHERE s.key = t.session_key) \
+                 ORDER BY t.session_key, t.revision",
             ),
             ("provider_calls", call_key(tx.dialect), ""),
-            ("idempotency_keys", "tenant, request_id", ""),
+            (
+                "idempotency_keys",
+                "tenant, request_id",
+                "AND t.found_through_event = 0",
+            ),
             ("session_state", "session_key, key", ""),
         ];
         if tx.search == SearchWrites::Inline && tx.dialect == Dialect::Postgres {
@@ -128,6 +134,21 @@ impl Write for EraseRows {
         };
         let mut budget = self.limit;
         for (table, columns, which) in tables {
+            if table == "events" {
+                // The keys these events name first (migration 0019; those
+                // written before are found by session, below): the same
+                // events, in the same order.
+                sqlx::query(&format!(
+                    "DELETE FROM idempotency_keys WHERE tenant = $1 AND request_id IN \
+                     (SELECT t.request_id FROM events t \
+                     WHERE t.session_key IN ({TOMBSTONES}) {which} LIMIT $3)"
+                ))
+                .bind(escape(tenant))
+                .bind(escape(&self.user))
+                .bind(budget)
+                .execute(&mut *tx.conn)
+                .await?;
+            }
             let deleted = sqlx::query(&format!(
                 "DELETE FROM {table} WHERE ({columns}) IN (SELECT {columns} FROM {table} t \
                  WHERE t.session_key IN ({TOMBSTONES}) {which} LIMIT $3)"

@@ -293,8 +293,8 @@ impl Tx<'_> {
             return Ok(false);
         }
         let key = row.key;
+        self.delete_idempotency_keys(&key.to_string()).await?;
         for sql in [
-            "DELETE FROM idempotency_keys WHERE session_key = $1",
             "DELETE FROM messages WHERE session_key = $1",
             "DELETE FROM provider_calls WHERE session_key = $1",
             "DELETE FROM events WHERE session_key = $1",

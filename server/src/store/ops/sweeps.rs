@@ -41,10 +41,12 @@ impl Tx<'_> {
     /// Answers how many sessions went.
     ///
     /// The tables an append writes have no foreign keys on PostgreSQL
-    /// (migration 0012: each check cost a query per row), so their rows
-    /// are deleted here by key; the other tables' rows cascade.
+    /// (migration 0012: each check cost a query per row), nor, for the
+    /// idempotency keys, on SQLite (0019), so their rows are deleted here
+    /// by key; the other tables' rows cascade.
     pub(super) async fn delete_sessions(&mut self, keys: &[i64]) -> Result<u64> {
         let keys_sql = key_list(keys);
+        self.delete_idempotency_keys(&keys_sql).await?;
         for table in APPEND_TABLES {
             sqlx::query(&format!(
                 "DELETE FROM {table} WHERE session_key IN ({keys_sql})"
@@ -57,12 +59,34 @@ impl Tx<'_> {
             .await?;
         Ok(deleted.rows_affected())
     }
+
+    /// Deletes the idempotency keys of the sessions `keys_sql` (an SQL
+    /// list of keys, [`key_list`]), before their events: those their
+    /// events name (migration 0019), and those written before, which their
+    /// own index by session holds.
+    pub(super) async fn delete_idempotency_keys(&mut self, keys_sql: &str) -> Result<()> {
+        for sql in [
+            format!(
+                "DELETE FROM idempotency_keys WHERE (tenant, request_id) IN \
+                 (SELECT s.tenant, e.request_id FROM events e JOIN sessions s ON s.key = e.session_key \
+                 WHERE e.session_key IN ({keys_sql}) AND e.request_id IS NOT NULL)"
+            ),
+            format!(
+                "DELETE FROM idempotency_keys \
+                 WHERE session_key IN ({keys_sql}) AND found_through_event = 0"
+            ),
+        ] {
+            sqlx::query(&sql).execute(&mut *self.conn).await?;
+        }
+        Ok(())
+    }
 }
 
 /// The tables of a session's rows that an append writes, children first
-/// (a message names its provider call). PostgreSQL's `message_search` is
+/// (a message names its provider call), after its idempotency keys
+/// ([`Tx::delete_idempotency_keys`]). PostgreSQL's `message_search` is
 /// the fifth; its callers delete it, as it depends on the search mode.
-const APPEND_TABLES: [&str; 4] = ["idempotency_keys", "messages", "provider_calls", "events"];
+const APPEND_TABLES: [&str; 3] = ["messages", "provider_calls", "events"];
 
 /// `keys` as an SQL list. Keys the database gave: integers, safe to write
 /// into the SQL.
