@@ -537,3 +537,50 @@ async fn another_replicas_watcher_is_told() {
     b.stop().await.unwrap();
     a.stop().await.unwrap();
 }
+
+/// Two replicas erasing one user at once (a client that retried on
+/// another replica): between them every row goes, each batch of events
+/// with the idempotency keys they name, and no key is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_erasing_one_user_leave_no_key_behind() {
+    if !postgres_available("erase::two_replicas_erasing_one_user_leave_no_key_behind").await {
+        return;
+    }
+    let storage = Storage::new(Backend::Postgres).await;
+    let url = storage.url.clone();
+    let a = TestServer::start_on(storage, |_| {}).await;
+    let b = TestServer::start_with(url.clone(), None, |_| {}).await;
+    let mut on_a = a.client().await;
+    let mut on_b = b.client().await;
+    for i in 0..60 {
+        let id = format!("twice-{i}");
+        create_owned(&mut on_a, &id, "twice").await;
+        for j in 0..5 {
+            keyed_exchange(&mut on_a, &id, &format!("twice-{i}-{j}")).await;
+        }
+    }
+    create_owned(&mut on_a, "kept", "carol").await;
+    keyed_exchange(&mut on_a, "kept", "kept-0").await;
+
+    let (first, second) = tokio::join!(erase(&mut on_a, "twice"), erase(&mut on_b, "twice"));
+    assert_eq!(first.sessions_deleted + second.sessions_deleted, 60);
+
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let keys: Vec<String> =
+        sqlx::query_scalar("SELECT request_id FROM idempotency_keys ORDER BY 1")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(keys, ["kept-0"]);
+    let events: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM events e JOIN sessions s ON s.key = e.session_key \
+         WHERE s.user_name = 'twice'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(events, 0);
+    pool.close().await;
+    b.stop().await.unwrap();
+    a.stop().await.unwrap();
+}

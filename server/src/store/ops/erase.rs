@@ -134,31 +134,47 @@ impl Write for EraseRows {
         };
         let mut budget = self.limit;
         for (table, columns, which) in tables {
-            if table == "events" {
-                // The keys these events name first (migration 0019; those
-                // written before are found by session, below): the same
-                // events, in the same order.
-                sqlx::query(&format!(
-                    "DELETE FROM idempotency_keys WHERE tenant = $1 AND request_id IN \
-                     (SELECT t.request_id FROM events t \
-                     WHERE t.session_key IN ({TOMBSTONES}) {which} LIMIT $3)"
-                ))
-                .bind(escape(tenant))
-                .bind(escape(&self.user))
-                .bind(budget)
-                .execute(&mut *tx.conn)
-                .await?;
-            }
-            let deleted = sqlx::query(&format!(
-                "DELETE FROM {table} WHERE ({columns}) IN (SELECT {columns} FROM {table} t \
-                 WHERE t.session_key IN ({TOMBSTONES}) {which} LIMIT $3)"
-            ))
-            .bind(escape(tenant))
-            .bind(escape(&self.user))
-            .bind(budget)
-            .execute(&mut *tx.conn)
-            .await?
-            .rows_affected();
+            let rows = format!(
+                "SELECT {columns} FROM {table} t WHERE t.session_key IN ({TOMBSTONES}) {which} LIMIT $3"
+            );
+            let deleted = match (table, tx.dialect) {
+                // A batch of events goes with the idempotency keys they
+                // name (migration 0019; keys written before are found by
+                // session, below). On PostgreSQL in one statement, so the
+                // keys are those of exactly the events it deleted, even
+                // while another replica erases the same user.
+                ("events", Dialect::Postgres) => {
+                    let deleted: i64 = sqlx::query_scalar(&format!(
+                        "WITH gone AS (DELETE FROM events WHERE ({columns}) IN ({rows}) \
+                         RETURNING request_id), \
+                         keys AS (DELETE FROM idempotency_keys WHERE tenant = $1 \
+                         AND request_id IN (SELECT request_id FROM gone)) \
+                         SELECT count(*) FROM gone"
+                    ))
+                    .bind(escape(tenant))
+                    .bind(escape(&self.user))
+                    .bind(budget)
+                    .fetch_one(&mut *tx.conn)
+                    .await?;
+                    u64::try_from(deleted).unwrap_or(0)
+                }
+                // On SQLite (one writer) the keys first, then the same
+                // events, chosen in the same order.
+                ("events", Dialect::Sqlite) => {
+                    sqlx::query(&format!(
+                        "DELETE FROM idempotency_keys WHERE tenant = $1 AND request_id IN \
+                         (SELECT t.request_id FROM events t \
+                         WHERE t.session_key IN ({TOMBSTONES}) {which} LIMIT $3)"
+                    ))
+                    .bind(escape(tenant))
+                    .bind(escape(&self.user))
+                    .bind(budget)
+                    .execute(&mut *tx.conn)
+                    .await?;
+                    delete_rows(tx, table, columns, &rows, tenant, &self.user, budget).await?
+                }
+                _ => delete_rows(tx, table, columns, &rows, tenant, &self.user, budget).await?,
+            };
             let deleted = i64::try_from(deleted).unwrap_or(i64::MAX);
             match table {
                 "messages" => erased.messages = deleted,
@@ -247,6 +263,28 @@ impl Write for EraseFinish {
         .await?;
         Ok(entries)
     }
+}
+
+/// Deletes the rows of `table` whose `columns` the statement `rows`
+/// selects (`$1` tenant, `$2` user, `$3` at most how many); how many went.
+async fn delete_rows(
+    tx: &mut Tx<'_>,
+    table: &str,
+    columns: &str,
+    rows: &str,
+    tenant: &str,
+    user: &str,
+    limit: i64,
+) -> Result<u64> {
+    Ok(sqlx::query(&format!(
+        "DELETE FROM {table} WHERE ({columns}) IN ({rows})"
+    ))
+    .bind(escape(tenant))
+    .bind(escape(user))
+    .bind(limit)
+    .execute(&mut *tx.conn)
+    .await?
+    .rows_affected())
 }
 
 /// The record's stand-in for the user: it names no byte of the user, yet
