@@ -520,12 +520,8 @@ async fn another_replicas_watcher_is_told() {
     if !postgres_available("erase::another_replicas_watcher_is_told").await {
         return;
     }
-    let storage = Storage::new(Backend::Postgres).await;
-    let url = storage.url.clone();
-    let a = TestServer::start_on(storage, |_| {}).await;
-    let b = TestServer::start_with(url, None, |_| {}).await;
-    let mut on_a = a.client().await;
-    let mut on_b = b.client().await;
+    let (a, b, _) = two_replicas().await;
+    let (mut on_a, mut on_b) = (a.client().await, b.client().await);
     let created = create_owned(&mut on_a, "watched-elsewhere", "frank").await;
     let mut events = crate::support::watch(&mut on_b, "watched-elsewhere", created.revision).await;
     assert_eq!(next_change(&mut events).await.kind(), "caught_up");
@@ -546,12 +542,8 @@ async fn two_replicas_erasing_one_user_leave_no_key_behind() {
     if !postgres_available("erase::two_replicas_erasing_one_user_leave_no_key_behind").await {
         return;
     }
-    let storage = Storage::new(Backend::Postgres).await;
-    let url = storage.url.clone();
-    let a = TestServer::start_on(storage, |_| {}).await;
-    let b = TestServer::start_with(url.clone(), None, |_| {}).await;
-    let mut on_a = a.client().await;
-    let mut on_b = b.client().await;
+    let (a, b, url) = two_replicas().await;
+    let (mut on_a, mut on_b) = (a.client().await, b.client().await);
     for i in 0..60 {
         let id = format!("twice-{i}");
         create_owned(&mut on_a, &id, "twice").await;
@@ -583,4 +575,13 @@ async fn two_replicas_erasing_one_user_leave_no_key_behind() {
     pool.close().await;
     b.stop().await.unwrap();
     a.stop().await.unwrap();
+}
+
+/// Two servers on one new PostgreSQL database, and its URL.
+async fn two_replicas() -> (TestServer, TestServer, String) {
+    let storage = Storage::new(Backend::Postgres).await;
+    let url = storage.url.clone();
+    let a = TestServer::start_on(storage, |_| {}).await;
+    let b = TestServer::start_with(url.clone(), None, |_| {}).await;
+    (a, b, url)
 }
