@@ -12,8 +12,14 @@ use tonic::transport::Channel;
 
 use crate::support::{
     Backend, ServerProcess, Storage, TestServer, assistant, call, create_owned, error_details,
-    next_change, postgres_available, sessionstore_binary, user,
+    next_change, sessionstore_binary, user,
 };
+
+crate::postgres_tests!(
+    no_live_postgres_row_holds_an_erased_byte,
+    another_replicas_watcher_is_told,
+    two_replicas_erasing_one_user_leave_no_key_behind,
+);
 
 crate::backend_tests!(
     erase_user_deletes_everything_of_the_user,
@@ -460,11 +466,7 @@ async fn deleted_words_leave_the_sqlite_search_file_after_a_kill() {
     drop(server);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_live_postgres_row_holds_an_erased_byte() {
-    if !postgres_available("erase::no_live_postgres_row_holds_an_erased_byte").await {
-        return;
-    }
     let storage = Storage::new(Backend::Postgres).await;
     let url = storage.url.clone();
     let server = TestServer::start_on(storage, |_| {}).await;
@@ -515,11 +517,7 @@ async fn rows_holding(pool: &sqlx::PgPool, mark: &str) -> Vec<String> {
     holding
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_replicas_watcher_is_told() {
-    if !postgres_available("erase::another_replicas_watcher_is_told").await {
-        return;
-    }
     let (a, b, _) = two_replicas().await;
     let (mut on_a, mut on_b) = (a.client().await, b.client().await);
     let created = create_owned(&mut on_a, "watched-elsewhere", "frank").await;
@@ -537,11 +535,7 @@ async fn another_replicas_watcher_is_told() {
 /// Two replicas erasing one user at once (a client that retried on
 /// another replica): between them every row goes, each batch of events
 /// with the idempotency keys they name, and no key is left behind.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_erasing_one_user_leave_no_key_behind() {
-    if !postgres_available("erase::two_replicas_erasing_one_user_leave_no_key_behind").await {
-        return;
-    }
     let (a, b, url) = two_replicas().await;
     let (mut on_a, mut on_b) = (a.client().await, b.client().await);
     for i in 0..60 {

@@ -4,6 +4,8 @@
 use super::*;
 use sqlx::Connection as _;
 
+crate::postgres_tests!(postgres_writers_leave_no_transaction_open,);
+
 crate::backend_tests!(
     appends_are_numbered_and_a_retry_is_answered_once,
     a_retry_is_recognised_whatever_its_request_id_holds,
@@ -179,13 +181,8 @@ async fn a_full_history_append_stores_only_its_new_tail(backend: Backend) {
 /// transaction's connection ends (killed here, as an administrator or
 /// `idle_in_transaction_session_timeout` would) appends on a new one, and
 /// once appends stop no transaction is left open.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_writers_leave_no_transaction_open() {
-    let Some((storage, store)) =
-        open_postgres("store::appends::postgres_writers_leave_no_transaction_open").await
-    else {
-        return;
-    };
+    let (storage, store) = open(Backend::Postgres).await;
     let observer =
         tokio::sync::Mutex::new(sqlx::PgConnection::connect(&storage.url).await.unwrap());
     let open_transactions = || {

@@ -35,17 +35,6 @@ async fn open(backend: Backend) -> (Storage, SqlStore) {
     (storage, store)
 }
 
-/// The store over a fresh PostgreSQL database, for a test of PostgreSQL's
-/// own machinery named `test`; `None` (the test skipped, saying so) where
-/// no PostgreSQL is reachable and none is required.
-async fn open_postgres(test: &str) -> Option<(Storage, SqlStore)> {
-    if crate::support::postgres_available(test).await {
-        Some(open(Backend::Postgres).await)
-    } else {
-        None
-    }
-}
-
 async fn create(store: &SqlStore, id: &str) {
     create_in(store, TENANT, id).await;
 }

@@ -12,6 +12,11 @@ use sqlx::Connection as _;
 
 use super::*;
 
+crate::postgres_tests!(
+    an_edit_racing_a_search_build_keeps_its_own_words,
+    postgres_words_are_the_same_in_binary_and_in_text,
+);
+
 crate::backend_tests!(
     search_finds_every_word_in_the_current_view,
     search_pages_by_offset_and_keeps_to_the_user_and_tenant,
@@ -259,13 +264,8 @@ async fn search_pages_by_offset_and_keeps_to_the_user_and_tenant(backend: Backen
 /// message before the edit and inserted its old words after the edit's
 /// delete looked; the edit waits for the page, then its own words replace
 /// the page's (before, it hit a unique violation and was run again).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_racing_a_search_build_keeps_its_own_words() {
-    let Some((storage, store)) =
-        open_postgres("store::search::an_edit_racing_a_search_build_keeps_its_own_words").await
-    else {
-        return;
-    };
+    let (storage, store) = open(Backend::Postgres).await;
     create(&store, "s").await;
     let (_, appended) = store
         .append_exchange(TENANT, exchange("s", "zebra"))
@@ -347,13 +347,8 @@ async fn an_edit_racing_a_search_build_keeps_its_own_words() {
 /// in PostgreSQL's binary form; a session's initial history is indexed
 /// through the text form, which the statement casts. Both store the same
 /// words and positions, and both are found.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_words_are_the_same_in_binary_and_in_text() {
-    let Some((storage, store)) =
-        open_postgres("store::search::postgres_words_are_the_same_in_binary_and_in_text").await
-    else {
-        return;
-    };
+    let (storage, store) = open(Backend::Postgres).await;
     let text = "Tea for TWO: tea at 3.14, ÉCOLE café naïve x1y2 ann@example.com tea ß";
     create(&store, "appended").await;
     store

@@ -46,6 +46,25 @@ macro_rules! backend_tests {
     };
 }
 
+/// Runs each listed async test function (no arguments) as a test of
+/// PostgreSQL alone, in module `postgres_only`: where no PostgreSQL is
+/// reachable and none is required, it is skipped, saying so.
+#[macro_export]
+macro_rules! postgres_tests {
+    ($($name:ident),* $(,)?) => {
+        mod postgres_only {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if $crate::support::postgres_available(concat!(module_path!(), "::", stringify!($name))).await {
+                        super::$name().await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
 /// The Prometheus text a server's `/metrics` serves.
 pub async fn scrape(addr: SocketAddr) -> String {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
