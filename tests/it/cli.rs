@@ -4,7 +4,7 @@ use std::process::Command;
 
 use sqlx::Connection as _;
 
-use crate::support::{PgDatabase, postgres_available, sessionstore_binary};
+use crate::support::{PgDatabase, sessionstore_binary};
 
 #[test]
 fn migrate_creates_the_sqlite_schema_and_its_directory() {
@@ -116,11 +116,7 @@ async fn an_unreachable_postgres_at_start_names_host_and_cause() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_creates_the_postgres_schema() {
-    if !postgres_available("cli::migrate_creates_the_postgres_schema").await {
-        return;
-    }
     let binary = sessionstore_binary();
     let db = PgDatabase::create().await;
     let output = tokio::process::Command::new(&binary)
@@ -695,3 +691,5 @@ mod sessions {
         server.stop().await.unwrap();
     }
 }
+
+crate::postgres_tests!(migrate_creates_the_postgres_schema,);

@@ -13,8 +13,10 @@ use tonic::transport::Channel;
 use crate::runs::{begin, end};
 use crate::support::{
     Backend, Events, Storage, TestServer, assistant, call, connect, create, error_details,
-    event_kind, get, next_change, postgres_available, rename, user,
+    event_kind, get, next_change, rename, user,
 };
+
+crate::postgres_tests!(live_runs_cross_replicas,);
 
 crate::backend_tests!(
     cursor_resumes_exactly_once_at_any_point,
@@ -638,11 +640,7 @@ async fn stop_all(mut servers: Vec<TestServer>) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_runs_cross_replicas() {
-    if !postgres_available("live::live_runs_cross_replicas").await {
-        return;
-    }
     let servers = replicas(|config| config.limits.max_run_deltas = 8).await;
     let mut a = connect(&servers[0].endpoint()).await;
     let mut b = connect(&servers[1].endpoint()).await;

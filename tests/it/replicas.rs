@@ -272,11 +272,7 @@ async fn await_listeners(conn: &mut sqlx::PgConnection, database: &str, count: u
 // ---------------------------------------------------------------------------
 // Tests
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writers_on_three_replicas_keep_sequences_gap_free() {
-    if !postgres_available("replicas::writers_on_three_replicas_keep_sequences_gap_free").await {
-        return;
-    }
     const REPLICAS: usize = 3;
     const WRITERS_PER_REPLICA: usize = 4;
     const EACH: usize = 15;
@@ -373,11 +369,7 @@ async fn writers_on_three_replicas_keep_sequences_gap_free() {
     replicas.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotent_retry_on_another_replica_writes_nothing() {
-    if !postgres_available("replicas::idempotent_retry_on_another_replica_writes_nothing").await {
-        return;
-    }
     let replicas = Replicas::start(2, |_, _| {}).await;
     let mut a = replicas.client(0).await;
     let mut b = replicas.client(1).await;
@@ -466,11 +458,7 @@ async fn idempotent_retry_on_another_replica_writes_nothing() {
     replicas.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watcher_on_b_sees_writes_through_a() {
-    if !postgres_available("replicas::watcher_on_b_sees_writes_through_a").await {
-        return;
-    }
     const EXCHANGES: i64 = 50;
     let replicas = Replicas::start(2, |_, _| {}).await;
     let mut a = replicas.client(0).await;
@@ -544,11 +532,7 @@ enum AfterKill {
     Quiet,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listener_killed_mid_stream_loses_nothing() {
-    if !postgres_available("replicas::listener_killed_mid_stream_loses_nothing").await {
-        return;
-    }
     const WATCHERS: usize = 5;
     const EXCHANGES: i64 = 200;
     /// After this many acknowledged appends, kill the LISTEN connections.
@@ -703,11 +687,7 @@ async fn listener_killed_mid_stream_loses_nothing() {
     replicas.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_through_a_ends_watch_on_b() {
-    if !postgres_available("replicas::delete_through_a_ends_watch_on_b").await {
-        return;
-    }
     let replicas = Replicas::start(2, |_, _| {}).await;
     let mut a = replicas.client(0).await;
     let mut b = replicas.client(1).await;
@@ -765,11 +745,7 @@ async fn delete_through_a_ends_watch_on_b() {
 /// writers on two replicas racing on one shared entry each get their own
 /// version (none lost), a state change made through A is what B reads, and
 /// B's watcher sees it in A's exchange.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_state_written_on_two_replicas_loses_no_write() {
-    if !postgres_available("replicas::shared_state_written_on_two_replicas_loses_no_write").await {
-        return;
-    }
     let replicas = Replicas::start(2, |_, _| {}).await;
     let mut a = replicas.client(0).await;
     let mut b = replicas.client(1).await;
@@ -969,3 +945,12 @@ async fn a_writer_keeping_a_session_finds_changes_made_elsewhere() {
     sql.close().await.expect("close");
     replicas.stop().await;
 }
+
+crate::postgres_tests!(
+    writers_on_three_replicas_keep_sequences_gap_free,
+    idempotent_retry_on_another_replica_writes_nothing,
+    watcher_on_b_sees_writes_through_a,
+    listener_killed_mid_stream_loses_nothing,
+    delete_through_a_ends_watch_on_b,
+    shared_state_written_on_two_replicas_loses_no_write,
+);

@@ -15,8 +15,7 @@ use tonic::transport::Channel;
 use crate::support::kill_listeners;
 use crate::support::{
     Backend, Events, Storage, TestServer, all_messages, assistant, connect, content, create,
-    error_details, event_kind, exchange, exchange_request, get, next_change, postgres_available,
-    rename,
+    error_details, event_kind, exchange, exchange_request, get, next_change, rename,
 };
 
 /// Safety net for "the next event / the next step arrives": never a pacing sleep.
@@ -1182,6 +1181,12 @@ async fn deltas_never_follow_a_later_revision(backend: Backend) {
     }
 }
 
+crate::postgres_tests!(
+    deltas_cross_replicas,
+    runs_and_leases_cross_replicas,
+    exchange_missed_by_b_listener_still_closes_run_on_b,
+);
+
 crate::backend_tests!(
     run_and_delta_argument_errors,
     lease_makes_session_busy_for_other_runs,
@@ -1239,11 +1244,7 @@ async fn primed_watch_on_b(a: &mut Client, b: &mut Client, id: &str) -> (Events,
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deltas_cross_replicas() {
-    if !postgres_available("runs::deltas_cross_replicas").await {
-        return;
-    }
     let replicas = TwoReplicas::start().await;
     let mut a = connect(&replicas.a.endpoint()).await;
     let mut b = connect(&replicas.b.endpoint()).await;
@@ -1308,11 +1309,7 @@ async fn deltas_cross_replicas() {
     replicas.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_and_leases_cross_replicas() {
-    if !postgres_available("runs::runs_and_leases_cross_replicas").await {
-        return;
-    }
     let replicas = TwoReplicas::start().await;
     let mut a = connect(&replicas.a.endpoint()).await;
     let mut b = connect(&replicas.b.endpoint()).await;
@@ -1427,11 +1424,7 @@ async fn allow_connections(admin: &mut sqlx::PgConnection, database: &str, allow
 /// B's listener misses the commit that closes a run (its LISTEN connection
 /// is down while the exchange is appended through A). Once B has caught up
 /// with that exchange, the run's buffered deltas must still be gone there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exchange_missed_by_b_listener_still_closes_run_on_b() {
-    if !postgres_available("runs::exchange_missed_by_b_listener_still_closes_run_on_b").await {
-        return;
-    }
     let replicas = TwoReplicas::start().await;
     let database = replicas.database.clone();
     let mut a = connect(&replicas.a.endpoint()).await;
