@@ -61,6 +61,11 @@ struct Args {
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Bench>,
 
+    /// Only this backend (both by default; PostgreSQL needs
+    /// `--postgres-url`). With `--vs` too.
+    #[arg(long, value_enum)]
+    backend: Option<Backend>,
+
     /// Repetitions of each throughput run (default 3; 1 with --quick).
     #[arg(long)]
     repeat: Option<usize>,
@@ -353,13 +358,23 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         }
     }
 
+    if let Some(only) = args.backend {
+        report.settings["backend"] = serde_json::json!(only.name());
+        let other = match only {
+            Backend::Sqlite => "PostgreSQL",
+            Backend::Postgres => "SQLite",
+        };
+        report
+            .skipped
+            .push(format!("{other}: --backend {}", only.name()));
+    }
     if let Some(vs) = &args.vs {
         report.settings["vs_server_binary"] = serde_json::json!(vs.display().to_string());
         report.settings["vs_search"] = serde_json::json!(match args.vs_search {
             Search::On => "on",
             Search::Off => "off",
         });
-        for backend in ["sqlite", "postgres"] {
+        for backend in backends(args.backend) {
             if backend == "sqlite" || postgres.is_some() {
                 let builds = versus::Builds {
                     binaries: [&binary, vs],
@@ -374,7 +389,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
     // sessionstore's best append rate per backend, for the peer ratios.
     let mut best_append = HashMap::new();
     let mut export_ms = HashMap::new();
-    for backend in ["sqlite", "postgres"] {
+    for backend in backends(args.backend) {
         let db = match (backend, postgres) {
             ("sqlite", _) => Database::sqlite("main")?,
             (_, Some(url)) => Database::postgres(url, "main").await?,
@@ -474,6 +489,30 @@ async fn fresh_database(
     match postgres.filter(|_| backend == "postgres") {
         Some(url) => Database::postgres(url, name).await,
         None => Database::sqlite(name),
+    }
+}
+
+/// The backends measured: both, or the one `--backend` names.
+fn backends(only: Option<Backend>) -> Vec<&'static str> {
+    match only {
+        Some(backend) => vec![backend.name()],
+        None => vec!["sqlite", "postgres"],
+    }
+}
+
+/// A backend `--backend` selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
     }
 }
 
@@ -1016,7 +1055,7 @@ async fn watch_benchmarks(
         for (where_, reader) in replicas {
             let session = format!("bench-watch-{watchers}-{}", where_.len());
             workload::create_session(&mut client, &session, "bench", 0, 0).await?;
-            let mut latencies = watch::delivery(
+            let mut deliveries = watch::delivery(
                 &one,
                 reader,
                 &session,
@@ -1025,8 +1064,12 @@ async fn watch_benchmarks(
                 plan.watch_interval,
             )
             .await?;
-            let ms: Vec<f64> = latencies.iter().map(|d| d.as_secs_f64() * 1e3).collect();
-            let latency = Latency::of(&mut latencies);
+            let ms: Vec<f64> = deliveries
+                .all
+                .iter()
+                .map(|d| d.as_secs_f64() * 1e3)
+                .collect();
+            let latency = Latency::of(&mut deliveries.all);
             let mut figure = Figure::new(
                 "watch",
                 backend,
@@ -1044,6 +1087,60 @@ async fn watch_benchmarks(
                 };
             }
             report.push(figure);
+            if watchers > 1 {
+                // What the deliveries cost, and how busy they kept the
+                // machine.
+                let case = format!("{watchers} watchers, {where_}");
+                let cpu = [
+                    ("watchers' server", deliveries.reader_cpu),
+                    ("bench (the watchers' client)", deliveries.client_cpu),
+                ];
+                for (subject, used) in cpu {
+                    let micros = deliveries.micros_per_delivery(used);
+                    report.push(Figure::new(
+                        "watch CPU",
+                        backend,
+                        subject,
+                        &case,
+                        "µs CPU/delivery",
+                        Spread::of(&[micros]),
+                    ));
+                }
+                let cores = deliveries.cores_busy();
+                report.push(Figure::new(
+                    "watch CPU",
+                    backend,
+                    "watchers' server and bench together",
+                    &case,
+                    "cores busy",
+                    Spread::of(&[cores]),
+                ));
+                // Where a slow delivery waited: before any watcher heard of
+                // the exchange, or in the fan-out to all of them.
+                for (subject, mut per_exchange) in [
+                    (
+                        "sessionstore, each exchange's first delivery",
+                        deliveries.first,
+                    ),
+                    (
+                        "sessionstore, each exchange's last delivery",
+                        deliveries.last,
+                    ),
+                ] {
+                    let ms: Vec<f64> = per_exchange.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+                    report.push(
+                        Figure::new(
+                            "watch",
+                            backend,
+                            subject,
+                            &format!("{watchers} watchers, {where_}"),
+                            "ms",
+                            Spread::of(&ms),
+                        )
+                        .latency(Latency::of(&mut per_exchange)),
+                    );
+                }
+            }
         }
     }
     one.stop().await;

@@ -54,6 +54,20 @@ pub fn binary(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
 static KEEP: AtomicBool = AtomicBool::new(false);
 
 /// Keeps every database from now on instead of removing it.
+/// The CPU time, user and system, of the process whose `/proc` stat file
+/// is `stat` (`/proc/self/stat`: this one), in units of 10 ms (`USER_HZ`).
+pub fn cpu_time_of(stat: &str) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(stat)?;
+    // The fields after the command name, which is in parentheses and
+    // may hold spaces: state, ..., utime (11th), stime (12th).
+    let (_, rest) = stat.rsplit_once(')').context("no command name")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> anyhow::Result<u64> {
+        Ok(fields.get(i).context("short /proc stat")?.parse::<u64>()?)
+    };
+    Ok(Duration::from_millis((ticks(11)? + ticks(12)?) * 10))
+}
+
 pub fn keep_databases() {
     KEEP.store(true, Ordering::Relaxed);
 }
@@ -278,15 +292,7 @@ impl Server {
     /// `/proc` (Linux only; `/proc` counts in units of 10 ms, `USER_HZ`).
     pub fn cpu_time(&self) -> anyhow::Result<Duration> {
         let pid = self.child.id().context("the server has exited")?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-        // The fields after the command name, which is in parentheses and
-        // may hold spaces: state, ..., utime (11th), stime (12th).
-        let (_, rest) = stat.rsplit_once(')').context("no command name")?;
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| -> anyhow::Result<u64> {
-            Ok(fields.get(i).context("short /proc stat")?.parse::<u64>()?)
-        };
-        Ok(Duration::from_millis((ticks(11)? + ticks(12)?) * 10))
+        cpu_time_of(&format!("/proc/{pid}/stat"))
     }
 
     pub async fn stop(mut self) {

@@ -56,6 +56,35 @@ async fn open_streams(
     Ok(streams)
 }
 
+/// How long after their acknowledgement `appends` exchanges reached the
+/// watchers: every delivery, and per exchange its first and its last.
+pub struct Deliveries {
+    /// One per (exchange, watcher).
+    pub all: Vec<Duration>,
+    /// Per exchange, its first delivery: what passed before any watcher
+    /// heard of it (on another replica: the commit hint and the log read).
+    pub first: Vec<Duration>,
+    /// Per exchange, its last delivery: the first plus the fan-out.
+    pub last: Vec<Duration>,
+    /// From the first append to the last delivery: the watchers' server's
+    /// CPU, the bench's own (the watchers' client), and the wall time.
+    pub reader_cpu: Duration,
+    pub client_cpu: Duration,
+    pub wall: Duration,
+}
+
+impl Deliveries {
+    /// CPU per delivery, in µs.
+    pub fn micros_per_delivery(&self, cpu: Duration) -> f64 {
+        cpu.as_secs_f64() * 1e6 / self.all.len().max(1) as f64
+    }
+
+    /// The cores the watchers' server and the bench kept busy, on average.
+    pub fn cores_busy(&self) -> f64 {
+        (self.reader_cpu + self.client_cpu).as_secs_f64() / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
 /// Delivery latencies from acknowledgement to receipt of `appends`
 /// exchanges, appended through `writer` one at a time every `interval` to a
 /// session that `watchers` streams watch through `reader` (the same server,
@@ -67,7 +96,7 @@ pub async fn delivery(
     watchers: usize,
     appends: usize,
     interval: Duration,
-) -> anyhow::Result<Vec<Duration>> {
+) -> anyhow::Result<Deliveries> {
     let streams = open_streams(reader, session, watchers).await?;
     let (received, mut receipts) = mpsc::unbounded_channel::<(i64, Instant)>();
     let mut tasks = tokio::task::JoinSet::new();
@@ -94,6 +123,11 @@ pub async fn delivery(
 
     let mut client = writer.connect().await?;
     let mut acknowledged = HashMap::with_capacity(appends);
+    let started = (
+        Instant::now(),
+        reader.cpu_time()?,
+        crate::server::cpu_time_of("/proc/self/stat")?,
+    );
     let mut ticks = tokio::time::interval(interval);
     for seed in 0..appends as u64 {
         ticks.tick().await;
@@ -105,16 +139,25 @@ pub async fn delivery(
         acknowledged.insert(reply.revision, Instant::now());
     }
     let mut latencies = Vec::with_capacity(appends * watchers);
+    // Per revision: its first and last delivery.
+    let mut spans: HashMap<i64, (Duration, Duration)> = HashMap::with_capacity(appends);
     let wait = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some((revision, at)) = receipts.recv().await {
             if let Some(ack) = acknowledged.get(&revision) {
                 // A watcher may hear of a commit before its writer does.
-                latencies.push(at.saturating_duration_since(*ack));
+                let latency = at.saturating_duration_since(*ack);
+                latencies.push(latency);
+                let span = spans.entry(revision).or_insert((latency, latency));
+                span.0 = span.0.min(latency);
+                span.1 = span.1.max(latency);
             }
         }
     })
     .await;
     wait.context("watchers did not receive every event within 60 s")?;
+    let wall = started.0.elapsed();
+    let reader_cpu = reader.cpu_time()?.saturating_sub(started.1);
+    let client_cpu = crate::server::cpu_time_of("/proc/self/stat")?.saturating_sub(started.2);
     while let Some(done) = tasks.join_next().await {
         done??;
     }
@@ -124,7 +167,15 @@ pub async fn delivery(
         latencies.len(),
         appends * watchers
     );
-    Ok(latencies)
+    let (first, last) = spans.into_values().unzip();
+    Ok(Deliveries {
+        all: latencies,
+        first,
+        last,
+        reader_cpu,
+        client_cpu,
+        wall,
+    })
 }
 
 /// Server memory per idle watch stream: resident memory with `connections`
