@@ -520,6 +520,59 @@ async fn watcher_on_b_sees_writes_through_a() {
     replicas.stop().await;
 }
 
+/// Enough watchers on B that its hub wakes them from a blocking thread
+/// (the server does so from 64 watchers of a session on): each still gets
+/// every write through A once, in order, and then a later one.
+async fn many_watchers_on_b_each_see_every_write_through_a() {
+    const WATCHERS: usize = 80;
+    const EXCHANGES: i64 = 20;
+    let replicas = Replicas::start(2, |_, _| {}).await;
+    let mut a = replicas.client(0).await;
+    let mut b = replicas.client(1).await;
+    let created = create(&mut a, "ses_replicas_many_watchers").await;
+    let mut streams = Vec::with_capacity(WATCHERS);
+    for _ in 0..WATCHERS {
+        let mut stream = watch(&mut b, &created.id, 0).await;
+        read_through_caught_up(&mut stream, &created).await;
+        streams.push(stream);
+    }
+
+    let mut responses = Vec::new();
+    for i in 0..EXCHANGES {
+        let (question, answer) = (format!("q{i}"), format!("a{i}"));
+        let response = append(&mut a, exchange_request(&created.id, &question, &answer)).await;
+        assert_contiguous(&response, &question, &answer);
+        responses.push(response);
+    }
+    let renamed = rename(&mut a, &created.id, "renamed through A").await;
+    assert_eq!(renamed.revision, 2 + EXCHANGES);
+    // Progress heartbeats keep each read from timing out: bound the whole.
+    let readers: Vec<_> = streams
+        .into_iter()
+        .map(|mut stream| {
+            tokio::spawn(async move {
+                let until = collect_until(&mut stream, 2 + EXCHANGES);
+                tokio::time::timeout(WAIT, until).await
+            })
+        })
+        .collect();
+    for (w, reader) in readers.into_iter().enumerate() {
+        let Ok((events, error)) = reader.await.expect("watcher task") else {
+            panic!("watcher {w}: not every write arrived within {WAIT:?}");
+        };
+        assert_exact_sequence(
+            w,
+            &events,
+            error.as_ref(),
+            &responses,
+            Some(renamed.revision),
+        );
+    }
+
+    drop((a, b));
+    replicas.stop().await;
+}
+
 /// How a kill round goes on after the LISTEN connections were terminated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum AfterKill {
@@ -950,6 +1003,7 @@ crate::postgres_tests!(
     writers_on_three_replicas_keep_sequences_gap_free,
     idempotent_retry_on_another_replica_writes_nothing,
     watcher_on_b_sees_writes_through_a,
+    many_watchers_on_b_each_see_every_write_through_a,
     listener_killed_mid_stream_loses_nothing,
     delete_through_a_ends_watch_on_b,
     shared_state_written_on_two_replicas_loses_no_write,

@@ -37,6 +37,9 @@ const LIVE_BUFFER: usize = 256;
 const REPLAY_PAGE: usize = 256;
 /// Sessions whose missing events the fetcher reads at once.
 const FETCH_CONCURRENCY: usize = 8;
+/// Watchers of one session from which the fetcher wakes them from a
+/// blocking thread rather than from a runtime worker ([`Hub::fetch`]).
+const MANY_WATCHERS: usize = 64;
 
 /// What travels to a session's watchers.
 #[derive(Clone, Debug)]
@@ -260,8 +263,14 @@ impl Hub {
     }
 
     /// Reads a session's events after the channel's last one until it has
-    /// carried every revision asked for.
-    async fn fetch<S: Store>(&self, store: &S, session_key: i64) {
+    /// carried every revision asked for. A session with
+    /// [`MANY_WATCHERS`] or more gets each page from a blocking thread, not
+    /// from this runtime worker: the tasks a worker wakes queue on that
+    /// worker, behind the task that woke them, where woken from another
+    /// thread they go to the shared queue that every worker takes from (as
+    /// `store::writer::Publisher` answers local commits). With fewer, the
+    /// hop to that thread would cost more than it spreads.
+    async fn fetch<S: Store>(self: &Arc<Self>, store: &S, session_key: i64) {
         loop {
             let after = {
                 let mut sessions = lock(&self.sessions);
@@ -293,7 +302,20 @@ impl Hub {
                 }
                 return;
             }
-            self.deliver(session_key, &events);
+            let many = lock(&self.sessions)
+                .get(&session_key)
+                .is_some_and(|channel| channel.sender.receiver_count() >= MANY_WATCHERS);
+            if !many {
+                self.deliver(session_key, &events);
+                continue;
+            }
+            let hub = Arc::clone(self);
+            let delivered =
+                tokio::task::spawn_blocking(move || hub.deliver(session_key, &events)).await;
+            if delivered.is_err() {
+                // The runtime is shutting down.
+                return;
+            }
         }
     }
 }
