@@ -108,14 +108,21 @@ pub async fn next_event(stream: &mut Events) -> pb::SessionEvent {
         .expect("the watch stream ended early")
 }
 
-/// The next event other than a `progress` keep-alive.
+/// The next event other than a `progress` keep-alive, within
+/// [`NEXT_EVENT`] in all: keep-alives do not extend the wait, so a stream
+/// that only ever sends them fails the test instead of hanging it.
 pub async fn next_change(stream: &mut Events) -> pb::SessionEvent {
-    loop {
-        let event = next_event(stream).await;
-        if !matches!(event.event, Some(pb::session_event::Event::Progress(_))) {
-            return event;
+    let change = async {
+        loop {
+            let event = next_event(stream).await;
+            if !matches!(event.event, Some(pb::session_event::Event::Progress(_))) {
+                return event;
+            }
         }
-    }
+    };
+    tokio::time::timeout(NEXT_EVENT, change)
+        .await
+        .expect("an event other than progress within the timeout")
 }
 
 /// Opens a watch of `session_id` after `after_revision`.
