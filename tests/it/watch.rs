@@ -11,7 +11,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::support::{
     Backend, NEXT_EVENT, Storage, TestServer, assert_appended, assistant, call, content, create,
-    error_details, event_kind, exchange, next_event, user, watch,
+    error_details, event_kind, exchange, next_change, next_event, user, watch,
 };
 
 async fn watch_err(
@@ -515,9 +515,8 @@ async fn slow_watcher_loses_nothing(backend: Backend) {
     let mut revisions = Vec::new();
     let mut sequences = Vec::new();
     while revisions.last() != Some(&head) {
-        let event = next_event(&mut stream).await;
+        let event = next_change(&mut stream).await;
         match &event.event {
-            Some(Event::Progress(_)) => {}
             Some(Event::ExchangeAppended(appended)) => {
                 revisions.push(event.revision);
                 sequences.extend(appended.messages.iter().map(|m| m.sequence));
@@ -531,13 +530,7 @@ async fn slow_watcher_loses_nothing(backend: Backend) {
 
     // And the stream is still live.
     let live = exchange(&mut client, &created.id, "after", "backlog").await;
-    loop {
-        let event = next_event(&mut stream).await;
-        if !matches!(event.event, Some(Event::Progress(_))) {
-            assert_appended(&event, &live);
-            break;
-        }
-    }
+    assert_appended(&next_change(&mut stream).await, &live);
 }
 
 async fn shutdown_ends_watch_cleanly(backend: Backend) {
