@@ -12,6 +12,7 @@ mod client;
 mod concurrency;
 mod core;
 mod crash;
+mod deletion;
 mod erase;
 mod export_file;
 mod export_target;

@@ -18,7 +18,7 @@ use super::batch::Value;
 use super::ops::{
     AppendExchange, Appended, ControlSession, CreateSession, DeleteExpired, DeleteIdle,
     DeleteSession, DeleteSharedState, EraseFinish, EraseMark, EraseRows, EraseTombstones,
-    ForkSession, PurgeTombstones, SetSharedState, UpdateSession, Write,
+    ForkSession, PurgeTombstones, SetSharedState, Tombstones, Unindex, UpdateSession, Write,
 };
 use super::rows::{
     BorrowedRow, MESSAGE_COLUMNS, SESSION_COLUMNS, message_row, session_from_row, text_col,
@@ -44,7 +44,8 @@ use crate::wire::EncodedEvent;
 /// Sessions an erasure makes tombstones, or removes, per transaction.
 const ERASE_SESSIONS_PER_BATCH: i64 = 100;
 
-/// Rows an erasure deletes per transaction.
+/// Rows an erasure, or the deletion of a session's history, deletes per
+/// transaction.
 const ERASE_ROWS_PER_BATCH: i64 = 1000;
 
 /// How long an erasure keeps its tombstones (and their `session_deleted`
@@ -222,6 +223,26 @@ impl SqlStore {
         let (pending, answer) = Pending::new(tenant, op);
         self.inner.backend.write(Box::new(pending)).await;
         writer::answer(answer).await
+    }
+
+    /// The history of the session DeleteSession (or the sweeper) made the
+    /// tombstone `key`: its rows a batch per transaction, as EraseUser
+    /// deletes a user's, so that a long session never holds SQLite's one
+    /// writer (nor, on PostgreSQL, one transaction) for all of it; then its
+    /// search entries. Should it stop part way (the database went away),
+    /// the session is already gone from every read, and the sweeper's
+    /// purge of its tombstone takes what is left.
+    async fn delete_history(&self, tenant: &str, key: i64) -> Result<()> {
+        loop {
+            let op = EraseRows {
+                of: Tombstones::Session(key),
+                limit: ERASE_ROWS_PER_BATCH,
+            };
+            if !self.write(tenant, op).await?.more {
+                break;
+            }
+        }
+        self.write(tenant, Unindex { key }).await
     }
 
     async fn append(&self, tenant: &str, exchange: NewExchange) -> Result<Appended> {
@@ -535,7 +556,8 @@ impl Store for SqlStore {
 
     async fn delete_session(&self, tenant: &str, id: &str) -> Result<()> {
         let id = id.to_owned();
-        self.write(tenant, DeleteSession { id }).await
+        let key = self.write(tenant, DeleteSession { id }).await?;
+        self.delete_history(tenant, key).await
     }
 
     async fn append_exchange(&self, tenant: &str, exchange: NewExchange) -> Result<Appended> {
@@ -901,7 +923,7 @@ impl Store for SqlStore {
         }
         loop {
             let op = EraseRows {
-                user: user.clone(),
+                of: Tombstones::OfUser(user.clone()),
                 limit: ERASE_ROWS_PER_BATCH,
             };
             let rows = self.write(tenant, op).await?;
@@ -1050,7 +1072,8 @@ impl Store for SqlStore {
             now,
         };
         match self.write(tenant, op).await {
-            Ok(deleted) => Ok(deleted),
+            Ok(Some(key)) => self.delete_history(tenant, key).await.map(|()| true),
+            Ok(None) => Ok(false),
             // Deleted meanwhile (by another replica's sweeper): nothing to do.
             Err(Error::SessionNotFound(_)) => Ok(false),
             Err(error) => Err(error),
@@ -1063,7 +1086,8 @@ impl Store for SqlStore {
             idle_before: before,
         };
         match self.write(tenant, op).await {
-            Ok(deleted) => Ok(deleted),
+            Ok(Some(key)) => self.delete_history(tenant, key).await.map(|()| true),
+            Ok(None) => Ok(false),
             // Deleted meanwhile: nothing to do.
             Err(Error::SessionNotFound(_)) => Ok(false),
             Err(error) => Err(error),

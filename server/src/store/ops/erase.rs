@@ -4,10 +4,11 @@
 //!
 //! 1. [`EraseMark`], until it finds none: a batch of the user's live
 //!    sessions become tombstones, as DeleteSession makes them (gone from
-//!    every read, `session_deleted` recorded and sent to watchers), but
-//!    with their rows still there;
+//!    every read, `session_deleted` recorded and sent to watchers), with
+//!    their rows still there;
 //! 2. [`EraseRows`], until it says there are no more: a bounded number of
-//!    those rows deleted, table by table (messages first, so deleting a
+//!    those rows deleted (DeleteSession deletes one tombstone's so too),
+//!    table by table (messages first, so deleting a
 //!    provider call never has messages left to update; each batch of
 //!    events after the idempotency keys they name);
 //! 3. [`EraseTombstones`], until it finds none: a batch of the tombstones
@@ -41,11 +42,46 @@ pub struct EraseMark {
     pub limit: i64,
 }
 
-/// Step 2: at most `limit` rows of the user's tombstones deleted.
+/// Step 2: at most `limit` rows of the user's tombstones deleted. Also
+/// DeleteSession's (and the sweeper's deletes'), for the one tombstone it
+/// made.
 #[derive(Clone)]
 pub struct EraseRows {
-    pub user: String,
+    pub of: Tombstones,
     pub limit: i64,
+}
+
+/// The tombstones whose rows [`EraseRows`] deletes.
+#[derive(Clone)]
+pub enum Tombstones {
+    /// A user's (EraseUser).
+    OfUser(String),
+    /// One deleted session's, by its key.
+    Session(i64),
+}
+
+/// A statement as the store runs it.
+type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
+impl Tombstones {
+    /// The statement selecting their keys: `$1` the tenant, `$2` what
+    /// [`Tombstones::bind`] binds.
+    fn keys(&self) -> &'static str {
+        match self {
+            Tombstones::OfUser(_) => TOMBSTONES,
+            Tombstones::Session(_) => {
+                "SELECT key FROM sessions WHERE tenant = $1 AND key = $2 AND deleted = 1"
+            }
+        }
+    }
+
+    /// Binds `$2` of [`Tombstones::keys`].
+    fn bind<'q>(&self, query: Query<'q>) -> Query<'q> {
+        match self {
+            Tombstones::OfUser(user) => query.bind(escape(user)),
+            Tombstones::Session(key) => query.bind(*key),
+        }
+    }
 }
 
 /// What one [`EraseRows`] deleted, and whether rows are left.
@@ -133,9 +169,25 @@ impl Write for EraseRows {
             more: false,
         };
         let mut budget = self.limit;
+        let tombstones = self.of.keys();
         for (table, columns, which) in tables {
+            // On PostgreSQL one session's rows in their key's order: a
+            // plain scan walks again, batch after batch, past the rows
+            // the batches before deleted (dead until vacuumed): a session
+            // of 200,000 messages took 73 s, and 14 s in order. (SQLite
+            // deletes rows outright, and there the order could make it
+            // walk a table by its row id.)
+            let order = match (&self.of, tx.dialect, table) {
+                (
+                    Tombstones::Session(_),
+                    Dialect::Postgres,
+                    "messages" | "provider_calls" | "session_state" | "message_search",
+                ) => format!("ORDER BY {columns}"),
+                _ => String::new(),
+            };
             let rows = format!(
-                "SELECT {columns} FROM {table} t WHERE t.session_key IN ({TOMBSTONES}) {which} LIMIT $3"
+                "SELECT {columns} FROM {table} t WHERE t.session_key IN ({tombstones}) {which} \
+                 {order} LIMIT $3"
             );
             let deleted = match (table, tx.dialect) {
                 // A batch of events goes with the idempotency keys they
@@ -144,36 +196,38 @@ impl Write for EraseRows {
                 // keys are those of exactly the events it deleted, even
                 // while another replica erases the same user.
                 ("events", Dialect::Postgres) => {
-                    let deleted: i64 = sqlx::query_scalar(&format!(
+                    let statement = format!(
                         "WITH gone AS (DELETE FROM events WHERE ({columns}) IN ({rows}) \
                          RETURNING request_id), \
                          keys AS (DELETE FROM idempotency_keys WHERE tenant = $1 \
                          AND request_id IN (SELECT request_id FROM gone)) \
                          SELECT count(*) FROM gone"
-                    ))
-                    .bind(escape(tenant))
-                    .bind(escape(&self.user))
-                    .bind(budget)
-                    .fetch_one(&mut *tx.conn)
-                    .await?;
+                    );
+                    let deleted: i64 = self
+                        .of
+                        .bind(sqlx::query(&statement).bind(escape(tenant)))
+                        .bind(budget)
+                        .fetch_one(&mut *tx.conn)
+                        .await?
+                        .try_get(0)?;
                     u64::try_from(deleted).unwrap_or(0)
                 }
                 // On SQLite (one writer) the keys first, then the same
                 // events, chosen in the same order.
                 ("events", Dialect::Sqlite) => {
-                    sqlx::query(&format!(
+                    let statement = format!(
                         "DELETE FROM idempotency_keys WHERE tenant = $1 AND request_id IN \
                          (SELECT t.request_id FROM events t \
-                         WHERE t.session_key IN ({TOMBSTONES}) {which} LIMIT $3)"
-                    ))
-                    .bind(escape(tenant))
-                    .bind(escape(&self.user))
-                    .bind(budget)
-                    .execute(&mut *tx.conn)
-                    .await?;
-                    delete_rows(tx, table, columns, &rows, tenant, &self.user, budget).await?
+                         WHERE t.session_key IN ({tombstones}) {which} LIMIT $3)"
+                    );
+                    self.of
+                        .bind(sqlx::query(&statement).bind(escape(tenant)))
+                        .bind(budget)
+                        .execute(&mut *tx.conn)
+                        .await?;
+                    delete_rows(tx, table, columns, &rows, tenant, &self.of, budget).await?
                 }
-                _ => delete_rows(tx, table, columns, &rows, tenant, &self.user, budget).await?,
+                _ => delete_rows(tx, table, columns, &rows, tenant, &self.of, budget).await?,
             };
             let deleted = i64::try_from(deleted).unwrap_or(i64::MAX);
             match table {
@@ -266,25 +320,24 @@ impl Write for EraseFinish {
 }
 
 /// Deletes the rows of `table` whose `columns` the statement `rows`
-/// selects (`$1` tenant, `$2` user, `$3` at most how many); how many went.
+/// selects (`$1` tenant, `$2` whose tombstones, `$3` at most how many);
+/// how many went.
 async fn delete_rows(
     tx: &mut Tx<'_>,
     table: &str,
     columns: &str,
     rows: &str,
     tenant: &str,
-    user: &str,
+    of: &Tombstones,
     limit: i64,
 ) -> Result<u64> {
-    Ok(sqlx::query(&format!(
-        "DELETE FROM {table} WHERE ({columns}) IN ({rows})"
-    ))
-    .bind(escape(tenant))
-    .bind(escape(user))
-    .bind(limit)
-    .execute(&mut *tx.conn)
-    .await?
-    .rows_affected())
+    let statement = format!("DELETE FROM {table} WHERE ({columns}) IN ({rows})");
+    Ok(of
+        .bind(sqlx::query(&statement).bind(escape(tenant)))
+        .bind(limit)
+        .execute(&mut *tx.conn)
+        .await?
+        .rows_affected())
 }
 
 /// The record's stand-in for the user: it names no byte of the user, yet

@@ -25,7 +25,7 @@ mod sessions;
 mod state;
 mod sweeps;
 
-pub use erase::{EraseFinish, EraseMark, EraseRows, EraseTombstones};
+pub use erase::{EraseFinish, EraseMark, EraseRows, EraseTombstones, Tombstones};
 pub use state::{DeleteSharedState, SetSharedState};
 
 /// Which SQL dialect a connection speaks.
@@ -93,10 +93,21 @@ pub struct UpdateSession {
     pub patch: SessionPatch,
 }
 
-/// DeleteSession.
+/// DeleteSession's first step: the session made a tombstone, gone from
+/// every read with its rows still there. Answers the tombstone's key, whose
+/// rows [`EraseRows`] then deletes a batch at a time and [`Unindex`]
+/// takes out of search, so that deleting a long session never holds a
+/// writer for more than a batch.
 #[derive(Clone)]
 pub struct DeleteSession {
     pub id: String,
+}
+
+/// DeleteSession's last step: the search entries of the session with key
+/// `key`, once its messages are gone.
+#[derive(Clone)]
+pub struct Unindex {
+    pub key: i64,
 }
 
 /// AppendExchange.
@@ -116,15 +127,16 @@ pub struct ControlSession<C> {
 pub struct ForkSession(pub Fork);
 
 /// The sweeper's delete: the session, if its last revision is older than
-/// `idle_before`. Answers whether it was deleted.
+/// `idle_before`, made a tombstone as [`DeleteSession`] makes it. Answers
+/// its key if it was.
 #[derive(Clone)]
 pub struct DeleteIdle {
     pub id: String,
     pub idle_before: Timestamp,
 }
 
-/// The sweeper's expiry: deletes session `id` if it has expired by `now`.
-/// Answers whether it was deleted.
+/// The sweeper's expiry: session `id`, if it has expired by `now`, made a
+/// tombstone as [`DeleteSession`] makes it. Answers its key if it was.
 #[derive(Clone)]
 pub struct DeleteExpired {
     pub id: String,

@@ -2,7 +2,7 @@
 
 use super::{
     CreateSession, DeleteExpired, DeleteIdle, DeleteSession, ForkSession, NewRow, SessionRow, Tx,
-    UpdateSession, Write,
+    Unindex, UpdateSession, Write,
 };
 use crate::domain::{
     Change, Error, Fork, Metadata, NewSession, Result, Session, SessionPatch, StateEntry,
@@ -275,14 +275,15 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Deletes a session (for the sweeper: only if it is still idle, or
-    /// expired); whether it did.
+    /// Makes a session a tombstone (for the sweeper: only if it is still
+    /// idle, or expired): its key if it did. Its history is deleted after,
+    /// a batch per transaction ([`EraseRows`](super::EraseRows)).
     pub(super) async fn delete_session(
         &mut self,
         tenant: &str,
         id: &str,
         only_if: DeleteIf,
-    ) -> Result<bool> {
+    ) -> Result<Option<i64>> {
         let mut row = self.load_unsettled(tenant, id).await?;
         let proceed = match only_if {
             DeleteIf::Always => true,
@@ -290,26 +291,15 @@ impl Tx<'_> {
             DeleteIf::ExpiredBy(now) => row.session.is_expired(now),
         };
         if !proceed {
-            return Ok(false);
+            return Ok(None);
         }
-        let key = row.key;
-        self.delete_idempotency_keys(&key.to_string()).await?;
-        for sql in [
-            "DELETE FROM messages WHERE session_key = $1",
-            "DELETE FROM provider_calls WHERE session_key = $1",
-            "DELETE FROM events WHERE session_key = $1",
-            "DELETE FROM session_state WHERE session_key = $1",
-        ] {
-            sqlx::query(sql).bind(key).execute(&mut *self.conn).await?;
-        }
-        self.unindex(key, 0, 1 << 32).await?;
         self.tombstone(&mut row).await?;
-        Ok(true)
+        Ok(Some(row.key))
     }
 
     /// Makes a live session a tombstone: gone from every read, out of the
-    /// metadata index, its cancels dropped, `session_deleted` recorded
-    /// (after whatever of its history the caller deleted first).
+    /// metadata index, its cancels dropped, `session_deleted` recorded. Its
+    /// history stays until the caller deletes it.
     pub(super) async fn tombstone(&mut self, row: &mut SessionRow) -> Result<()> {
         for sql in [
             "DELETE FROM session_metadata WHERE session_key = $1",
@@ -352,30 +342,39 @@ impl Write for UpdateSession {
 }
 
 impl Write for DeleteSession {
-    type Reply = ();
+    type Reply = i64;
 
-    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<()> {
-        tx.delete_session(tenant, &self.id, DeleteIf::Always)
-            .await
-            .map(drop)
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<i64> {
+        let key = tx
+            .delete_session(tenant, &self.id, DeleteIf::Always)
+            .await?;
+        key.ok_or_else(|| Error::SessionNotFound(self.id))
     }
 }
 
 impl Write for DeleteIdle {
-    type Reply = bool;
+    type Reply = Option<i64>;
 
-    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<bool> {
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<Option<i64>> {
         tx.delete_session(tenant, &self.id, DeleteIf::IdleBefore(self.idle_before))
             .await
     }
 }
 
 impl Write for DeleteExpired {
-    type Reply = bool;
+    type Reply = Option<i64>;
 
-    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<bool> {
+    async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<Option<i64>> {
         tx.delete_session(tenant, &self.id, DeleteIf::ExpiredBy(self.now))
             .await
+    }
+}
+
+impl Write for Unindex {
+    type Reply = ();
+
+    async fn apply(self, tx: &mut Tx<'_>, _tenant: &str) -> Result<()> {
+        tx.unindex(self.key, 0, 1 << 32).await
     }
 }
 

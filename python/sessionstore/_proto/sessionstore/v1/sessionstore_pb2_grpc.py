@@ -206,7 +206,11 @@ class SessionStoreServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteSession(self, request, context):
-        """Deletes a session with its messages and provider calls.
+        """Deletes a session with its messages and provider calls. The session is
+        gone from every read (and its watchers told) at once; its history is
+        then deleted a batch of rows at a time, and the call answers when it is
+        all gone. Should the call fail after the session went (the database
+        went away), a retry answers NOT_FOUND and the server deletes the rest.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
