@@ -83,6 +83,62 @@ pub async fn fill(db: &Database, shape: &Shape) -> anyhow::Result<Written> {
     })
 }
 
+/// Writes one session of [`USER`] with `exchanges` exchanges (two
+/// messages and a provider call each) into a migrated, empty `db`, for
+/// DeleteSession: key 1, a second between exchanges.
+pub async fn fill_one(db: &Database, exchanges: usize) -> anyhow::Result<Written> {
+    let step = 1_000_000_i64;
+    let chat = Chat {
+        key: 1,
+        id: "bench-delete-long".to_owned(),
+        user: USER.to_owned(),
+        title: "delete bench".to_owned(),
+        exchanges,
+        create_time: workload::now_micros() - (exchanges as i64 + 1) * step,
+        step,
+        seed: 7,
+    };
+    history::write(db, vec![chat.clone()], 2_000, "the long session").await?;
+    let messages = chat.messages();
+    Ok(Written {
+        chats: vec![chat],
+        messages,
+        calls: messages / 2,
+        first_key: 1,
+        last_key: 1,
+    })
+}
+
+/// After DeleteSession: none of the session's messages, provider calls
+/// or idempotency keys left, nor any event but its tombstone's last.
+pub async fn check_deleted(db: &Database, written: &Written) -> anyhow::Result<String> {
+    let mut reader = Reader::open(db).await?;
+    let range = format!("BETWEEN {} AND {}", written.first_key, written.last_key);
+    let mut left = Vec::new();
+    for (table, allowed) in [
+        ("messages", 0),
+        ("provider_calls", 0),
+        ("idempotency_keys", 0),
+        ("events", 1),
+    ] {
+        let rows = reader
+            .scalar(&format!(
+                "SELECT count(*) FROM {table} WHERE session_key {range}"
+            ))
+            .await?;
+        anyhow::ensure!(
+            rows <= allowed,
+            "{rows} rows of the deleted session are left in {table}"
+        );
+        left.push(format!("{rows} in {table}"));
+    }
+    reader.close().await;
+    Ok(format!(
+        "rows of the deleted session left: {}",
+        left.join(", ")
+    ))
+}
+
 /// The writers' sessions, one each (user `bench-writer-N`), with
 /// `prefill` exchanges appended through the API.
 pub async fn prepare_writers(server: &Server, shape: &Shape) -> anyhow::Result<Vec<String>> {
@@ -100,6 +156,15 @@ pub async fn prepare_writers(server: &Server, shape: &Shape) -> anyhow::Result<V
         ids.push(id);
     }
     Ok(ids)
+}
+
+/// What a measured run calls while the writers append.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// EraseUser of [`USER`].
+    EraseUser,
+    /// DeleteSession of this session (one of [`USER`]'s).
+    DeleteSession(String),
 }
 
 /// One append a writer made: when it started and how long it took.
@@ -137,14 +202,15 @@ pub struct Run {
     pub samples: Vec<Sample>,
     pub baseline: (Instant, Instant),
     pub erasure: (Instant, Instant),
-    /// The answer of the attempt that succeeded while the writers ran, or
-    /// the last attempt's error.
-    pub answer: Result<pb::EraseUserResponse, String>,
+    /// The answer of the attempt that succeeded while the writers ran
+    /// (EraseUser's counts; none for DeleteSession), or the last
+    /// attempt's error.
+    pub answer: Result<Option<pb::EraseUserResponse>, String>,
     /// Each failed attempt: when it ended (from the first call) and why.
     pub failed: Vec<(Duration, String)>,
     /// When no attempt succeeded while the writers ran: one more call
     /// once they have stopped, how long it took and its answer.
-    pub after_writers: Option<(Duration, Result<pb::EraseUserResponse, String>)>,
+    pub after_writers: Option<(Duration, Result<Option<pb::EraseUserResponse>, String>)>,
     pub progress: Vec<Progress>,
     /// Appends the writers had acknowledged in all, and those that failed
     /// (with the first error).
@@ -196,14 +262,14 @@ fn in_flight(samples: &[Sample], (from, until): (Instant, Instant)) -> Vec<Sampl
 
 /// The writers append continuously (each to its own session, through the
 /// client crate, retries off): `warmup`, then the `baseline` window, then
-/// EraseUser of [`USER`] is called while they go on; they stop once it
-/// has answered.
+/// `op` is called while they go on; they stop once it has answered.
 pub async fn measure(
     server: &Server,
     db: &Database,
     written: &Written,
     writers: &[String],
     shape: &Shape,
+    op: Op,
 ) -> anyhow::Result<Run> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = tokio::task::JoinSet::new();
@@ -294,12 +360,20 @@ pub async fn measure(
     // ATTEMPTS in all, and each failure is reported.
     let started = Instant::now();
     eprintln!(
-        "   EraseUser called at {:.3} s since the epoch (to match the server's log)",
+        "   {op:?} called at {:.3} s since the epoch (to match the server's log)",
         workload::now_micros() as f64 / 1e6
     );
     let erase = || {
-        let eraser = eraser.clone();
-        async move { eraser.erase_user(USER, Vec::<String>::new()).await }
+        let (eraser, op) = (eraser.clone(), op.clone());
+        async move {
+            match op {
+                Op::EraseUser => eraser
+                    .erase_user(USER, Vec::<String>::new())
+                    .await
+                    .map(Some),
+                Op::DeleteSession(id) => eraser.delete_session(id).await.map(|()| None),
+            }
+        }
     };
     let mut failed = Vec::new();
     let mut erasing = Box::pin(erase());

@@ -124,6 +124,8 @@ enum Bench {
     Live,
     Usage,
     Erase,
+    /// DeleteSession of one long session while others append.
+    Delete,
     Scale,
     /// Appends through one replica and through two of one PostgreSQL
     /// database (only when asked for).
@@ -166,8 +168,11 @@ struct Plan {
     usage: usage::Shape,
     usage_user_samples: usize,
     usage_tenant_samples: usize,
-    /// The user EraseUser erases, and the writers appending meanwhile.
+    /// The user EraseUser erases, and the writers appending meanwhile (also
+    /// while DeleteSession runs).
     erase: erase::Shape,
+    /// The exchanges of the session DeleteSession deletes.
+    delete_exchanges: usize,
     /// The long and short sessions appended to, and the tenant listed.
     scale: scale::Shape,
     scale_samples: usize,
@@ -278,6 +283,7 @@ impl Plan {
                     baseline: Duration::from_secs(10),
                 }
             },
+            delete_exchanges: if quick { 2_000 } else { 100_000 },
             scale: if quick {
                 scale::Shape {
                     long_messages: 10_000,
@@ -414,6 +420,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
             (Bench::Live, "live"),
             (Bench::Usage, "usage"),
             (Bench::Erase, "erase"),
+            (Bench::Delete, "delete"),
             (Bench::Scale, "scale"),
             (Bench::Replicas, "replicas"),
         ];
@@ -427,6 +434,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
                 Bench::Live => live_benchmarks(&plan, &binary, db, &mut report).await,
                 Bench::Usage => usage_benchmarks(&plan, &binary, db, &mut report).await,
                 Bench::Erase => erase_benchmarks(&plan, &binary, db, &mut report).await,
+                Bench::Delete => delete_benchmarks(&plan, &binary, db, &mut report).await,
                 Bench::Scale => scale_benchmarks(&plan, &binary, db, &mut report).await,
                 Bench::Replicas => replicas_benchmarks(&plan, &binary, db, &mut report).await,
                 // The others run on the main database above, or on none.
@@ -1418,7 +1426,7 @@ async fn erase_case(
          filled sessions as written",
         indexing.elapsed().as_secs_f64()
     );
-    let run = erase::measure(server, db, written, &writers, shape).await?;
+    let run = erase::measure(server, db, written, &writers, shape, erase::Op::EraseUser).await?;
     let expected = (written.chats.len() as i64, written.messages, written.calls);
     let counts = |answer: &sessionstore_client::v1::EraseUserResponse| {
         (
@@ -1429,7 +1437,7 @@ async fn erase_case(
     };
     // An attempt that failed took its counts with it; the erasures'
     // records hold them (checked below).
-    if let (Ok(answer), true) = (&run.answer, run.failed.is_empty()) {
+    if let (Ok(Some(answer)), true) = (&run.answer, run.failed.is_empty()) {
         anyhow::ensure!(
             counts(answer) == expected,
             "EraseUser answered (sessions, messages, calls) {:?}, the fill wrote {expected:?}",
@@ -1440,7 +1448,7 @@ async fn erase_case(
     match &run.answer {
         Ok(answer) => eprintln!(
             "   EraseUser answered {:?} after {} call(s), {:.2} s from the first",
-            counts(answer),
+            answer.as_ref().map(counts),
             run.failed.len() + 1,
             took.as_secs_f64()
         ),
@@ -1455,7 +1463,7 @@ async fn erase_case(
         match answer {
             Ok(answer) => eprintln!(
                 "   with the writers stopped, EraseUser answered {:?} in {:.2} s",
-                counts(answer),
+                answer.as_ref().map(counts),
                 again.as_secs_f64()
             ),
             Err(error) => eprintln!(
@@ -1648,6 +1656,109 @@ async fn erase_case(
         ));
     }
     let gone = erase::check_gone(db, written).await?;
+    eprintln!("   {gone}");
+    erase::check_writers(server, &writers, shape, &run).await
+}
+
+/// DeleteSession of one long session (written straight into the database)
+/// while other users' writers keep appending, as the erase benchmark runs
+/// EraseUser: how long the deletion takes, and the appends' latency during
+/// it against a baseline window just before.
+async fn delete_benchmarks(
+    plan: &Plan,
+    binary: &Path,
+    db: &Database,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let backend = db.backend();
+    let exchanges = plan.delete_exchanges;
+    eprintln!(
+        "== delete on {backend}: filling one session of {} messages",
+        2 * exchanges
+    );
+    usage::migrate(binary, db).await?;
+    let filling = Instant::now();
+    let written = erase::fill_one(db, exchanges).await?;
+    eprintln!("   filled in {:.1} s", filling.elapsed().as_secs_f64());
+    let server = Server::start(binary, &db.url(), &[]).await?;
+    let outcome = delete_case(&plan.erase, &server, db, &written, report).await;
+    server.stop().await;
+    outcome
+}
+
+async fn delete_case(
+    shape: &erase::Shape,
+    server: &Server,
+    db: &Database,
+    written: &erase::Written,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let backend = db.backend();
+    let chat = written.chats.first().context("no session was filled")?;
+    let writers = erase::prepare_writers(server, shape).await?;
+    db.analyze().await?;
+    live::index_caught_up(server).await?;
+    history::verify(server, chat).await?;
+    let op = erase::Op::DeleteSession(chat.id.clone());
+    let run = erase::measure(server, db, written, &writers, shape, op).await?;
+    let took = run.erasure.1 - run.erasure.0;
+    if let Err(error) = &run.answer {
+        anyhow::bail!("DeleteSession failed: {error}");
+    }
+    eprintln!("   DeleteSession answered in {:.2} s", took.as_secs_f64());
+    let case = format!(
+        "one session of {} messages and {} provider calls; {} writers appending to other \
+         sessions{}",
+        written.messages,
+        written.calls,
+        shape.writers,
+        match &run.first_append_error {
+            Some(error) => format!(
+                "; {} of the writers' appends failed (the first: {error})",
+                run.failed_appends
+            ),
+            None => String::new(),
+        }
+    );
+    report.push(Figure::new(
+        "delete",
+        backend,
+        "sessionstore DeleteSession, until answered",
+        &case,
+        "s",
+        Spread::of(&[took.as_secs_f64()]),
+    ));
+    let ms = |samples: &[Duration]| -> Vec<f64> {
+        samples.iter().map(|d| d.as_secs_f64() * 1e3).collect()
+    };
+    let mut baseline = run.baseline();
+    report.push(
+        Figure::new(
+            "delete",
+            backend,
+            &format!(
+                "AppendExchange, no deletion running ({:.1} s just before)",
+                shape.baseline.as_secs_f64()
+            ),
+            &case,
+            "ms",
+            Spread::of(&ms(&baseline)),
+        )
+        .latency(Latency::of(&mut baseline)),
+    );
+    let mut during: Vec<Duration> = run.during().iter().map(|s| s.took).collect();
+    report.push(
+        Figure::new(
+            "delete",
+            backend,
+            "AppendExchange while DeleteSession runs",
+            &case,
+            "ms",
+            Spread::of(&ms(&during)),
+        )
+        .latency(Latency::of(&mut during)),
+    );
+    let gone = erase::check_deleted(db, written).await?;
     eprintln!("   {gone}");
     erase::check_writers(server, &writers, shape, &run).await
 }
