@@ -12,13 +12,16 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use crate::support::{
-    Backend, Storage, TestServer, assistant, call, create_owned, exchange, next_change, poll_until,
-    user, watch,
+    Backend, ServerProcess, Storage, TestServer, assistant, call, create_owned, exchange,
+    next_change, poll_until, sessionstore_binary, user, watch,
 };
 
 crate::backend_tests!(a_long_session_is_deleted_whole);
 
-crate::postgres_tests!(a_long_session_is_deleted_batch_by_batch);
+crate::postgres_tests!(
+    a_long_session_is_deleted_batch_by_batch,
+    a_deletion_cut_short_is_finished_batch_by_batch,
+);
 
 type Client = SessionStoreClient<Channel>;
 
@@ -270,4 +273,157 @@ async fn a_long_session_is_deleted_batch_by_batch() {
     assert_eq!(calls, 0);
     pool.close().await;
     server.stop().await.unwrap();
+}
+
+/// Waits until a backend of the database at `pool` waits for a lock.
+async fn until_one_waits_for_a_lock(pool: &sqlx::PgPool, what: &str) {
+    poll_until(what, Duration::from_secs(30), || {
+        let pool = pool.clone();
+        async move {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            (waiting > 0).then_some(())
+        }
+    })
+    .await;
+}
+
+/// A server killed (SIGKILL) part way through deleting a long session
+/// leaves a tombstone with rows; once the tombstone is due to be purged,
+/// the sweeper of the next server deletes what is left a batch at a time
+/// too (some of the messages are gone, committed, while a later batch
+/// waits for a held provider call), then purges it.
+async fn a_deletion_cut_short_is_finished_batch_by_batch() {
+    let storage = Storage::new(Backend::Postgres).await;
+    let url = storage.url.clone();
+    let binary = tokio::task::spawn_blocking(sessionstore_binary)
+        .await
+        .unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let args = ["--sweep-interval-ms", "50"];
+    let mut server = ServerProcess::start(
+        &binary,
+        &url,
+        "127.0.0.1:0",
+        logs.path().join("first.log"),
+        &args,
+    )
+    .await;
+    let mut client = SessionStoreClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    let total = fill_long(&mut client, "long", "longword").await as i64;
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let key: i64 = sqlx::query_scalar("SELECT key FROM sessions WHERE id = 'long' AND deleted = 0")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let count = |table: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(&format!(
+                "SELECT count(*) FROM {table} WHERE session_key = $1"
+            ))
+            .bind(key)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    // Holds one of the session's rows (`which`, a condition) in a
+    // transaction of its own: a batch that would delete it waits.
+    let hold = |which: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let mut holder = pool.begin().await.unwrap();
+            sqlx::query(&format!("SELECT 1 FROM {which} LIMIT 1 FOR UPDATE"))
+                .bind(key)
+                .execute(&mut *holder)
+                .await
+                .unwrap();
+            holder
+        }
+    };
+
+    // The first server is killed while its deletion waits for a message
+    // of its second batch.
+    let holder = hold("messages WHERE session_key = $1 AND sequence = 1500").await;
+    let mut deleter = client.clone();
+    let deleting = tokio::spawn(async move { delete(&mut deleter, "long").await });
+    until_one_waits_for_a_lock(&pool, "the deletion waiting for the held message").await;
+    server.kill().await;
+    assert!(deleting.await.unwrap().is_err());
+    holder.rollback().await.unwrap();
+    // Its backend's batch is rolled back once the lock is free.
+    poll_until(
+        "the killed server's batch gone",
+        Duration::from_secs(30),
+        || {
+            let pool = pool.clone();
+            async move {
+                let open: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND state <> 'idle' AND pid <> pg_backend_pid()",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                (open == 0).then_some(())
+            }
+        },
+    )
+    .await;
+    let left = count("messages").await;
+    assert!(
+        1000 < left && left < total,
+        "{left} of {total} messages left"
+    );
+    assert!(count("provider_calls").await > 0);
+
+    // An hour later (its tombstone's time moved back), the next server's
+    // sweeper finishes it.
+    sqlx::query("UPDATE sessions SET update_time = update_time - 7200000000 WHERE key = $1")
+        .bind(key)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let holder = hold("provider_calls WHERE session_key = $1").await;
+    let server = ServerProcess::start(
+        &binary,
+        &url,
+        "127.0.0.1:0",
+        logs.path().join("second.log"),
+        &args,
+    )
+    .await;
+    until_one_waits_for_a_lock(&pool, "the sweeper waiting for the held call").await;
+    let waiting = count("messages").await;
+    assert!(
+        waiting < left,
+        "{waiting} of the {left} messages left while the sweeper waits: its batches before \
+         the held call committed on their own"
+    );
+    holder.rollback().await.unwrap();
+    poll_until("the tombstone purged", Duration::from_secs(30), || {
+        let pool = pool.clone();
+        async move {
+            let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM sessions WHERE key = $1")
+                .bind(key)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            (rows == 0).then_some(())
+        }
+    })
+    .await;
+    for table in ["messages", "provider_calls", "events"] {
+        assert_eq!(count(table).await, 0, "{table}");
+    }
+    pool.close().await;
+    drop(server);
 }

@@ -1095,6 +1095,25 @@ impl Store for SqlStore {
     }
 
     async fn purge_tombstones(&self, before: Timestamp, limit: usize) -> Result<u64> {
+        // Deletions cut short (the server or the database went away part
+        // way through `delete_history`) are finished a batch at a time
+        // first, so the purge's one transaction has little left to take.
+        let unfinished = sqlx::query(
+            "SELECT s.tenant, s.key FROM sessions s \
+             WHERE s.deleted = 1 AND s.update_time < $1 \
+             AND (EXISTS (SELECT 1 FROM messages m WHERE m.session_key = s.key) \
+             OR EXISTS (SELECT 1 FROM provider_calls c WHERE c.session_key = s.key)) \
+             ORDER BY s.update_time LIMIT $2",
+        )
+        .bind(before.0)
+        .bind(limit_param(limit))
+        .fetch_all(&self.inner.pool)
+        .await?;
+        for row in unfinished {
+            let (tenant, key) = (text_col(&row, "tenant")?, row.try_get("key")?);
+            tracing::info!(tenant, key, "finishing a deleted session's deletion");
+            self.delete_history(&tenant, key).await?;
+        }
         let op = PurgeTombstones {
             before,
             limit: limit_param(limit),
