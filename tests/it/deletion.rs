@@ -228,24 +228,7 @@ async fn a_long_session_is_deleted_batch_by_batch() {
         .unwrap();
     let mut deleter = server.client().await;
     let deleting = tokio::spawn(async move { delete(&mut deleter, "long").await });
-    poll_until(
-        "the deletion waiting for the held provider call",
-        Duration::from_secs(30),
-        || {
-            let pool = pool.clone();
-            async move {
-                let waiting: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                )
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-                (waiting > 0).then_some(())
-            }
-        },
-    )
-    .await;
+    until_one_waits_for_a_lock(&pool, "the deletion waiting for the held provider call").await;
     let left = messages_left().await;
     assert!(
         0 < left && left < total,
