@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -476,7 +476,33 @@ impl MessageRow<&str, &[u8]> {
             redacted: self.redacted,
         }
     }
+
+    /// As [`MessageRow::into_owned`], with its encoding copied into
+    /// `arena`, a page's buffer: one allocation holds many rows'
+    /// encodings, each row's a slice of it (a 10,000-message export made
+    /// 10,000 allocations for them, and freed them).
+    pub fn into_owned_in(self, arena: &mut BytesMut) -> OwnedMessageRow {
+        let wire = self.wire.map(|wire| {
+            if arena.capacity() - arena.len() < wire.len() {
+                *arena = BytesMut::with_capacity(wire.len().max(ARENA_BYTES));
+            }
+            arena.extend_from_slice(wire);
+            arena.split().freeze()
+        });
+        MessageRow {
+            id: self.id,
+            sequence: self.sequence,
+            produced_by_call_id: self.produced_by_call_id,
+            body: self.body.to_owned(),
+            wire,
+            create_time: self.create_time,
+            redacted: self.redacted,
+        }
+    }
 }
+
+/// The size of the buffers [`MessageRow::into_owned_in`] fills.
+const ARENA_BYTES: usize = 64 << 10;
 
 /// A message as ExportHistory sends it: its sequence, and its encoding as
 /// a `Message` of the API.
@@ -502,4 +528,44 @@ pub fn message_row(row: &impl BorrowedRow) -> Result<MessageRow<&str, &[u8]>> {
         create_time: row.int("create_time")?,
         redacted: row.int("redacted")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(wire: &[u8]) -> MessageRow<&str, &[u8]> {
+        MessageRow {
+            id: "msg_1".to_owned(),
+            sequence: 1,
+            produced_by_call_id: None,
+            body: "",
+            wire: Some(wire),
+            create_time: 0,
+            redacted: 0,
+        }
+    }
+
+    #[test]
+    fn rows_owned_in_an_arena_keep_their_own_bytes() {
+        let mut arena = BytesMut::new();
+        let small: Vec<Vec<u8>> = (0..100u8).map(|n| vec![n; 1000]).collect();
+        let large = vec![7u8; 3 * ARENA_BYTES];
+        let mut owned: Vec<OwnedMessageRow> = small
+            .iter()
+            .map(|wire| row(wire).into_owned_in(&mut arena))
+            .collect();
+        owned.push(row(&large).into_owned_in(&mut arena));
+        owned.push(row(&small[1]).into_owned_in(&mut arena));
+        let expected: Vec<&[u8]> = small
+            .iter()
+            .map(Vec::as_slice)
+            .chain([large.as_slice(), small[1].as_slice()])
+            .collect();
+        let got: Vec<&[u8]> = owned
+            .iter()
+            .map(|row| row.wire.as_deref().unwrap_or_default())
+            .collect();
+        assert_eq!(got, expected);
+    }
 }

@@ -100,6 +100,7 @@ impl EngineReads {
                     cut: false,
                 };
                 let mut bytes = 0;
+                let mut arena = bytes::BytesMut::new();
                 while let Some(row) = rows.next()? {
                     // The size is taken where SQLite holds the content: a
                     // row past the bound is never copied.
@@ -118,7 +119,7 @@ impl EngineReads {
                         break;
                     }
                     bytes += size;
-                    page.rows.push((stored.into_owned(), size));
+                    page.rows.push((stored.into_owned_in(&mut arena), size));
                 }
                 Ok(page)
             })
