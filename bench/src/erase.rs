@@ -223,6 +223,17 @@ pub struct Run {
 }
 
 impl Run {
+    /// "; N of the writers' appends failed (the first: …)", or nothing.
+    pub fn failed_appends_note(&self) -> String {
+        match &self.first_append_error {
+            Some(error) => format!(
+                "; {} of the writers' appends failed (the first: {error})",
+                self.failed_appends
+            ),
+            None => String::new(),
+        }
+    }
+
     /// Appends started in the baseline window.
     pub fn baseline(&self) -> Vec<Duration> {
         started_in(&self.samples, self.baseline)

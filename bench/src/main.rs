@@ -1392,17 +1392,40 @@ async fn erase_benchmarks(
         shape.sessions,
         erase::EXCHANGES_EACH
     );
+    let written = migrated_and_filled(binary, db, erase::fill(db, &shape)).await?;
+    on_server(binary, db, async |server| {
+        erase_case(&shape, server, db, &written, report).await
+    })
+    .await
+}
+
+/// Migrates `db`, then writes into it what `fill` writes, saying how long
+/// that took and what it wrote.
+async fn migrated_and_filled(
+    binary: &Path,
+    db: &Database,
+    fill: impl Future<Output = anyhow::Result<erase::Written>>,
+) -> anyhow::Result<erase::Written> {
     usage::migrate(binary, db).await?;
     let filling = Instant::now();
-    let written = erase::fill(db, &shape).await?;
+    let written = fill.await?;
     eprintln!(
         "   filled in {:.1} s: {} messages, {} provider calls",
         filling.elapsed().as_secs_f64(),
         written.messages,
         written.calls
     );
+    Ok(written)
+}
+
+/// Runs `case` against a server started on `db`, then stops the server.
+async fn on_server(
+    binary: &Path,
+    db: &Database,
+    case: impl AsyncFnOnce(&Server) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let server = Server::start(binary, &db.url(), &[]).await?;
-    let outcome = erase_case(&shape, &server, db, &written, report).await;
+    let outcome = case(&server).await;
     server.stop().await;
     outcome
 }
@@ -1549,13 +1572,7 @@ async fn erase_case(
                     .join("; ")
             )
         },
-        match &run.first_append_error {
-            Some(error) => format!(
-                "; {} of the writers' appends failed (the first: {error})",
-                run.failed_appends
-            ),
-            None => String::new(),
-        }
+        run.failed_appends_note()
     );
     report.push(Figure::new(
         "erase",
@@ -1659,14 +1676,11 @@ async fn delete_benchmarks(
         "== delete on {backend}: filling one session of {} messages",
         2 * exchanges
     );
-    usage::migrate(binary, db).await?;
-    let filling = Instant::now();
-    let written = erase::fill_one(db, exchanges).await?;
-    eprintln!("   filled in {:.1} s", filling.elapsed().as_secs_f64());
-    let server = Server::start(binary, &db.url(), &[]).await?;
-    let outcome = delete_case(&plan.erase, &server, db, &written, report).await;
-    server.stop().await;
-    outcome
+    let written = migrated_and_filled(binary, db, erase::fill_one(db, exchanges)).await?;
+    on_server(binary, db, async |server| {
+        delete_case(&plan.erase, server, db, &written, report).await
+    })
+    .await
 }
 
 async fn delete_case(
@@ -1695,13 +1709,7 @@ async fn delete_case(
         written.messages,
         written.calls,
         shape.writers,
-        match &run.first_append_error {
-            Some(error) => format!(
-                "; {} of the writers' appends failed (the first: {error})",
-                run.failed_appends
-            ),
-            None => String::new(),
-        }
+        run.failed_appends_note()
     );
     report.push(Figure::new(
         "delete",

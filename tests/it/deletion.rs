@@ -8,12 +8,11 @@ use std::time::Duration;
 
 use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
-use tonic::Code;
 use tonic::transport::Channel;
 
 use crate::support::{
-    Backend, ServerProcess, Storage, TestServer, assistant, call, create_owned, exchange,
-    next_change, poll_until, sessionstore_binary, user, watch,
+    Backend, ServerProcess, Storage, TestServer, assert_gone, assistant, call, create_owned,
+    exchange, get, next_change, poll_until, search_hits, sessionstore_binary, user, watch,
 };
 
 crate::backend_tests!(a_long_session_is_deleted_whole);
@@ -63,20 +62,6 @@ async fn delete(client: &mut Client, id: &str) -> Result<(), tonic::Status> {
         .map(drop)
 }
 
-async fn search(client: &mut Client, word: &str) -> usize {
-    client
-        .search_messages(pb::SearchMessagesRequest {
-            query: word.into(),
-            page_size: 100,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .hits
-        .len()
-}
-
 /// Rows of `table` in the database at `url` whose session is not live
 /// (deleted sessions' rows), or `None` for an in-memory database.
 async fn rows_of_deleted(url: &str, table: &str) -> Option<i64> {
@@ -114,14 +99,8 @@ async fn a_long_session_is_deleted_whole(backend: Backend) {
     let total = fill_long(&mut client, "long", "longword").await;
     create_owned(&mut client, "kept", "carol").await;
     exchange(&mut client, "kept", "keptword question", "keptword answer").await;
-    assert_eq!(search(&mut client, "longword").await, 100);
-    let long = client
-        .get_session(pb::GetSessionRequest {
-            session_id: "long".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    assert_eq!(search_hits(&mut client, "longword").await, 100);
+    let long = get(&mut client, "long").await;
     assert_eq!(
         crate::support::all_messages(&mut client, "long")
             .await
@@ -144,15 +123,9 @@ async fn a_long_session_is_deleted_whole(backend: Backend) {
     assert_eq!(deleted.kind(), "session_deleted");
     assert_eq!(deleted.revision, long.revision + 1);
     assert!(events.message().await.unwrap().is_none());
-    let missing = client
-        .get_session(pb::GetSessionRequest {
-            session_id: "long".into(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(missing.code(), Code::NotFound);
-    assert_eq!(search(&mut client, "longword").await, 0);
-    assert_eq!(search(&mut client, "keptword").await, 2);
+    assert_gone(&mut client, "long").await;
+    assert_eq!(search_hits(&mut client, "longword").await, 0);
+    assert_eq!(search_hits(&mut client, "keptword").await, 2);
     let usage = client
         .summarize_usage(pb::SummarizeUsageRequest::default())
         .await
@@ -204,10 +177,7 @@ async fn a_long_session_is_deleted_batch_by_batch() {
     let mut client = server.client().await;
     let total = fill_long(&mut client, "long", "longword").await as i64;
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let key: i64 = sqlx::query_scalar("SELECT key FROM sessions WHERE id = 'long' AND deleted = 0")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let key = live_key(&pool, "long").await;
     let messages_left = || {
         let pool = pool.clone();
         async move {
@@ -235,13 +205,7 @@ async fn a_long_session_is_deleted_batch_by_batch() {
         "{left} of {total} messages left while the deletion waits: the batches before \
          the held call committed on their own"
     );
-    let missing = client
-        .get_session(pb::GetSessionRequest {
-            session_id: "long".into(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(missing.code(), Code::NotFound);
+    assert_gone(&mut client, "long").await;
     assert!(!deleting.is_finished());
 
     holder.rollback().await.unwrap();
@@ -256,6 +220,15 @@ async fn a_long_session_is_deleted_batch_by_batch() {
     assert_eq!(calls, 0);
     pool.close().await;
     server.stop().await.unwrap();
+}
+
+/// The key of the live session `id`.
+async fn live_key(pool: &sqlx::PgPool, id: &str) -> i64 {
+    sqlx::query_scalar("SELECT key FROM sessions WHERE id = $1 AND deleted = 0")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
 }
 
 /// Waits until a backend of the database at `pool` waits for a lock.
@@ -288,24 +261,21 @@ async fn a_deletion_cut_short_is_finished_batch_by_batch() {
         .await
         .unwrap();
     let logs = tempfile::tempdir().unwrap();
-    let args = ["--sweep-interval-ms", "50"];
-    let mut server = ServerProcess::start(
-        &binary,
-        &url,
-        "127.0.0.1:0",
-        logs.path().join("first.log"),
-        &args,
-    )
-    .await;
+    let start = |log: &str| {
+        let log = logs.path().join(log);
+        let (binary, url) = (binary.clone(), url.clone());
+        async move {
+            let args = ["--sweep-interval-ms", "50"];
+            ServerProcess::start(&binary, &url, "127.0.0.1:0", log, &args).await
+        }
+    };
+    let mut server = start("first.log").await;
     let mut client = SessionStoreClient::connect(server.endpoint())
         .await
         .unwrap();
     let total = fill_long(&mut client, "long", "longword").await as i64;
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let key: i64 = sqlx::query_scalar("SELECT key FROM sessions WHERE id = 'long' AND deleted = 0")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let key = live_key(&pool, "long").await;
     let count = |table: &'static str| {
         let pool = pool.clone();
         async move {
@@ -376,14 +346,7 @@ async fn a_deletion_cut_short_is_finished_batch_by_batch() {
         .await
         .unwrap();
     let holder = hold("provider_calls WHERE session_key = $1").await;
-    let server = ServerProcess::start(
-        &binary,
-        &url,
-        "127.0.0.1:0",
-        logs.path().join("second.log"),
-        &args,
-    )
-    .await;
+    let server = start("second.log").await;
     until_one_waits_for_a_lock(&pool, "the sweeper waiting for the held call").await;
     let waiting = count("messages").await;
     assert!(

@@ -12,7 +12,7 @@ use tonic::transport::Channel;
 
 use crate::support::{
     Backend, ServerProcess, Storage, TestServer, assistant, call, create_owned, error_details,
-    next_change, sessionstore_binary, user,
+    next_change, search_hits, sessionstore_binary, user,
 };
 
 crate::postgres_tests!(
@@ -150,19 +150,6 @@ async fn erase(client: &mut Client, user: &str) -> pb::EraseUserResponse {
         .into_inner()
 }
 
-async fn search(client: &mut Client, word: &str) -> usize {
-    client
-        .search_messages(pb::SearchMessagesRequest {
-            query: word.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .hits
-        .len()
-}
-
 async fn usage_calls(client: &mut Client, user: &str) -> i64 {
     let rows = client
         .summarize_usage(pb::SummarizeUsageRequest {
@@ -193,7 +180,7 @@ async fn erase_user_deletes_everything_of_the_user(backend: Backend) {
     let mut events = crate::support::watch(&mut client, &watched, head).await;
     assert_eq!(next_change(&mut events).await.kind(), "caught_up");
     assert_eq!(
-        search(&mut client, CANARY).await,
+        search_hits(&mut client, CANARY).await,
         8,
         "4 messages in 2 live sessions"
     );
@@ -233,7 +220,7 @@ async fn erase_user_deletes_everything_of_the_user(backend: Backend) {
         .unwrap()
         .into_inner();
     assert!(listed.sessions.is_empty());
-    assert_eq!(search(&mut client, CANARY).await, 0);
+    assert_eq!(search_hits(&mut client, CANARY).await, 0);
     assert_eq!(usage_calls(&mut client, &erin).await, 0);
     let status = client
         .get_state(pb::GetStateRequest {
@@ -248,7 +235,7 @@ async fn erase_user_deletes_everything_of_the_user(backend: Backend) {
     // The other user keeps everything.
     let bob = crate::support::all_messages(&mut client, "chat-bob").await;
     assert_eq!(bob.len(), 4);
-    assert_eq!(search(&mut client, KEPT).await, 4);
+    assert_eq!(search_hits(&mut client, KEPT).await, 4);
     assert_eq!(usage_calls(&mut client, "bob").await, 1);
     let kept = client
         .get_state(pb::GetStateRequest {
@@ -385,7 +372,7 @@ async fn no_erased_byte_is_left_in_the_sqlite_files() {
     let mut client = server.client().await;
     populate(&mut client).await;
     // Indexed, so the search file holds the words too.
-    assert_eq!(search(&mut client, CANARY).await, 8);
+    assert_eq!(search_hits(&mut client, CANARY).await, 8);
     let before = files_holding(&dir, CANARY);
     assert!(
         before
@@ -400,7 +387,7 @@ async fn no_erased_byte_is_left_in_the_sqlite_files() {
     assert_eq!(files_holding(&dir, CANARY), Vec::<String>::new());
     // The files read are the live ones: the other user's mark is there.
     assert!(!files_holding(&dir, KEPT).is_empty());
-    assert_eq!(search(&mut client, KEPT).await, 4);
+    assert_eq!(search_hits(&mut client, KEPT).await, 4);
     server.stop().await.unwrap();
     // And once the server is gone (the WAL copied back, files closed).
     assert_eq!(files_holding(&dir, CANARY), Vec::<String>::new());
@@ -438,7 +425,7 @@ async fn deleted_words_leave_the_sqlite_search_file_after_a_kill() {
     let mut client = Client::connect(server.endpoint()).await.unwrap();
     fill(&mut client, "s_deleted", "dora", CANARY).await;
     fill(&mut client, "s_kept", "bob", KEPT).await;
-    assert_eq!(search(&mut client, CANARY).await, 4);
+    assert_eq!(search_hits(&mut client, CANARY).await, 4);
     assert!(!in_search_file().is_empty());
 
     client
@@ -447,22 +434,22 @@ async fn deleted_words_leave_the_sqlite_search_file_after_a_kill() {
         })
         .await
         .unwrap();
-    assert_eq!(search(&mut client, CANARY).await, 0);
+    assert_eq!(search_hits(&mut client, CANARY).await, 0);
     server.kill().await;
 
     let server = start(2).await;
     let mut client = Client::connect(server.endpoint()).await.unwrap();
-    assert_eq!(search(&mut client, CANARY).await, 0);
+    assert_eq!(search_hits(&mut client, CANARY).await, 0);
     // Nothing of this user: the erasure only waits for the index's
     // deletions logged before it, and truncates the WAL files.
     let erased = erase(&mut client, "nobody").await;
     assert_eq!(erased.sessions_deleted, 0);
     assert_eq!(in_search_file(), Vec::<String>::new());
-    assert_eq!(search(&mut client, KEPT).await, 4);
+    assert_eq!(search_hits(&mut client, KEPT).await, 4);
     // A new session of the same id does not bring the old words back.
     fill(&mut client, "s_deleted", "dora", KEPT).await;
-    assert_eq!(search(&mut client, KEPT).await, 8);
-    assert_eq!(search(&mut client, CANARY).await, 0);
+    assert_eq!(search_hits(&mut client, KEPT).await, 8);
+    assert_eq!(search_hits(&mut client, CANARY).await, 0);
     drop(server);
 }
 

@@ -257,6 +257,32 @@ pub async fn get(client: &mut SessionStoreClient<Channel>, id: &str) -> pb::Sess
         .into_inner()
 }
 
+/// Asserts that session `id` is gone: GetSession answers NOT_FOUND.
+pub async fn assert_gone(client: &mut SessionStoreClient<Channel>, id: &str) {
+    let status = client
+        .get_session(pb::GetSessionRequest {
+            session_id: id.to_owned(),
+        })
+        .await
+        .expect_err("the session is gone");
+    assert_eq!(status.code(), tonic::Code::NotFound, "{status:?}");
+}
+
+/// How many hits SearchMessages finds for `query` (at most 100).
+pub async fn search_hits(client: &mut SessionStoreClient<Channel>, query: &str) -> usize {
+    client
+        .search_messages(pb::SearchMessagesRequest {
+            query: query.to_owned(),
+            page_size: 100,
+            ..Default::default()
+        })
+        .await
+        .expect("search messages")
+        .into_inner()
+        .hits
+        .len()
+}
+
 /// Sets a session's title (one revision).
 pub async fn rename(
     client: &mut SessionStoreClient<Channel>,
