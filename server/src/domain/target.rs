@@ -19,6 +19,18 @@
 
 use std::collections::{HashMap, HashSet};
 
+/// The hasher of the ids an export for a target looks up, several times
+/// for each message (the calls' origins, the calls made, what a decision
+/// drops): `foldhash`, seeded per process, where the standard SipHash was
+/// about a tenth of the instructions such an export adds to a plain one.
+pub type IdHasher = foldhash::fast::RandomState;
+
+/// A set of ids (calls made, calls and results dropped).
+pub type IdSet = HashSet<String, IdHasher>;
+
+/// The origin of each of a session's provider calls, by call id.
+pub type Origins = HashMap<String, Origin, IdHasher>;
+
 use super::{ContentBlock, Error, Message, Result, Role};
 
 /// Which reasoning an export keeps.
@@ -198,12 +210,17 @@ impl Shape {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Decision {
     /// Calls to remove (their results are not in the export).
-    pub drop_calls: HashSet<String>,
+    pub drop_calls: IdSet,
     /// `tool_result` blocks to remove (their calls are not earlier).
-    pub drop_result_blocks: HashSet<String>,
+    pub drop_result_blocks: IdSet,
 }
 
 impl Decision {
+    /// Whether it leaves the message as it is.
+    pub fn changes_nothing(&self) -> bool {
+        self.drop_calls.is_empty() && self.drop_result_blocks.is_empty()
+    }
+
     /// Applies the decision: removes the calls and result blocks it names,
     /// and leaves the message out if nothing worth sending remains.
     pub fn apply(&self, mut message: Message) -> Option<Message> {
@@ -237,15 +254,15 @@ impl Plan {
     /// Judges pairing once over `shapes` (the messages step 2 kept, in
     /// order).
     pub fn new(shapes: &[Shape]) -> Self {
-        Plan::after(shapes, &HashSet::new())
+        Plan::after(shapes, &IdSet::default())
     }
 
     /// As [`Plan::new`], for the rest of an export whose earlier messages
     /// made the calls in `made_before`.
-    pub fn after(shapes: &[Shape], made_before: &HashSet<String>) -> Self {
+    pub fn after(shapes: &[Shape], made_before: &IdSet) -> Self {
         // Where each call is made, and the last place each id is answered.
-        let mut made_at: HashMap<&str, usize> = HashMap::new();
-        let mut last_answer: HashMap<&str, usize> = HashMap::new();
+        let mut made_at: HashMap<&str, usize, IdHasher> = HashMap::default();
+        let mut last_answer: HashMap<&str, usize, IdHasher> = HashMap::default();
         for (index, shape) in shapes.iter().enumerate() {
             for call in &shape.calls {
                 made_at.entry(call.as_str()).or_insert(index);
@@ -287,7 +304,7 @@ impl Plan {
                     decision.drop_result_blocks.insert(id.clone());
                 }
             }
-            if decision == Decision::default() {
+            if decision.changes_nothing() {
                 kept.push((shape.sequence, None));
                 continue;
             }
@@ -310,11 +327,12 @@ impl Plan {
         if max_messages == 0 || self.kept.len() <= max_messages {
             return;
         }
-        let by_sequence: HashMap<i64, &Shape> = shapes.iter().map(|s| (s.sequence, s)).collect();
+        let by_sequence: HashMap<i64, &Shape, IdHasher> =
+            shapes.iter().map(|s| (s.sequence, s)).collect();
         let mut start = self.kept.len() - max_messages;
         loop {
             // The calls made inside the window so far.
-            let made: HashSet<&str> = self.kept[start..]
+            let made: HashSet<&str, IdHasher> = self.kept[start..]
                 .iter()
                 .filter_map(|(sequence, _)| by_sequence.get(sequence))
                 .flat_map(|shape| shape.calls.iter().map(String::as_str))
@@ -374,7 +392,7 @@ impl Plan {
 #[derive(Debug)]
 pub struct Pairing<T> {
     /// Call ids made by messages already taken.
-    made: HashSet<String>,
+    made: IdSet,
     held: std::collections::VecDeque<Held<T>>,
     held_bytes: usize,
     taken: u64,
@@ -398,14 +416,14 @@ struct Held<T> {
 
 impl<T> Default for Pairing<T> {
     fn default() -> Self {
-        Pairing::new(HashSet::new())
+        Pairing::new(IdSet::default())
     }
 }
 
 impl<T> Pairing<T> {
     /// Pairing that treats the calls in `made` as made before the first
     /// message it takes.
-    pub fn new(made: HashSet<String>) -> Self {
+    pub fn new(made: IdSet) -> Self {
         Pairing {
             made,
             held: std::collections::VecDeque::new(),
@@ -519,7 +537,7 @@ impl<T> Pairing<T> {
 
     /// Gives up waiting: the waiting messages (to be judged again with
     /// what follows them) and the calls made before the first of them.
-    pub fn into_rest(self) -> (Vec<T>, HashSet<String>) {
+    pub fn into_rest(self) -> (Vec<T>, IdSet) {
         let mut made = self.made;
         let items: Vec<T> = self
             .held

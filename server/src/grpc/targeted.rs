@@ -5,7 +5,6 @@
 //! to send — with each message's origin from one read of the session's
 //! provider calls.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -13,7 +12,7 @@ use futures_core::Stream;
 use prost::Message as _;
 
 use crate::domain::target::Origin;
-use crate::domain::target::{Decision, ExportTarget, Pairing, Plan, Shape, stripped};
+use crate::domain::target::{Decision, ExportTarget, IdSet, Pairing, Plan, Shape, stripped};
 use crate::domain::{ContentBlock, Message, Result, StoredMessage};
 use crate::read_ahead::{ReadAhead, ReadPage, Share, StreamBudget};
 use crate::store::{OwnedMessageRow, SessionHandle, Store};
@@ -30,45 +29,93 @@ const MAX_HELD_BYTES: usize = 2 << 20;
 /// of the encoding itself ([`wire::without_reasoning`]): such a message
 /// is decoded only if pairing changes it (or for ExportTranscript, which
 /// renders it). An older row's JSON is decoded to be judged.
-pub(crate) struct Targeted {
+///
+/// Boxed: a message is moved about a dozen times on its way out (into the
+/// read-ahead's pages, through the pairing queue, through the stream's
+/// stages), and moving its row and outline (about 250 bytes) each time
+/// cost more than the one allocation.
+pub(crate) struct Targeted(Box<Parts>);
+
+/// What a [`Targeted`] holds.
+pub(crate) struct Parts {
     row: OwnedMessageRow,
     /// The stored encoding's outline, read with the page (on the
     /// read-ahead's task, beside the sending of earlier messages).
     outline: Option<wire::Outline>,
     /// The message, once decoded, as the rules left it. Boxed: most
-    /// messages are never decoded, and a `Targeted` is moved several times
-    /// on its way out (read-ahead, pairing, the stream's stages), so it is
-    /// kept small.
+    /// messages are never decoded.
     message: Option<Box<Message>>,
     /// The rules changed the message: it is encoded again to be sent.
     changed: bool,
 }
 
+impl std::ops::Deref for Targeted {
+    type Target = Parts;
+
+    fn deref(&self) -> &Parts {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Targeted {
+    fn deref_mut(&mut self) -> &mut Parts {
+        &mut self.0
+    }
+}
+
 impl Targeted {
-    fn sequence(&self) -> i64 {
-        self.row.sequence
+    fn new(row: OwnedMessageRow, outline: Option<wire::Outline>) -> Self {
+        Targeted(Box::new(Parts {
+            row,
+            outline,
+            message: None,
+            changed: false,
+        }))
     }
 
     /// The message's encoding as a `Message` of the API.
     pub(crate) fn into_encoding(self) -> Result<Bytes> {
-        if !self.changed
-            && let Some(wire) = self.row.wire
-        {
+        let Parts {
+            row,
+            message,
+            changed,
+            ..
+        } = *self.0;
+        if !changed && let Some(wire) = row.wire {
             return Ok(wire);
         }
-        let message = match self.message {
+        let message = match message {
             Some(message) => *message,
-            None => self.row.message()?,
+            None => row.message()?,
         };
         Ok(Bytes::from(wire::message_to_pb(message).encode_to_vec()))
     }
 
     /// The stored message, its message as the rules left it.
     pub(crate) fn into_stored(self, session_id: &str) -> Result<StoredMessage> {
-        match self.message {
-            Some(message) => Ok(self.row.into_stored_with(session_id, *message)),
-            None => self.row.into_stored(session_id),
+        let Parts { row, message, .. } = *self.0;
+        match message {
+            Some(message) => Ok(row.into_stored_with(session_id, *message)),
+            None => row.into_stored(session_id),
         }
+    }
+
+    /// As `decision` leaves it (or `None`: left out).
+    fn decided(mut self, decision: &Decision) -> Result<Option<Self>> {
+        if decision.changes_nothing() {
+            return Ok(Some(self));
+        }
+        let message = self.take_message()?;
+        Ok(decision.apply(message).map(|message| {
+            self.set(message, true);
+            self
+        }))
+    }
+}
+
+impl Parts {
+    fn sequence(&self) -> i64 {
+        self.row.sequence
     }
 
     /// Takes the message out to apply a rule to it, decoded if it was not.
@@ -92,7 +139,7 @@ impl Targeted {
     fn judge<'o>(
         &mut self,
         target: &ExportTarget,
-        origin_of: &impl Fn(&Targeted) -> Option<&'o Origin>,
+        origin_of: &impl Fn(&Parts) -> Option<&'o Origin>,
     ) -> Result<Option<(Shape, usize)>> {
         if self.message.is_none()
             && let Some(encoding) = &self.row.wire
@@ -113,18 +160,6 @@ impl Targeted {
             let judged = (Shape::of(self.sequence(), &message), message_size(&message));
             self.set(message, changed);
             judged
-        }))
-    }
-
-    /// As `decision` leaves it (or `None`: left out).
-    fn decided(mut self, decision: &Decision) -> Result<Option<Self>> {
-        if *decision == Decision::default() {
-            return Ok(Some(self));
-        }
-        let message = self.take_message()?;
-        Ok(decision.apply(message).map(|message| {
-            self.set(message, true);
-            self
         }))
     }
 }
@@ -170,12 +205,7 @@ fn pages<S: Store>(store: S, session: SessionHandle) -> ReadPage<Targeted> {
                         .wire
                         .as_deref()
                         .and_then(|wire| wire::outline(wire).ok());
-                    Ok(Targeted {
-                        row,
-                        outline,
-                        message: None,
-                        changed: false,
-                    })
+                    Ok(Targeted::new(row, outline))
                 })
         })
     })
@@ -213,11 +243,11 @@ pub(crate) fn targeted<S: Store>(
         };
         let origins = origins?;
         let mut first = first?;
-        let origin_of = |item: &Targeted| {
+        let origin_of = |item: &Parts| {
             origins.get(item.row.produced_by_call_id.as_deref().unwrap_or_default())
         };
         // Where the two passes start, and the calls made before it.
-        let mut rest: Option<(i64, HashSet<String>)> = None;
+        let mut rest: Option<(i64, IdSet)> = None;
         if let Some(mut messages) = one_pass {
             let mut pairing = Pairing::default();
             let mut cut_short = false;
@@ -256,7 +286,7 @@ pub(crate) fn targeted<S: Store>(
                 }
             }
         } else {
-            rest = Some((after, HashSet::new()));
+            rest = Some((after, IdSet::default()));
         }
         let Some((after, made_before)) = rest else {
             return;
@@ -470,13 +500,8 @@ mod tests {
                     .map(|(m, _)| (Shape::of(7, &m), wire::message_to_pb(m).encode_to_vec()));
                 let row = row(&message);
                 let outline = row.wire.as_deref().map(wire::outline).transpose()?;
-                let mut item = Targeted {
-                    row,
-                    outline,
-                    message: None,
-                    changed: false,
-                };
-                let judged = item.judge(target, &|_: &Targeted| Some(&origin))?;
+                let mut item = Targeted::new(row, outline);
+                let judged = item.judge(target, &|_: &Parts| Some(&origin))?;
                 assert!(item.message.is_none(), "judged without decoding");
                 let outlined = match judged {
                     Some((shape, _)) => Some((shape, item.into_encoding()?.to_vec())),

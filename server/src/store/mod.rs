@@ -5,12 +5,11 @@
 //! [`domain::Error`](crate::domain::Error) here, at the boundary; nothing
 //! above this module sees a database type.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
 use crate::domain::erase::{Erased, Erasure};
-use crate::domain::target::Origin;
+use crate::domain::target::Origins;
 use crate::domain::usage::{UsageQuery, UsageRow};
 use crate::domain::{
     AppendedExchange, ControlOp, Ephemeral, Fork, NewExchange, NewSession, ProviderCall, Result,
@@ -404,10 +403,8 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// The origin (provider and model) of each of the session's provider
     /// calls, by call id: what an export for a target judges reasoning by.
-    fn call_origins(
-        &self,
-        session: &SessionHandle,
-    ) -> impl Future<Output = Result<HashMap<String, Origin>>> + Send;
+    fn call_origins(&self, session: &SessionHandle)
+    -> impl Future<Output = Result<Origins>> + Send;
 
     /// Events of the session with internal key `session_key` and
     /// `revision > after`, ascending, at most `limit`. Works for a deleted

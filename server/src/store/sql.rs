@@ -6,7 +6,6 @@
 //! replicas, and how it stops. The backend is chosen once, when the store
 //! is opened (`store::open`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures_core::future::BoxFuture;
@@ -31,7 +30,7 @@ use super::{
     SweepCandidate,
 };
 use crate::domain::erase::{Erased, Erasure};
-use crate::domain::target::Origin;
+use crate::domain::target::{Origin, Origins};
 use crate::domain::usage::{self, UsageGroup, UsageQuery, UsageRow};
 use crate::domain::{
     ControlOp, Ephemeral, Error, Fork, NewExchange, NewSession, ProviderCall, Result, SearchHit,
@@ -126,7 +125,7 @@ pub(super) trait Backend: Send + Sync + 'static {
         &'a self,
         pool: &'a AnyPool,
         session_key: i64,
-    ) -> BoxFuture<'a, Result<HashMap<String, Origin>>> {
+    ) -> BoxFuture<'a, Result<Origins>> {
         Box::pin(call_origins(pool, session_key))
     }
 
@@ -648,7 +647,7 @@ impl Store for SqlStore {
         )
     }
 
-    async fn call_origins(&self, session: &SessionHandle) -> Result<HashMap<String, Origin>> {
+    async fn call_origins(&self, session: &SessionHandle) -> Result<Origins> {
         self.inner
             .backend
             .call_origins(&self.inner.pool, session.key)
@@ -1205,12 +1204,9 @@ pub(super) const CALL_ORIGINS: &str =
     "SELECT id, provider, model FROM provider_calls WHERE session_key = $1";
 
 /// [`Backend::call_origins`] through sqlx.
-pub(super) async fn call_origins(
-    pool: &AnyPool,
-    session_key: i64,
-) -> Result<HashMap<String, Origin>> {
+pub(super) async fn call_origins(pool: &AnyPool, session_key: i64) -> Result<Origins> {
     let mut rows = sqlx::query(CALL_ORIGINS).bind(session_key).fetch(pool);
-    let mut origins = HashMap::new();
+    let mut origins = Origins::default();
     while let Some(row) = rows.try_next().await? {
         origins.insert(
             row.try_get("id")?,

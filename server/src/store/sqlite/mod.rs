@@ -20,7 +20,6 @@
 //! `sqlite::memory:` runs the same writer on a one-connection pool, the
 //! connection kept open for the store's lifetime, without an engine.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures_core::future::BoxFuture;
@@ -37,7 +36,7 @@ use super::sql::{self, Backend, close_pool};
 use super::writer::{Job, PendingAppend, enqueue};
 use super::{CommitSink, OpenError, Page, ReadBound, SessionHandle};
 use crate::domain::Result;
-use crate::domain::target::Origin;
+use crate::domain::target::Origins;
 use crate::wire::EncodedEvent;
 use engine::Engine;
 use writer::Queued;
@@ -151,7 +150,7 @@ impl Backend for Sqlite {
         &'a self,
         pool: &'a AnyPool,
         session_key: i64,
-    ) -> BoxFuture<'a, Result<HashMap<String, Origin>>> {
+    ) -> BoxFuture<'a, Result<Origins>> {
         match &self.engine {
             Some(engine) => Box::pin(engine.reads().call_origins(session_key)),
             None => Box::pin(sql::call_origins(pool, session_key)),

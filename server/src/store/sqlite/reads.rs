@@ -13,7 +13,6 @@
 //! The connections are read-only (`query_only`) and WAL lets them read
 //! beside the writer, as sqlx's read pool does.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rusqlite::{Connection, OptionalExtension as _};
 
 use super::connections::{self, Role};
-use crate::domain::target::Origin;
+use crate::domain::target::{Origin, Origins};
 use crate::domain::{Error, Result};
 use crate::store::rows::{Content, EventRow, GatheredEvent, MessageRow, OwnedMessageRow};
 use crate::store::sql::CALL_ORIGINS;
@@ -205,16 +204,13 @@ impl EngineReads {
 
     /// The provider and model of each provider call of a session, by id
     /// (as `sql::call_origins`), read in one go.
-    pub(super) async fn call_origins(
-        self: &Arc<Self>,
-        session_key: i64,
-    ) -> Result<HashMap<String, Origin>> {
+    pub(super) async fn call_origins(self: &Arc<Self>, session_key: i64) -> Result<Origins> {
         let this = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             this.with_connection(|conn| {
                 let mut statement = conn.prepare_cached(&unplanned(CALL_ORIGINS))?;
                 let mut rows = statement.query([session_key])?;
-                let mut origins = HashMap::new();
+                let mut origins = Origins::default();
                 while let Some(row) = rows.next()? {
                     origins.insert(
                         row.get(0)?,
