@@ -232,14 +232,18 @@ impl SqlStore {
     /// the session is already gone from every read, and the sweeper's
     /// purge of its tombstone takes what is left.
     async fn delete_history(&self, tenant: &str, key: i64) -> Result<()> {
+        let mut emptied = 0;
         loop {
             let op = EraseRows {
                 of: Tombstones::Session(key),
                 limit: ERASE_ROWS_PER_BATCH,
+                emptied,
             };
-            if !self.write(tenant, op).await?.more {
+            let erased = self.write(tenant, op).await?;
+            if !erased.more {
                 break;
             }
+            emptied = erased.emptied;
         }
         self.write(tenant, Unindex { key }).await
     }
@@ -924,6 +928,7 @@ impl Store for SqlStore {
             let op = EraseRows {
                 of: Tombstones::OfUser(user.clone()),
                 limit: ERASE_ROWS_PER_BATCH,
+                emptied: 0,
             };
             let rows = self.write(tenant, op).await?;
             erased.messages += rows.messages;

@@ -49,6 +49,13 @@ pub struct EraseMark {
 pub struct EraseRows {
     pub of: Tombstones,
     pub limit: i64,
+    /// How many of its tables, in the order it deletes from them, an
+    /// earlier batch found empty of the tombstone's rows
+    /// ([`RowsErased::emptied`]): skipped, for one session's tombstone
+    /// only, since nothing writes to a deleted session. (Looking again
+    /// costs PostgreSQL a walk past every index entry the batches before
+    /// left dead: 2.4 s of a 200,000-message session's deletion.)
+    pub emptied: usize,
 }
 
 /// The tombstones whose rows [`EraseRows`] deletes.
@@ -89,6 +96,9 @@ pub struct RowsErased {
     pub messages: i64,
     pub provider_calls: i64,
     pub more: bool,
+    /// How many of its tables, in order, hold none of the tombstones'
+    /// rows now: the next batch's [`EraseRows::emptied`].
+    pub emptied: usize,
 }
 
 /// Step 3: at most `limit` of the user's tombstones, with their search
@@ -163,14 +173,19 @@ impl Write for EraseRows {
         if tx.search == SearchWrites::Inline && tx.dialect == Dialect::Postgres {
             tables.push(("message_search", "session_key, sequence", ""));
         }
+        let skipped = match self.of {
+            Tombstones::Session(_) => self.emptied.min(tables.len()),
+            Tombstones::OfUser(_) => 0,
+        };
         let mut erased = RowsErased {
             messages: 0,
             provider_calls: 0,
             more: false,
+            emptied: skipped,
         };
         let mut budget = self.limit;
         let tombstones = self.of.keys();
-        for (table, columns, which) in tables {
+        for (table, columns, which) in tables.into_iter().skip(skipped) {
             // On PostgreSQL one session's rows in their key's order: a
             // plain scan walks again, batch after batch, past the rows
             // the batches before deleted (dead until vacuumed): a session
@@ -240,6 +255,8 @@ impl Write for EraseRows {
                 erased.more = true;
                 break;
             }
+            // Fewer than the batch allowed: none of its rows are left.
+            erased.emptied += 1;
         }
         Ok(erased)
     }
