@@ -232,20 +232,36 @@ impl SqlStore {
     /// the session is already gone from every read, and the sweeper's
     /// purge of its tombstone takes what is left.
     async fn delete_history(&self, tenant: &str, key: i64) -> Result<()> {
+        self.erase_rows(tenant, Tombstones::Session(key)).await?;
+        self.write(tenant, Unindex { key }).await
+    }
+
+    /// Deletes the rows of the tombstones `of` a batch per transaction
+    /// ([`EraseRows`]) until none is left: (messages, provider calls)
+    /// deleted. Each batch starts after the tables the one before found
+    /// empty; a pass that skipped some ends with one batch over every
+    /// table, since another replica may have made more of a user's
+    /// sessions tombstones meanwhile.
+    async fn erase_rows(&self, tenant: &str, of: Tombstones) -> Result<(i64, i64)> {
+        let (mut messages, mut provider_calls) = (0, 0);
         let mut emptied = 0;
         loop {
             let op = EraseRows {
-                of: Tombstones::Session(key),
+                of: of.clone(),
                 limit: ERASE_ROWS_PER_BATCH,
                 emptied,
             };
-            let erased = self.write(tenant, op).await?;
-            if !erased.more {
-                break;
+            let rows = self.write(tenant, op).await?;
+            messages += rows.messages;
+            provider_calls += rows.provider_calls;
+            if rows.more {
+                emptied = rows.emptied;
+            } else if emptied > 0 {
+                emptied = 0;
+            } else {
+                return Ok((messages, provider_calls));
             }
-            emptied = erased.emptied;
         }
-        self.write(tenant, Unindex { key }).await
     }
 
     async fn append(&self, tenant: &str, exchange: NewExchange) -> Result<Appended> {
@@ -924,19 +940,11 @@ impl Store for SqlStore {
             erased.sessions += marked;
             last_marked = Some(tokio::time::Instant::now());
         }
-        loop {
-            let op = EraseRows {
-                of: Tombstones::OfUser(user.clone()),
-                limit: ERASE_ROWS_PER_BATCH,
-                emptied: 0,
-            };
-            let rows = self.write(tenant, op).await?;
-            erased.messages += rows.messages;
-            erased.provider_calls += rows.provider_calls;
-            if !rows.more {
-                break;
-            }
-        }
+        let (messages, provider_calls) = self
+            .erase_rows(tenant, Tombstones::OfUser(user.clone()))
+            .await?;
+        erased.messages += messages;
+        erased.provider_calls += provider_calls;
         if let Some(marked) = last_marked {
             tokio::time::sleep_until(marked + ERASE_TOMBSTONE_GRACE).await;
         }
