@@ -158,6 +158,23 @@ pub async fn prepare_writers(server: &Server, shape: &Shape) -> anyhow::Result<V
     Ok(ids)
 }
 
+/// Everything before a measured run: the writers' sessions
+/// ([`prepare_writers`]), fresh statistics on the filled database, the
+/// search index caught up with the fill, and `chat` read back as written.
+/// Answers the writers' session ids.
+pub async fn ready(
+    server: &Server,
+    db: &Database,
+    shape: &Shape,
+    chat: &Chat,
+) -> anyhow::Result<Vec<String>> {
+    let writers = prepare_writers(server, shape).await?;
+    db.analyze().await?;
+    crate::live::index_caught_up(server).await?;
+    history::verify(server, chat).await?;
+    Ok(writers)
+}
+
 /// What a measured run calls while the writers append.
 #[derive(Clone, Debug)]
 pub enum Op {

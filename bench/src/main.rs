@@ -1438,16 +1438,13 @@ async fn erase_case(
     report: &mut Report,
 ) -> anyhow::Result<()> {
     let backend = db.backend();
-    let writers = erase::prepare_writers(server, shape).await?;
-    db.analyze().await?;
-    let indexing = Instant::now();
-    live::index_caught_up(server).await?;
     let newest = written.chats.last().context("no session was filled")?;
-    history::verify(server, newest).await?;
+    let readying = Instant::now();
+    let writers = erase::ready(server, db, shape, newest).await?;
     eprintln!(
-        "   search index caught up {:.1} s after the start of the checks; the server reads the \
-         filled sessions as written",
-        indexing.elapsed().as_secs_f64()
+        "   writers ready, statistics taken and search index caught up in {:.1} s; the server \
+         reads the filled sessions as written",
+        readying.elapsed().as_secs_f64()
     );
     let run = erase::measure(server, db, written, &writers, shape, erase::Op::EraseUser).await?;
     let expected = (written.chats.len() as i64, written.messages, written.calls);
@@ -1692,10 +1689,7 @@ async fn delete_case(
 ) -> anyhow::Result<()> {
     let backend = db.backend();
     let chat = written.chats.first().context("no session was filled")?;
-    let writers = erase::prepare_writers(server, shape).await?;
-    db.analyze().await?;
-    live::index_caught_up(server).await?;
-    history::verify(server, chat).await?;
+    let writers = erase::ready(server, db, shape, chat).await?;
     let op = erase::Op::DeleteSession(chat.id.clone());
     let run = erase::measure(server, db, written, &writers, shape, op).await?;
     let took = run.erasure.1 - run.erasure.0;
