@@ -24,6 +24,21 @@ use crate::store::OpenError;
 /// at 16 clients without that).
 pub(super) const WAL_SIZE_LIMIT: i64 = 128 << 20;
 
+/// How much of the database file (bytes, from its start) a read
+/// connection maps into memory. Its pages are then read where the OS page
+/// cache holds them instead of copied out by a `pread` each: a read
+/// connection's own cache (SQLite's default 2 MB) is emptied whenever
+/// another connection commits, so a long read fetched most of its pages
+/// from the OS every time (a 16% share of a replay's server CPU was that
+/// copy; BENCHMARKS.md, "Lever taken: read connections map the file").
+/// Pages whose newest version is still in the WAL are read from it as
+/// before. Only reads go through the map: SQLite writes with `write`
+/// calls, and nothing shrinks the file (no `VACUUM`, no auto-vacuum).
+/// The price, as SQLite's documentation says: a read error from the disk
+/// under a mapped page stops the process with `SIGBUS` instead of failing
+/// the read.
+pub(super) const READ_MMAP_SIZE: i64 = 1 << 30;
+
 /// How long a connection waits on another's lock before failing.
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -140,7 +155,8 @@ pub(super) enum Role {
     /// database is only read there, and the search file has SQLite's
     /// automatic checkpoints.
     Search,
-    /// A message or event read (`reads.rs`): read-only.
+    /// A message or event read (`reads.rs`): read-only, the file mapped
+    /// ([`READ_MMAP_SIZE`]).
     Read,
     /// EraseUser's last step (`Engine::truncate_wal`), with the search
     /// file attached: checkpoints that copy WAL frames back, the search
@@ -200,6 +216,7 @@ pub(super) fn engine(path: &Path, role: Role) -> rusqlite::Result<Connection> {
         Role::Read => {
             conn.busy_timeout(BUSY_TIMEOUT)?;
             conn.execute_batch("PRAGMA query_only = ON")?;
+            conn.pragma_update(None, "mmap_size", READ_MMAP_SIZE)?;
         }
         Role::Closing => {
             conn.set_db_config(
@@ -210,4 +227,39 @@ pub(super) fn engine(path: &Path, role: Role) -> rusqlite::Result<Connection> {
         }
     }
     Ok(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read connection maps the file and cannot write; a writing one
+    /// reads through its own page cache.
+    #[test]
+    fn read_connections_map_the_file_and_only_read() -> rusqlite::Result<()> {
+        let dir =
+            std::env::temp_dir().join(format!("sessionstore-read-map-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|error| rusqlite::Error::ToSqlConversionFailure(error.into()))?;
+        let path = dir.join("db.sqlite");
+        {
+            let conn = Connection::open(&path)?;
+            conn.execute_batch(
+                "PRAGMA journal_mode = WAL; CREATE TABLE t (body TEXT); \
+                 INSERT INTO t VALUES ('kept')",
+            )?;
+        }
+        let mapped = |conn: &Connection| -> rusqlite::Result<i64> {
+            conn.query_row("PRAGMA mmap_size", [], |row| row.get(0))
+        };
+        let read = engine(&path, Role::Read)?;
+        assert_eq!(mapped(&read)?, READ_MMAP_SIZE);
+        let body: String = read.query_row("SELECT body FROM t", [], |row| row.get(0))?;
+        assert_eq!(body, "kept");
+        assert!(read.execute("INSERT INTO t VALUES ('no')", []).is_err());
+        assert_eq!(mapped(&engine(&path, Role::Checkpoints)?)?, 0);
+        drop(read);
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }
 }
