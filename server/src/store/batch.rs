@@ -36,7 +36,7 @@ use sqlx::query::Query;
 use sqlx::{Any, AnyConnection, PgConnection, Postgres};
 
 use super::ops::{Appended, Applied, Dialect, SearchWrites};
-use super::rows::{Columns, SESSION_COLUMNS, encode_content, search_rowid, session_from_row};
+use super::rows::{Columns, SESSION_COLUMNS, search_rowid, session_from_row};
 use super::text::{escape, unescape};
 use crate::domain::{
     AppendedExchange, Change, Error, Message, NewExchange, ProviderCall, Result, Session,
@@ -751,7 +751,6 @@ fn append_one(
             create_time: now,
             redacted: false,
         };
-        rows.message(state.key, &message, revision);
         if search == SearchWrites::Inline {
             let text = control::search_text(&message.message);
             if !text.trim().is_empty() {
@@ -791,11 +790,15 @@ fn append_one(
         update_time: now,
         replayed: false,
     };
-    let (event, logged) = EncodedEvent::referring(SessionEvent {
+    // The messages' rows take their content from the event's encoding.
+    let (event, logged, contents) = EncodedEvent::referring_with_contents(SessionEvent {
         revision,
         time: now,
         change: Change::ExchangeAppended(appended.clone()),
     });
+    for (message, content) in appended.messages.iter().zip(contents) {
+        rows.message(state.key, message, content, revision);
+    }
     rows.event(
         state.key,
         revision,
@@ -862,8 +865,16 @@ impl Rows {
         ]);
     }
 
-    /// A message's row, referred to by the event at `referenced_by`.
-    fn message(&mut self, session_key: i64, message: &StoredMessage, referenced_by: i64) {
+    /// A message's row, its content `content` (as
+    /// [`encode_content`](super::rows::encode_content)
+    /// writes it), referred to by the event at `referenced_by`.
+    fn message(
+        &mut self,
+        session_key: i64,
+        message: &StoredMessage,
+        content: Vec<u8>,
+        referenced_by: i64,
+    ) {
         let produced_by = &message.produced_by_call_id;
         self.messages.extend([
             Value::Int(session_key),
@@ -871,7 +882,7 @@ impl Rows {
             Value::Text(message.id.clone()),
             Value::NullableText((!produced_by.is_empty()).then(|| produced_by.clone())),
             Value::Text(String::new()),
-            Value::Bytes(encode_content(&message.message)),
+            Value::Bytes(content),
             Value::Int(message.create_time.0),
             Value::Int(0),
             Value::Int(referenced_by),

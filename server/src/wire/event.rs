@@ -77,15 +77,33 @@ impl EncodedEvent {
     /// Every other field, the messages' ids and sequences included, is
     /// kept.
     pub fn referring(event: SessionEvent) -> (Self, Vec<u8>) {
+        let (whole, logged, _) = Self::split(event, false);
+        (whole, logged)
+    }
+
+    /// As [`EncodedEvent::referring`], with the content it leaves out: the
+    /// encoding of each message (a `sessionstore.v1.Message`, as a
+    /// message row stores it), in the event's order. An append writes
+    /// these into its messages' rows, each message converted and encoded
+    /// once for both.
+    pub fn referring_with_contents(event: SessionEvent) -> (Self, Vec<u8>, Vec<Vec<u8>>) {
+        Self::split(event, true)
+    }
+
+    fn split(event: SessionEvent, keep_contents: bool) -> (Self, Vec<u8>, Vec<Vec<u8>>) {
         let (revision, effect) = (event.revision, Effect::of(&event.change));
         let mut message = event_into_pb(event);
         let whole = Self::framed_from(revision, effect, &message);
+        let mut contents = Vec::new();
         if let Some(pb::session_event::Event::ExchangeAppended(appended)) = &mut message.event {
             for stored in &mut appended.messages {
-                stored.message = None;
+                let content = stored.message.take();
+                if keep_contents {
+                    contents.push(content.map(|m| m.encode_to_vec()).unwrap_or_default());
+                }
             }
         }
-        (whole, message.encode_to_vec())
+        (whole, message.encode_to_vec(), contents)
     }
 
     /// An appended exchange's event as the log stores it
@@ -802,6 +820,13 @@ mod tests {
                 super::super::message_to_pb(message.message.clone()).encode_to_vec(),
             )
         };
+        // What the append path writes: the same event, the same stored
+        // form, and each message's content as its row stores it.
+        let (with, also_stored, contents) = EncodedEvent::referring_with_contents(event.clone());
+        assert_eq!(with.to_pb()?, whole.to_pb()?);
+        assert_eq!(also_stored, stored);
+        assert_eq!(contents, vec![content(0).1, content(1).1]);
+
         let read = EncodedEvent::with_contents(7, &stored, &[content(0), content(1)])?;
         assert_eq!(read.revision, 7);
         assert_eq!(read.effect, whole.effect);
