@@ -30,7 +30,8 @@ pub(super) const WAL_SIZE_LIMIT: i64 = 128 << 20;
 /// connection's own cache (SQLite's default 2 MB) is emptied whenever
 /// another connection commits, so a long read fetched most of its pages
 /// from the OS every time (about 15% of a replay's server CPU was that
-/// copy; BENCHMARKS.md, "Lever taken: read connections map the file").
+/// copy; BENCHMARKS.md, "Lever taken: read connections map the database
+/// file").
 /// Pages whose newest version is still in the WAL are read from it as
 /// before. Only reads go through the map: SQLite writes with `write`
 /// calls, and nothing shrinks the file (no `VACUUM`, no auto-vacuum).
