@@ -22,8 +22,9 @@
 //! - **Memory.** An idle connection holds no buffer: each write burst is
 //!   handed to the writer task whole and freed once written. A new
 //!   buffer is allocated with the size of the largest burst so far (up to
-//!   twice [`MAX_BUFFERED`]), so that a burst of watch events is not copied
-//!   again and again as it grows.
+//!   twice [`MAX_BUFFERED`]), or of its first write if that is larger, so
+//!   that a burst of watch events is not copied again and again as it
+//!   grows, nor an export's chunk once it is past that size.
 
 use std::io;
 use std::pin::Pin;
@@ -111,10 +112,17 @@ impl Coalesced {
             return Poll::Pending;
         }
         let was_empty = state.buffer.is_empty();
+        // Room for the whole write before any of it is copied: h2 hands over
+        // up to 64 frames at once (an export's 1 MiB chunk), and a buffer
+        // grown slice by slice past its first reservation was reallocated,
+        // copying what it held, for every chunk.
+        let incoming: usize = bufs.iter().map(|buf| buf.len()).sum();
         if state.buffer.capacity() == 0 {
             // A burst can pass the limit by the write that reached it.
             let room = state.room.min(2 * MAX_BUFFERED);
-            state.buffer.reserve(room);
+            state.buffer.reserve(room.max(incoming));
+        } else {
+            state.buffer.reserve(incoming);
         }
         let mut written = 0;
         for buf in bufs {
