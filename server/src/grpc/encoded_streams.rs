@@ -24,6 +24,7 @@
 
 use std::convert::Infallible;
 use std::marker::PhantomData;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -146,15 +147,15 @@ where
 
 /// Opens a call answered here: its messages, framed.
 type Open<S, Req> =
-    fn(Arc<SessionStoreService<S>>, Request<Req>) -> BoxFuture<BoxStream<Bytes>, Status>;
+    fn(Arc<SessionStoreService<S>>, Request<Req>) -> BoxFuture<BoxStream<Outgoing>, Status>;
 
 fn open_watch<S: Store>(
     service: Arc<SessionStoreService<S>>,
     request: Request<pb::WatchSessionRequest>,
-) -> BoxFuture<BoxStream<Bytes>, Status> {
+) -> BoxFuture<BoxStream<Outgoing>, Status> {
     Box::pin(async move {
         let items = service.open_watch(request).await?;
-        let events: BoxStream<Bytes> = Box::pin(items.map(|item| item.and_then(|i| framed(&i))));
+        let events: BoxStream<Outgoing> = Box::pin(items.map(|item| item.and_then(|i| framed(&i))));
         Ok(events)
     })
 }
@@ -162,8 +163,12 @@ fn open_watch<S: Store>(
 fn open_export<S: Store>(
     service: Arc<SessionStoreService<S>>,
     request: Request<pb::ExportHistoryRequest>,
-) -> BoxFuture<BoxStream<Bytes>, Status> {
-    Box::pin(async move { service.open_export(request).await })
+) -> BoxFuture<BoxStream<Outgoing>, Status> {
+    Box::pin(async move {
+        let chunks = service.open_export(request).await?;
+        let chunks: BoxStream<Outgoing> = Box::pin(chunks.map(|chunk| chunk.map(Outgoing::alone)));
+        Ok(chunks)
+    })
 }
 
 /// One call answered here. Tonic gets an empty stream; the framed
@@ -190,9 +195,9 @@ impl<S: Store, Req: Send + 'static> ServerStreamingService<Req> for FramedCall<S
     }
 }
 
-type Slot = Mutex<Option<BoxStream<Bytes>>>;
+type Slot = Mutex<Option<BoxStream<Outgoing>>>;
 
-fn lock(slot: &Slot) -> std::sync::MutexGuard<'_, Option<BoxStream<Bytes>>> {
+fn lock(slot: &Slot) -> std::sync::MutexGuard<'_, Option<BoxStream<Outgoing>>> {
     slot.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -200,10 +205,42 @@ fn lock(slot: &Slot) -> std::sync::MutexGuard<'_, Option<BoxStream<Bytes>>> {
 /// `item` as a framed `SessionEvent` message. An event was framed when it
 /// was written or read from the log, once for all of its session's
 /// watchers.
-fn framed(item: &WatchItem) -> Result<Bytes, Status> {
+fn framed(item: &WatchItem) -> Result<Outgoing, Status> {
     match item {
-        WatchItem::Event(event) => Ok(event.framed()),
-        other => item_to_pb(other).map(|message| frame(&message)),
+        WatchItem::Event(event) => Ok(Outgoing {
+            message: event.framed(),
+            page: event.page().cloned(),
+        }),
+        other => item_to_pb(other).map(|message| Outgoing::alone(frame(&message))),
+    }
+}
+
+/// One framed gRPC message to send, and the buffer it is a slice of when
+/// it was read in a page of events ([`crate::wire::EncodedEvent::page`]).
+struct Outgoing {
+    message: Bytes,
+    page: Option<Bytes>,
+}
+
+impl Outgoing {
+    /// A message framed on its own.
+    fn alone(message: Bytes) -> Self {
+        Outgoing {
+            message,
+            page: None,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.message.len()
+    }
+
+    /// Where the message lies in its page, if it was read in one.
+    fn in_page(&self) -> Option<(&Bytes, Range<usize>)> {
+        let page = self.page.as_ref()?;
+        let start = (self.message.as_ptr() as usize).checked_sub(page.as_ptr() as usize)?;
+        let end = start + self.message.len();
+        (end <= page.len()).then_some((page, start..end))
     }
 }
 
@@ -228,12 +265,13 @@ fn frame(message: &impl Message) -> Bytes {
 /// read ahead and ready in runs, and one frame per event cost HTTP/2's
 /// per-frame work on both sides for every event. A message that does not
 /// fit goes out in the next frame, and a message alone in its frame (a
-/// live event, or a large one) goes out as it is, with no copy. Nothing
-/// waits for a later message.
+/// live event, or a large one) goes out as it is, with no copy, and so do
+/// the events of a replay that were read in one page and follow one
+/// another in its buffer. Nothing waits for a later message.
 struct FramedBody {
-    messages: BoxStream<Bytes>,
+    messages: BoxStream<Outgoing>,
     /// A message that did not fit in the last frame: the next one's first.
-    next: Option<Bytes>,
+    next: Option<Outgoing>,
     /// The call's end, seen while messages before it were still to be sent.
     end: Option<Status>,
     ended: bool,
@@ -244,7 +282,7 @@ struct FramedBody {
 const COALESCE_BYTES: usize = 32 * 1024;
 
 impl FramedBody {
-    fn new(messages: BoxStream<Bytes>) -> Self {
+    fn new(messages: BoxStream<Outgoing>) -> Self {
         FramedBody {
             messages,
             next: None,
@@ -265,29 +303,46 @@ impl FramedBody {
     }
 }
 
-/// Messages gathered for one DATA frame: the first as it is, copied into a
-/// buffer only once a second one joins it.
+/// Messages gathered for one DATA frame: the first as it is; then, while
+/// each next one follows the last in the same page of events, that page's
+/// slice over them; copied into a buffer only once a message does not.
 #[derive(Default)]
 enum Gathered {
     #[default]
     Nothing,
-    One(Bytes),
+    One(Outgoing),
+    /// Messages that follow one another in `page`: `page[range]`.
+    Run {
+        page: Bytes,
+        range: Range<usize>,
+    },
     Many(BytesMut),
 }
 
 impl Gathered {
-    fn push(&mut self, message: Bytes) {
+    fn push(&mut self, message: Outgoing) {
         *self = match std::mem::take(self) {
             Gathered::Nothing => Gathered::One(message),
-            Gathered::One(first) => {
-                let mut buf =
-                    BytesMut::with_capacity((first.len() + message.len()).max(COALESCE_BYTES));
-                buf.extend_from_slice(&first);
-                buf.extend_from_slice(&message);
-                Gathered::Many(buf)
+            Gathered::One(first) => match first.in_page() {
+                Some((page, range)) if follows(page, &range, &message) => Gathered::Run {
+                    page: page.clone(),
+                    range: range.start..range.end + message.len(),
+                },
+                _ => copied(&first.message, &message.message),
+            },
+            Gathered::Run { page, range } => {
+                if follows(&page, &range, &message) {
+                    let end = range.end + message.len();
+                    Gathered::Run {
+                        page,
+                        range: range.start..end,
+                    }
+                } else {
+                    copied(page.get(range).unwrap_or_default(), &message.message)
+                }
             }
             Gathered::Many(mut buf) => {
-                buf.extend_from_slice(&message);
+                buf.extend_from_slice(&message.message);
                 Gathered::Many(buf)
             }
         }
@@ -296,7 +351,8 @@ impl Gathered {
     fn len(&self) -> usize {
         match self {
             Gathered::Nothing => 0,
-            Gathered::One(bytes) => bytes.len(),
+            Gathered::One(message) => message.len(),
+            Gathered::Run { range, .. } => range.len(),
             Gathered::Many(buf) => buf.len(),
         }
     }
@@ -305,10 +361,28 @@ impl Gathered {
     fn frame(self) -> Option<Frame<Bytes>> {
         match self {
             Gathered::Nothing => None,
-            Gathered::One(bytes) => Some(Frame::data(bytes)),
+            Gathered::One(message) => Some(Frame::data(message.message)),
+            Gathered::Run { page, range } => Some(Frame::data(page.slice(range))),
             Gathered::Many(buf) => Some(Frame::data(buf.freeze())),
         }
     }
+}
+
+/// Whether `message` lies in `page` right after `range`.
+fn follows(page: &Bytes, range: &Range<usize>, message: &Outgoing) -> bool {
+    message.in_page().is_some_and(|(its_page, its_range)| {
+        its_page.as_ptr() == page.as_ptr()
+            && its_page.len() == page.len()
+            && its_range.start == range.end
+    })
+}
+
+/// `first` and `second` copied into one buffer, with room for more.
+fn copied(first: &[u8], second: &[u8]) -> Gathered {
+    let mut buf = BytesMut::with_capacity((first.len() + second.len()).max(COALESCE_BYTES));
+    buf.extend_from_slice(first);
+    buf.extend_from_slice(second);
+    Gathered::Many(buf)
 }
 
 impl http_body::Body for FramedBody {
@@ -444,7 +518,65 @@ mod tests {
     }
 
     fn body(items: Vec<Result<Bytes, Status>>) -> FramedBody {
+        let items = items.into_iter().map(|item| item.map(Outgoing::alone));
         FramedBody::new(Box::pin(stream::iter(items)))
+    }
+
+    /// The messages of one page of events, in its buffer `page`, which
+    /// they fill: `lens` bytes each.
+    fn in_page(page: &Bytes, lens: &[usize]) -> Vec<Result<Outgoing, Status>> {
+        let mut start = 0;
+        lens.iter()
+            .map(|len| {
+                let message = page.slice(start..start + len);
+                start += len;
+                Ok(Outgoing {
+                    message,
+                    page: Some(page.clone()),
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_run_of_one_page_goes_out_as_one_frame_of_its_buffer() -> Result<(), String> {
+        let page = Bytes::from_static(b"onetwothree");
+        let mut body = FramedBody::new(Box::pin(stream::iter(in_page(&page, &[3, 3, 5]))));
+        let sent = data(poll(&mut body))?;
+        assert_eq!(sent, page);
+        assert_eq!(sent.as_ptr(), page.as_ptr(), "the page's bytes themselves");
+        assert_eq!(status(poll(&mut body))?, "0");
+        Ok(())
+    }
+
+    #[test]
+    fn messages_of_two_pages_or_out_of_order_are_copied_together() -> Result<(), String> {
+        let (first, second) = (Bytes::from_static(b"abcdef"), Bytes::from_static(b"ghijkl"));
+        let mut items = in_page(&first, &[3, 3]);
+        items.reverse();
+        items.extend(in_page(&second, &[6]));
+        let mut body = FramedBody::new(Box::pin(stream::iter(items)));
+        assert_eq!(data(poll(&mut body))?, Bytes::from_static(b"defabcghijkl"));
+        assert_eq!(status(poll(&mut body))?, "0");
+        Ok(())
+    }
+
+    #[test]
+    fn a_run_that_does_not_fit_ends_its_frame() -> Result<(), String> {
+        let half = COALESCE_BYTES / 2 + 1;
+        let page = Bytes::from(vec![b'z'; 2 * half + 4]);
+        let mut body = FramedBody::new(Box::pin(stream::iter(in_page(&page, &[half, half, 4]))));
+        let sent = data(poll(&mut body))?;
+        assert_eq!((sent.as_ptr(), sent.len()), (page.as_ptr(), half));
+        let sent = data(poll(&mut body))?;
+        assert_eq!(sent.len(), half + 4);
+        assert_eq!(
+            sent.as_ptr(),
+            page[half..].as_ptr(),
+            "still the page's bytes"
+        );
+        assert_eq!(status(poll(&mut body))?, "0");
+        Ok(())
     }
 
     #[test]
@@ -513,7 +645,9 @@ mod tests {
         ));
         assert!(poll(&mut body).is_pending());
         let live = Bytes::from_static(b"live event");
-        sender.send(Ok(live.clone())).map_err(|e| e.to_string())?;
+        sender
+            .send(Ok(Outgoing::alone(live.clone())))
+            .map_err(|e| e.to_string())?;
         let sent = data(poll(&mut body))?;
         assert_eq!(sent, live);
         assert_eq!(sent.as_ptr(), live.as_ptr(), "the shared bytes themselves");

@@ -18,7 +18,7 @@ use sessionstore_client::v1 as pb;
 use super::text::unescape;
 use super::{Page, ReadBound};
 use crate::domain::{Error, Message, Result, Session, SessionEvent, StoredMessage, Timestamp};
-use crate::wire::{EncodedEvent, message_from_pb, message_to_pb};
+use crate::wire::{Effect, EncodedEvent, message_from_pb, message_to_pb};
 
 pub fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(Error::storage)
@@ -227,24 +227,6 @@ impl GatheredEvent {
         Ok(())
     }
 
-    /// Adds the event to `page`, of `bytes` so far, if `bound` admits it;
-    /// if not, marks the page cut and answers false.
-    pub fn add_to(
-        self,
-        page: &mut Page<EncodedEvent>,
-        bytes: &mut usize,
-        bound: ReadBound,
-    ) -> Result<bool> {
-        if !bound.admits(page.rows.len(), *bytes, self.size) {
-            page.cut = true;
-            return Ok(false);
-        }
-        *bytes += self.size;
-        let size = self.size;
-        page.rows.push((self.into_event()?, size));
-        Ok(true)
-    }
-
     /// The event as WatchSession sends it.
     pub fn into_event(self) -> Result<EncodedEvent> {
         match self.stored {
@@ -255,6 +237,109 @@ impl GatheredEvent {
         }
     }
 }
+
+/// A page of events being read. Their frames are written one after
+/// another into a few large buffers, which the page's events share as
+/// slices ([`EncodedEvent::in_page`]): no allocation per event, and
+/// WatchSession sends a run of them as one DATA frame without copying them
+/// again. A buffer that fills is kept as it is and the next begins, twice
+/// as large up to [`PAGE_CHUNK_MAX`], so no frame is copied as they grow.
+pub struct EventPage {
+    bound: ReadBound,
+    /// Each event's revision, effect, buffer (an index into `full`, or
+    /// the one being written), range in it, and the bytes read for it.
+    events: Vec<(i64, Effect, usize, Range<usize>, usize)>,
+    full: Vec<Bytes>,
+    frames: BytesMut,
+    bytes: usize,
+    cut: bool,
+}
+
+/// The first buffer of a page of events.
+const PAGE_CHUNK_MIN: usize = 16 * 1024;
+/// The largest buffer of a page of events (a larger event gets a buffer
+/// of its own size).
+const PAGE_CHUNK_MAX: usize = 1024 * 1024;
+/// What an event's frame may take beyond the bytes read for it (its
+/// prefix, and the keys and lengths around each message put back): a
+/// guess, which only decides when a new buffer begins.
+const FRAME_OVERHEAD: usize = 256;
+
+impl EventPage {
+    /// An empty page that admits what `bound` does.
+    pub fn new(bound: ReadBound) -> Self {
+        EventPage {
+            bound,
+            events: Vec::new(),
+            full: Vec::new(),
+            frames: BytesMut::new(),
+            bytes: 0,
+            cut: false,
+        }
+    }
+
+    /// Adds `event` if the page's bound admits it; if not, marks the page
+    /// cut and answers false.
+    pub fn add(&mut self, event: GatheredEvent) -> Result<bool> {
+        if !self.bound.admits(self.events.len(), self.bytes, event.size) {
+            self.cut = true;
+            return Ok(false);
+        }
+        self.bytes += event.size;
+        let needed = event.size + FRAME_OVERHEAD;
+        if self.frames.capacity() - self.frames.len() < needed {
+            let next = (2 * self.frames.capacity()).clamp(PAGE_CHUNK_MIN, PAGE_CHUNK_MAX);
+            let full =
+                std::mem::replace(&mut self.frames, BytesMut::with_capacity(next.max(needed)));
+            if !full.is_empty() {
+                self.full.push(full.freeze());
+            }
+        }
+        let start = self.frames.len();
+        let effect = match event.stored {
+            Gathered::Whole(whole) => {
+                self.frames.extend_from_slice(&whole.framed());
+                whole.effect
+            }
+            Gathered::Referring { stored, .. } => {
+                EncodedEvent::write_with_contents(&stored, &event.contents, &mut self.frames)?
+            }
+        };
+        self.events.push((
+            event.revision,
+            effect,
+            self.full.len(),
+            start..self.frames.len(),
+            event.size,
+        ));
+        Ok(true)
+    }
+
+    /// The page's events, each a slice of one of the page's buffers.
+    pub fn finish(mut self) -> Result<Page<EncodedEvent>> {
+        self.full.push(self.frames.freeze());
+        let mut rows = Vec::with_capacity(self.events.len());
+        for (revision, effect, buffer, range, size) in self.events {
+            // Always within: each range was written there.
+            let event = self
+                .full
+                .get(buffer)
+                .and_then(|buffer| EncodedEvent::in_page(revision, effect, buffer, range))
+                .ok_or_else(|| Error::storage(PageOutOfBounds))?;
+            rows.push((event, size));
+        }
+        Ok(Page {
+            rows,
+            cut: self.cut,
+        })
+    }
+}
+
+/// An event's frame past the end of its page's buffer, which
+/// [`EventPage::add`] never writes.
+#[derive(Debug, thiserror::Error)]
+#[error("an event's frame lies outside its page")]
+struct PageOutOfBounds;
 
 /// Reads an escaped text column.
 pub fn text_col(row: &AnyRow, column: &str) -> Result<String> {

@@ -22,7 +22,7 @@ use super::ops::{
 use super::rows::{
     BorrowedRow, MESSAGE_COLUMNS, SESSION_COLUMNS, message_row, session_from_row, text_col,
 };
-use super::rows::{Content, EventRow, EventRows, OwnedMessageRow, events_with_contents};
+use super::rows::{Content, EventPage, EventRow, EventRows, OwnedMessageRow, events_with_contents};
 use super::text::{escape, escape_ordered, unescape_ordered};
 use super::writer::{self, Job, Pending, PendingAppend};
 use super::{
@@ -353,11 +353,7 @@ pub(super) async fn events(
         .bind(after)
         .bind(after.saturating_add(limit_param(bound.rows)))
         .fetch(pool);
-    let mut page = Page {
-        rows: Vec::new(),
-        cut: false,
-    };
-    let mut bytes = 0;
+    let mut page = EventPage::new(bound);
     let mut events = EventRows::default();
     loop {
         let row = rows.try_next().await?;
@@ -366,7 +362,7 @@ pub(super) async fn events(
             None => events.finish(),
         };
         if let Some(event) = done
-            && !event.add_to(&mut page, &mut bytes, bound)?
+            && !page.add(event)?
         {
             break;
         }
@@ -374,7 +370,7 @@ pub(super) async fn events(
             break;
         }
     }
-    Ok(page)
+    page.finish()
 }
 
 /// The events [`Backend::events`] reads, as [`events_with_contents`]

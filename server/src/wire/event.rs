@@ -8,6 +8,8 @@
 //! end of a run's partial output) is read out of the bytes, by a decode
 //! that skips everything else.
 
+use std::ops::Range;
+
 use bytes::{BufMut as _, Bytes, BytesMut};
 use prost::Message as _;
 use prost::encoding::{
@@ -36,6 +38,10 @@ pub struct EncodedEvent {
     pub effect: Effect,
     /// Not compressed, the length (big-endian `u32`), then the encoding.
     framed: Bytes,
+    /// The buffer `framed` is a slice of, shared with the events read in
+    /// the same page (see [`EncodedEvent::in_page`]); `None` for an event
+    /// framed on its own.
+    page: Option<Bytes>,
 }
 
 /// What a watch stream does on an event beyond sending it.
@@ -121,6 +127,23 @@ impl EncodedEvent {
         stored: &[u8],
         contents: &[(i64, Vec<u8>)],
     ) -> Result<Self> {
+        let mut buf = BytesMut::new();
+        let effect = Self::write_with_contents(stored, contents, &mut buf)?;
+        Ok(EncodedEvent {
+            revision,
+            effect,
+            framed: buf.freeze(),
+            page: None,
+        })
+    }
+
+    /// Writes what [`EncodedEvent::with_contents`] frames at the end of
+    /// `buf`, and answers the event's effect.
+    pub fn write_with_contents(
+        stored: &[u8],
+        contents: &[(i64, Vec<u8>)],
+        buf: &mut BytesMut,
+    ) -> Result<Effect> {
         // The exchange, and the bytes of every other field.
         let mut appended = None;
         let mut rest_len = 0;
@@ -163,38 +186,59 @@ impl EncodedEvent {
             return Err(malformed("more contents than messages referred to"));
         }
         let len = rest_len + key_len(EXCHANGE_APPENDED) + delimited_len(inner_len);
-        let mut buf = BytesMut::with_capacity(PREFIX + len);
-        put_prefix(&mut buf, len);
+        buf.reserve(PREFIX + len);
+        put_prefix(buf, len);
         for field in Fields(stored) {
             let field = field?;
             if field.tag != EXCHANGE_APPENDED {
                 buf.extend_from_slice(field.whole);
             }
         }
-        encode_key(EXCHANGE_APPENDED, WireType::LengthDelimited, &mut buf);
-        encode_varint(inner_len as u64, &mut buf);
+        encode_key(EXCHANGE_APPENDED, WireType::LengthDelimited, buf);
+        encode_varint(inner_len as u64, buf);
         for (field, content) in fields {
             let Some(content) = content else {
                 buf.extend_from_slice(field.whole);
                 continue;
             };
-            encode_key(MESSAGES, WireType::LengthDelimited, &mut buf);
+            encode_key(MESSAGES, WireType::LengthDelimited, buf);
             let content_field = key_len(MESSAGE_CONTENT) + delimited_len(content.len());
-            encode_varint((field.payload.len() + content_field) as u64, &mut buf);
+            encode_varint((field.payload.len() + content_field) as u64, buf);
             buf.extend_from_slice(field.payload);
-            encode_key(MESSAGE_CONTENT, WireType::LengthDelimited, &mut buf);
-            encode_varint(content.len() as u64, &mut buf);
+            encode_key(MESSAGE_CONTENT, WireType::LengthDelimited, buf);
+            encode_varint(content.len() as u64, buf);
             buf.extend_from_slice(content);
         }
-        Ok(EncodedEvent {
-            revision,
-            effect: if run_id.is_empty() {
-                Effect::None
-            } else {
-                Effect::ClosesRun(run_id.to_owned())
-            },
-            framed: buf.freeze(),
+        Ok(if run_id.is_empty() {
+            Effect::None
+        } else {
+            Effect::ClosesRun(run_id.to_owned())
         })
+    }
+
+    /// The event at `revision` whose frame is `page[range]`: a page of
+    /// events read together is framed into one buffer, and WatchSession
+    /// sends a run of them from it as one DATA frame, uncopied
+    /// ([`EncodedEvent::page`]). `None` if `range` is not within `page`.
+    pub fn in_page(
+        revision: i64,
+        effect: Effect,
+        page: &Bytes,
+        range: Range<usize>,
+    ) -> Option<Self> {
+        let framed = page.get(range.clone()).map(|_| page.slice(range))?;
+        Some(EncodedEvent {
+            revision,
+            effect,
+            framed,
+            page: Some(page.clone()),
+        })
+    }
+
+    /// The buffer the event's frame is a slice of, shared with the events
+    /// read in the same page, if it was read in one.
+    pub fn page(&self) -> Option<&Bytes> {
+        self.page.as_ref()
     }
 
     fn framed_from(revision: i64, effect: Effect, message: &pb::SessionEvent) -> Self {
@@ -207,6 +251,7 @@ impl EncodedEvent {
             revision,
             effect,
             framed: buf.freeze(),
+            page: None,
         }
     }
 
@@ -232,6 +277,7 @@ impl EncodedEvent {
             revision,
             effect,
             framed: buf.freeze(),
+            page: None,
         })
     }
 

@@ -29,7 +29,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::ACQUIRE_TIMEOUT;
 use crate::domain::{Error, Result};
-use crate::store::rows::{BorrowedRow as _, Content, EventRow, GatheredEvent};
+use crate::store::rows::{BorrowedRow as _, Content, EventPage, EventRow, GatheredEvent};
 use crate::store::sql::limit_param;
 use crate::store::{Page, ReadBound};
 use crate::wire::EncodedEvent;
@@ -102,7 +102,7 @@ pub(super) async fn events(
         };
         if !more {
             // The rest of the result is discarded with the stream.
-            return Ok(page.page);
+            return page.page.finish();
         }
     }
     page.finish()
@@ -112,9 +112,7 @@ pub(super) async fn events(
 /// arrive: an event is complete at the first message past those it refers
 /// to, and the page stops at the first event its bound does not admit.
 struct PageOfEvents {
-    bound: ReadBound,
-    page: Page<EncodedEvent>,
-    bytes: usize,
+    page: EventPage,
     /// Events read and not yet complete, in revision order.
     waiting: VecDeque<GatheredEvent>,
     /// The last message's sequence, once messages have begun.
@@ -124,12 +122,7 @@ struct PageOfEvents {
 impl PageOfEvents {
     fn new(bound: ReadBound) -> Self {
         PageOfEvents {
-            bound,
-            page: Page {
-                rows: Vec::new(),
-                cut: false,
-            },
-            bytes: 0,
+            page: EventPage::new(bound),
             waiting: VecDeque::new(),
             last_message: None,
         }
@@ -173,7 +166,7 @@ impl PageOfEvents {
     /// does not admit it.
     fn add_first(&mut self) -> Result<bool> {
         match self.waiting.pop_front() {
-            Some(event) => event.add_to(&mut self.page, &mut self.bytes, self.bound),
+            Some(event) => self.page.add(event),
             None => Ok(true),
         }
     }
@@ -185,7 +178,7 @@ impl PageOfEvents {
                 break;
             }
         }
-        Ok(self.page)
+        self.page.finish()
     }
 }
 
@@ -277,7 +270,7 @@ mod tests {
             taken += 1;
             if !page.message(*sequence, Content::of("", Some(content)))? {
                 assert_eq!(Some(taken), stop_at, "stopped early");
-                return Ok((page.page, taken));
+                return Ok((page.page.finish()?, taken));
             }
         }
         assert_eq!(stop_at, None, "did not stop");
@@ -305,6 +298,64 @@ mod tests {
             .map(|(whole, _, _)| whole.to_pb())
             .collect::<Result<_>>()?;
         assert_eq!(read, expected);
+        Ok(())
+    }
+
+    #[test]
+    fn a_page_of_events_is_framed_into_one_buffer_they_share() -> Result<()> {
+        let all = ReadBound {
+            rows: 10,
+            bytes: usize::MAX,
+            at_least_one: true,
+        };
+        let (page, _) = read(all, None)?;
+        let mut end = None;
+        for (event, _) in &page.rows {
+            let buffer = event.page().ok_or_else(|| Error::storage(Missing))?;
+            let framed = event.framed();
+            let start = framed.as_ptr() as usize - buffer.as_ptr() as usize;
+            assert!(start + framed.len() <= buffer.len(), "a slice of its page");
+            // Each event right after the one before, in the same buffer.
+            if let Some(end) = end {
+                assert_eq!(framed.as_ptr(), end);
+            }
+            end = Some(framed.as_ptr().wrapping_add(framed.len()));
+        }
+        Ok(())
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("an event read in a page without its page")]
+    struct Missing;
+
+    #[test]
+    fn a_page_past_its_first_buffer_goes_on_in_a_new_one() -> Result<()> {
+        let all = ReadBound {
+            rows: 1000,
+            bytes: usize::MAX,
+            at_least_one: true,
+        };
+        let exchanges: Vec<Exchange> = (1..=400).map(|r| exchange(r, 2 * (r - 1))).collect();
+        let mut page = EventPage::new(all);
+        for (revision, (_, stored, contents)) in (1..).zip(&exchanges) {
+            let first = 2 * (revision - 1);
+            let mut event = GatheredEvent::new(&event_row(revision, stored, first..first + 2))?;
+            for (sequence, content) in contents {
+                event.add_content(*sequence, Content::of("", Some(content)))?;
+            }
+            assert!(page.add(event)?);
+        }
+        let page = page.finish()?;
+        let buffers: std::collections::HashSet<_> = page
+            .rows
+            .iter()
+            .filter_map(|(event, _)| event.page().map(|page| page.as_ptr()))
+            .collect();
+        assert!(buffers.len() > 1, "more than one buffer");
+        assert_eq!(page.rows.len(), exchanges.len());
+        for ((event, _), (whole, _, _)) in page.rows.iter().zip(&exchanges) {
+            assert_eq!(event.to_pb()?, whole.to_pb()?);
+        }
         Ok(())
     }
 

@@ -22,7 +22,9 @@ use rusqlite::{Connection, OptionalExtension as _};
 use super::connections::{self, Role};
 use crate::domain::target::{Origin, Origins};
 use crate::domain::{Error, Result};
-use crate::store::rows::{Content, EventRow, GatheredEvent, MessageRow, OwnedMessageRow};
+use crate::store::rows::{
+    Content, EventPage, EventRow, GatheredEvent, MessageRow, OwnedMessageRow,
+};
 use crate::store::sql::CALL_ORIGINS;
 use crate::store::text::unescape;
 use crate::store::{Page, ReadBound};
@@ -163,11 +165,7 @@ impl EngineReads {
                 let mut rows = events.query([session_key, after, until])?;
                 // A message read ahead of the event that refers to it.
                 let mut ahead: Option<(i64, String, Option<Vec<u8>>)> = None;
-                let mut page = Page {
-                    rows: Vec::new(),
-                    cut: false,
-                };
-                let mut bytes = 0;
+                let mut page = EventPage::new(bound);
                 while let Some(row) = rows.next()? {
                     let mut event = GatheredEvent::new(&event_row(row)?)?;
                     if let (Some(refers), Some(messages)) = (event.refers(), messages.as_mut()) {
@@ -191,11 +189,11 @@ impl EngineReads {
                             }
                         }
                     }
-                    if !event.add_to(&mut page, &mut bytes, bound)? {
+                    if !page.add(event)? {
                         break;
                     }
                 }
-                Ok(page)
+                page.finish()
             })
         })
         .await
