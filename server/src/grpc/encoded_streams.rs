@@ -305,7 +305,8 @@ impl FramedBody {
 
 /// Messages gathered for one DATA frame: the first as it is; then, while
 /// each next one follows the last in the same page of events, that page's
-/// slice over them; copied into a buffer only once a message does not.
+/// slice over them (a message that does not follow a run starts the next
+/// frame); other messages copied into one buffer.
 #[derive(Default)]
 enum Gathered {
     #[default]
@@ -345,6 +346,18 @@ impl Gathered {
                 buf.extend_from_slice(&message.message);
                 Gathered::Many(buf)
             }
+        }
+    }
+
+    fn is_run(&self) -> bool {
+        matches!(self, Gathered::Run { .. })
+    }
+
+    /// Whether `message` follows a run in its page.
+    fn followed_by(&self, message: &Outgoing) -> bool {
+        match self {
+            Gathered::Run { page, range } => follows(page, range, message),
+            _ => false,
         }
     }
 
@@ -409,7 +422,12 @@ impl http_body::Body for FramedBody {
             }
             match self.messages.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(message))) => {
-                    if gathered.len() > 0 && gathered.len() + message.len() > COALESCE_BYTES {
+                    // A run of one page's events ends where one does not
+                    // fit or does not follow (the next buffer's first):
+                    // the frame goes out uncopied.
+                    if gathered.len() > 0 && gathered.len() + message.len() > COALESCE_BYTES
+                        || gathered.is_run() && !gathered.followed_by(&message)
+                    {
                         self.next = Some(message);
                         break None;
                     }
@@ -557,6 +575,20 @@ mod tests {
         items.extend(in_page(&second, &[6]));
         let mut body = FramedBody::new(Box::pin(stream::iter(items)));
         assert_eq!(data(poll(&mut body))?, Bytes::from_static(b"defabcghijkl"));
+        assert_eq!(status(poll(&mut body))?, "0");
+        Ok(())
+    }
+
+    #[test]
+    fn a_run_ends_its_frame_where_the_next_buffer_begins() -> Result<(), String> {
+        let (first, second) = (Bytes::from_static(b"abcdef"), Bytes::from_static(b"ghijkl"));
+        let mut items = in_page(&first, &[3, 3]);
+        items.extend(in_page(&second, &[2, 4]));
+        let mut body = FramedBody::new(Box::pin(stream::iter(items)));
+        let sent = data(poll(&mut body))?;
+        assert_eq!((sent.as_ptr(), sent.len()), (first.as_ptr(), first.len()));
+        let sent = data(poll(&mut body))?;
+        assert_eq!((sent.as_ptr(), sent.len()), (second.as_ptr(), second.len()));
         assert_eq!(status(poll(&mut body))?, "0");
         Ok(())
     }

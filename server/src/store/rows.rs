@@ -258,8 +258,9 @@ pub struct EventPage {
 /// The first buffer of a page of events.
 const PAGE_CHUNK_MIN: usize = 16 * 1024;
 /// The largest buffer of a page of events (a larger event gets a buffer
-/// of its own size).
-const PAGE_CHUNK_MAX: usize = 1024 * 1024;
+/// of its own size). Small: a frame WatchSession has handed HTTP/2 keeps
+/// its whole buffer alive while a stalled watcher holds it.
+const PAGE_CHUNK_MAX: usize = 64 * 1024;
 /// What an event's frame may take beyond the bytes read for it (its
 /// prefix, and the keys and lengths around each message put back): a
 /// guess, which only decides when a new buffer begins.
