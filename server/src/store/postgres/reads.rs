@@ -279,12 +279,7 @@ mod tests {
 
     #[test]
     fn events_are_put_together_from_their_messages_as_they_arrive() -> Result<()> {
-        let all = ReadBound {
-            rows: 10,
-            bytes: usize::MAX,
-            at_least_one: true,
-        };
-        let (page, _) = read(all, None)?;
+        let (page, _) = read(ReadBound::rows(10), None)?;
         assert!(!page.cut);
         // The same events (a spliced message's content comes last among
         // its fields, so the bytes differ in order only).
@@ -303,12 +298,7 @@ mod tests {
 
     #[test]
     fn a_page_of_events_is_framed_into_one_buffer_they_share() -> Result<()> {
-        let all = ReadBound {
-            rows: 10,
-            bytes: usize::MAX,
-            at_least_one: true,
-        };
-        let (page, _) = read(all, None)?;
+        let (page, _) = read(ReadBound::rows(10), None)?;
         let mut end = None;
         for (event, _) in &page.rows {
             let buffer = event.page().ok_or_else(|| Error::storage(Missing))?;
@@ -330,11 +320,7 @@ mod tests {
 
     #[test]
     fn a_page_past_its_first_buffer_goes_on_in_a_new_one() -> Result<()> {
-        let all = ReadBound {
-            rows: 1000,
-            bytes: usize::MAX,
-            at_least_one: true,
-        };
+        let all = ReadBound::rows(1000);
         let exchanges: Vec<Exchange> = (1..=400).map(|r| exchange(r, 2 * (r - 1))).collect();
         let mut page = EventPage::new(all);
         for (revision, (_, stored, contents)) in (1..).zip(&exchanges) {
