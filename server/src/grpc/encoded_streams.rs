@@ -536,8 +536,33 @@ mod tests {
     }
 
     fn body(items: Vec<Result<Bytes, Status>>) -> FramedBody {
-        let items = items.into_iter().map(|item| item.map(Outgoing::alone));
+        outgoing(
+            items
+                .into_iter()
+                .map(|item| item.map(Outgoing::alone))
+                .collect(),
+        )
+    }
+
+    fn outgoing(items: Vec<Result<Outgoing, Status>>) -> FramedBody {
         FramedBody::new(Box::pin(stream::iter(items)))
+    }
+
+    /// Two pages' buffers, and their messages in order.
+    type TwoPages = (Bytes, Bytes, Vec<Result<Outgoing, Status>>);
+
+    /// Two pages' buffers of six bytes each, and their messages in
+    /// order: of `first` and `second` bytes each.
+    fn two_pages(first: &[usize], second: &[usize]) -> TwoPages {
+        let pages = (Bytes::from_static(b"abcdef"), Bytes::from_static(b"ghijkl"));
+        let mut items = in_page(&pages.0, first);
+        items.extend(in_page(&pages.1, second));
+        (pages.0, pages.1, items)
+    }
+
+    /// That `sent` is `bytes` themselves, not a copy.
+    fn assert_uncopied(sent: &Bytes, bytes: &[u8]) {
+        assert_eq!((sent.as_ptr(), sent.len()), (bytes.as_ptr(), bytes.len()));
     }
 
     /// The messages of one page of events, in its buffer `page`, which
@@ -559,21 +584,17 @@ mod tests {
     #[test]
     fn a_run_of_one_page_goes_out_as_one_frame_of_its_buffer() -> Result<(), String> {
         let page = Bytes::from_static(b"onetwothree");
-        let mut body = FramedBody::new(Box::pin(stream::iter(in_page(&page, &[3, 3, 5]))));
-        let sent = data(poll(&mut body))?;
-        assert_eq!(sent, page);
-        assert_eq!(sent.as_ptr(), page.as_ptr(), "the page's bytes themselves");
+        let mut body = outgoing(in_page(&page, &[3, 3, 5]));
+        assert_uncopied(&data(poll(&mut body))?, &page);
         assert_eq!(status(poll(&mut body))?, "0");
         Ok(())
     }
 
     #[test]
     fn messages_of_two_pages_or_out_of_order_are_copied_together() -> Result<(), String> {
-        let (first, second) = (Bytes::from_static(b"abcdef"), Bytes::from_static(b"ghijkl"));
-        let mut items = in_page(&first, &[3, 3]);
-        items.reverse();
-        items.extend(in_page(&second, &[6]));
-        let mut body = FramedBody::new(Box::pin(stream::iter(items)));
+        let (_, _, mut items) = two_pages(&[3, 3], &[6]);
+        items.swap(0, 1);
+        let mut body = outgoing(items);
         assert_eq!(data(poll(&mut body))?, Bytes::from_static(b"defabcghijkl"));
         assert_eq!(status(poll(&mut body))?, "0");
         Ok(())
@@ -581,14 +602,10 @@ mod tests {
 
     #[test]
     fn a_run_ends_its_frame_where_the_next_buffer_begins() -> Result<(), String> {
-        let (first, second) = (Bytes::from_static(b"abcdef"), Bytes::from_static(b"ghijkl"));
-        let mut items = in_page(&first, &[3, 3]);
-        items.extend(in_page(&second, &[2, 4]));
-        let mut body = FramedBody::new(Box::pin(stream::iter(items)));
-        let sent = data(poll(&mut body))?;
-        assert_eq!((sent.as_ptr(), sent.len()), (first.as_ptr(), first.len()));
-        let sent = data(poll(&mut body))?;
-        assert_eq!((sent.as_ptr(), sent.len()), (second.as_ptr(), second.len()));
+        let (first, second, items) = two_pages(&[3, 3], &[2, 4]);
+        let mut body = outgoing(items);
+        assert_uncopied(&data(poll(&mut body))?, &first);
+        assert_uncopied(&data(poll(&mut body))?, &second);
         assert_eq!(status(poll(&mut body))?, "0");
         Ok(())
     }
@@ -597,16 +614,9 @@ mod tests {
     fn a_run_that_does_not_fit_ends_its_frame() -> Result<(), String> {
         let half = COALESCE_BYTES / 2 + 1;
         let page = Bytes::from(vec![b'z'; 2 * half + 4]);
-        let mut body = FramedBody::new(Box::pin(stream::iter(in_page(&page, &[half, half, 4]))));
-        let sent = data(poll(&mut body))?;
-        assert_eq!((sent.as_ptr(), sent.len()), (page.as_ptr(), half));
-        let sent = data(poll(&mut body))?;
-        assert_eq!(sent.len(), half + 4);
-        assert_eq!(
-            sent.as_ptr(),
-            page[half..].as_ptr(),
-            "still the page's bytes"
-        );
+        let mut body = outgoing(in_page(&page, &[half, half, 4]));
+        assert_uncopied(&data(poll(&mut body))?, &page[..half]);
+        assert_uncopied(&data(poll(&mut body))?, &page[half..]);
         assert_eq!(status(poll(&mut body))?, "0");
         Ok(())
     }
