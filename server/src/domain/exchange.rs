@@ -5,8 +5,17 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::control::{MAX_STATE_ENTRIES, check_scope_name, check_state_entry};
+use super::digest;
 use super::session::is_system_prompt;
 use super::{Error, Message, ProviderCall, Result, StateChange};
+
+/// The first byte of a fingerprint of today's form: the SHA-256 of the
+/// request's serde form ([`digest::sha256`]) follows it.
+pub const FINGERPRINT_FORM: u8 = 2;
+
+/// The length of a fingerprint of the earlier form, the SHA-256 of the
+/// request's JSON, which keys stored by earlier servers hold.
+const JSON_FINGERPRINT_LEN: usize = 32;
 
 /// The longest idempotency key or run id accepted.
 pub const MAX_KEY_LEN: usize = 256;
@@ -158,9 +167,36 @@ impl NewExchange {
     }
 
     /// A digest of everything that makes two requests "the same body" for
-    /// idempotency: all fields except `request_id`.
+    /// idempotency: all fields except `request_id`. Its first byte names
+    /// its form ([`FINGERPRINT_FORM`]): the SHA-256 of the request's serde
+    /// form, taken without making text of it. (Serializing a struct of
+    /// BTreeMaps and Vecs is deterministic.)
     pub fn fingerprint(&self) -> Vec<u8> {
-        // Serializing a struct of BTreeMaps and Vecs is deterministic.
+        match digest::sha256(self) {
+            Some(sha) => {
+                let mut fingerprint = Vec::with_capacity(1 + sha.len());
+                fingerprint.push(FINGERPRINT_FORM);
+                fingerprint.extend_from_slice(&sha);
+                fingerprint
+            }
+            None => self.json_fingerprint(),
+        }
+    }
+
+    /// Whether `stored`, the fingerprint an earlier request with the same
+    /// `request_id` left, is this request's: in the form of
+    /// [`Self::fingerprint`], or in the form servers wrote before it (32
+    /// bytes, the SHA-256 of the request's JSON).
+    pub fn has_fingerprint(&self, stored: &[u8]) -> bool {
+        if stored.len() == JSON_FINGERPRINT_LEN {
+            stored == self.json_fingerprint()
+        } else {
+            stored == self.fingerprint()
+        }
+    }
+
+    /// The fingerprint's earlier form: the SHA-256 of the request's JSON.
+    fn json_fingerprint(&self) -> Vec<u8> {
         let encoded = serde_json::to_vec(self).unwrap_or_default();
         Sha256::digest(&encoded).to_vec()
     }
@@ -275,5 +311,32 @@ mod tests {
         let mut other = base.clone();
         other.messages[0].content.push('!');
         assert_ne!(base.fingerprint(), other.fingerprint());
+        assert!(same.has_fingerprint(&base.fingerprint()));
+        assert!(!other.has_fingerprint(&base.fingerprint()));
+    }
+
+    #[test]
+    fn fingerprints_of_the_earlier_form_still_match() {
+        let base = NewExchange {
+            session_id: "s".into(),
+            messages: vec![user("a")],
+            full_history: vec![],
+            provider_call: None,
+            response_messages: vec![],
+            expected_next_sequence: Some(1),
+            request_id: "k1".into(),
+            run_id: "r".into(),
+            state_changes: Vec::new(),
+        };
+        let fingerprint = base.fingerprint();
+        assert_eq!(fingerprint.len(), 33);
+        assert_eq!(fingerprint[0], FINGERPRINT_FORM);
+        let earlier = Sha256::digest(serde_json::to_vec(&base).expect("JSON")).to_vec();
+        assert_eq!(earlier.len(), JSON_FINGERPRINT_LEN);
+        assert!(base.has_fingerprint(&earlier));
+        let mut other = base.clone();
+        other.run_id.clear();
+        assert!(!other.has_fingerprint(&earlier));
+        assert!(!other.has_fingerprint(&fingerprint));
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod bodies;
 pub mod control;
+pub mod digest;
 pub mod erase;
 mod error;
 pub mod exchange;

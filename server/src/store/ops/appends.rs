@@ -13,9 +13,9 @@ impl Tx<'_> {
     pub(super) async fn earlier_result(
         &mut self,
         tenant: &str,
-        request_id: &str,
-        fingerprint: &[u8],
+        exchange: &NewExchange,
     ) -> Result<Option<Appended>> {
+        let request_id = &exchange.request_id;
         let earlier: Option<(Vec<u8>, i64, i64)> = sqlx::query_as(
             "SELECT fingerprint, session_key, revision FROM idempotency_keys \
              WHERE tenant = $1 AND request_id = $2",
@@ -27,7 +27,7 @@ impl Tx<'_> {
         let Some((earlier_fingerprint, key, revision)) = earlier else {
             return Ok(None);
         };
-        if earlier_fingerprint != fingerprint {
+        if !exchange.has_fingerprint(&earlier_fingerprint) {
             return Err(Error::IdempotencyConflict(request_id.to_owned()));
         }
         let event = self
@@ -57,22 +57,16 @@ impl Tx<'_> {
     ) -> Result<Appended> {
         // Idempotency first: a retry gets the first result even if it would
         // now fail another check (a stale expected_next_sequence, say).
-        let fingerprint = (!exchange.request_id.is_empty()).then(|| exchange.fingerprint());
-        if let Some(fingerprint) = &fingerprint
-            && let Some(first) = self
-                .earlier_result(tenant, &exchange.request_id, fingerprint)
-                .await?
-        {
+        let keyed = !exchange.request_id.is_empty();
+        if keyed && let Some(first) = self.earlier_result(tenant, exchange).await? {
             return Ok(first);
         }
 
         // Settles an expired lease first.
         let row = self.load_live(tenant, &exchange.session_id).await?;
         if self.dialect == Dialect::Postgres
-            && let Some(fingerprint) = &fingerprint
-            && let Some(first) = self
-                .earlier_result(tenant, &exchange.request_id, fingerprint)
-                .await?
+            && keyed
+            && let Some(first) = self.earlier_result(tenant, exchange).await?
         {
             // A concurrent retry committed while we waited for the row lock.
             return Ok(first);
