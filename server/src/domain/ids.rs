@@ -1,7 +1,12 @@
 //! Server-made identifiers: a prefix and a time-sortable UUIDv7 in hex.
 
 fn make(prefix: &str) -> String {
-    format!("{prefix}{}", uuid::Uuid::now_v7().simple())
+    let mut hex = [0; uuid::fmt::Simple::LENGTH];
+    let hex = uuid::Uuid::now_v7().simple().encode_lower(&mut hex);
+    let mut id = String::with_capacity(prefix.len() + hex.len());
+    id.push_str(prefix);
+    id.push_str(hex);
+    id
 }
 
 /// A new session id (`ses_…`).
@@ -17,4 +22,24 @@ pub fn message_id() -> String {
 /// A new provider call id (`call_…`).
 pub fn call_id() -> String {
     make("call_")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ids_are_their_prefix_and_32_lowercase_hex_digits() {
+        for (id, prefix) in [
+            (super::session_id(), "ses_"),
+            (super::message_id(), "msg_"),
+            (super::call_id(), "call_"),
+        ] {
+            let hex = id.strip_prefix(prefix).expect(prefix);
+            assert_eq!(hex.len(), 32, "{id}");
+            assert!(
+                hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+                "{id}"
+            );
+        }
+        assert!(super::message_id() < super::message_id(), "time-sortable");
+    }
 }
