@@ -451,6 +451,20 @@ impl<'a> Run<'a> {
         } else {
             (String::new(), Vec::new())
         };
+        if self.dialect == Dialect::Sqlite {
+            // One by one, by the index's key: `IN (VALUES …)` would build a
+            // temporary B-tree of the list for every run.
+            return wanted
+                .iter()
+                .map(|wanted| Statement {
+                    sql: format!(
+                        "SELECT tenant, {SESSION_COLUMNS} FROM sessions WHERE deleted = 0 \
+                         AND tenant = $1 AND id = $2"
+                    ),
+                    params: pairs(std::slice::from_ref(wanted)),
+                })
+                .collect();
+        }
         wanted
             .chunks(ROWS_PER_STATEMENT)
             .map(|chunk| {
@@ -518,6 +532,19 @@ impl<'a> Run<'a> {
     /// Reads which of the requests' ids are stored already: rows of
     /// `tenant` and `request_id`.
     pub fn request_id_reads(&self) -> Vec<Statement> {
+        if self.dialect == Dialect::Sqlite {
+            // One by one, by the primary key, as the sessions are read.
+            return self
+                .keyed_requests()
+                .iter()
+                .map(|keyed| Statement {
+                    sql: "SELECT tenant, request_id FROM idempotency_keys \
+                          WHERE tenant = $1 AND request_id = $2"
+                        .to_owned(),
+                    params: pairs(std::slice::from_ref(keyed)),
+                })
+                .collect();
+        }
         self.keyed_requests()
             .chunks(ROWS_PER_STATEMENT)
             .map(|chunk| Statement {
@@ -1156,9 +1183,14 @@ fn update_sessions(
             " RETURNING sessions.key, sessions.xmin::text AS version",
         ),
     };
-    for chunk in changed.chunks(ROWS_PER_STATEMENT) {
-        let sql = format!(
-            "{update} sessions SET revision = v.column2, next_sequence = v.column3, \
+    // SQLite updates each session by its key, its values bound directly:
+    // `UPDATE … FROM (VALUES …)` would build two temporary B-trees per
+    // statement (the VALUES and the rows to change), each costing more
+    // than a whole one-row update.
+    let per_session = dialect == Dialect::Sqlite;
+    let rows_per_statement = if per_session { 1 } else { ROWS_PER_STATEMENT };
+    for chunk in changed.chunks(rows_per_statement) {
+        let set = "revision = v.column2, next_sequence = v.column3, \
              message_count = message_count + v.column4, update_time = v.column5, \
              provider_call_count = provider_call_count + v.column6, \
              total_tokens = CASE WHEN total_tokens > 9223372036854775807 - v.column7 \
@@ -1168,10 +1200,19 @@ fn update_sessions(
              last_model = CASE WHEN v.column9 = 1 THEN v.column10 ELSE last_model END, \
              last_provider = CASE WHEN v.column9 = 1 THEN v.column11 ELSE last_provider END, \
              last_cost_micros_usd = CASE WHEN v.column9 = 1 THEN v.column12 ELSE last_cost_micros_usd END, \
-             last_request_id = CASE WHEN v.column9 = 1 THEN v.column13 ELSE last_request_id END \
-             FROM (VALUES {values}) AS v WHERE sessions.key = v.column1{check}{returning}",
-            values = placeholders(chunk.len(), columns)
-        );
+             last_request_id = CASE WHEN v.column9 = 1 THEN v.column13 ELSE last_request_id END";
+        let sql = if per_session {
+            format!(
+                "{update} sessions SET {} WHERE key = $1",
+                set.replace("v.column", "$")
+            )
+        } else {
+            format!(
+                "{update} sessions SET {set} FROM (VALUES {values}) AS v \
+                 WHERE sessions.key = v.column1{check}{returning}",
+                values = placeholders(chunk.len(), columns)
+            )
+        };
         let mut params = Vec::with_capacity(chunk.len() * columns);
         for state in chunk {
             let (has_call, model, provider, cost, request_id) = match &state.last_call {

@@ -352,20 +352,22 @@ fn append_run(
         conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
         let now = Timestamp::now();
         let mut run = Run::new(Dialect::Sqlite, log.writes, requests);
+        // The reads are one statement per session or key, of one text each.
+        let mut names = ColumnNames::default();
         for statement in run.session_reads() {
             let mut prepared = prepare(conn, &statement)?;
-            let names = column_names(&prepared);
+            let names = names.of(&statement.sql, &prepared);
             let mut rows = prepared.raw_query();
             while let Some(row) = rows.next()? {
-                run.add_session(&EngineRow { row, names: &names }, now)?;
+                run.add_session(&EngineRow { row, names }, now)?;
             }
         }
         for statement in run.request_id_reads() {
             let mut prepared = prepare(conn, &statement)?;
-            let names = column_names(&prepared);
+            let names = names.of(&statement.sql, &prepared);
             let mut rows = prepared.raw_query();
             while let Some(row) = rows.next()? {
-                run.add_stored_request_id(&EngineRow { row, names: &names })?;
+                run.add_stored_request_id(&EngineRow { row, names })?;
             }
         }
         let (outcomes, writes) = run.decide(now);
@@ -434,13 +436,26 @@ fn prepare<'c>(
     Ok(prepared)
 }
 
-/// A statement's column names, read once for all of its rows.
-fn column_names(statement: &rusqlite::Statement<'_>) -> Vec<String> {
-    statement
-        .column_names()
-        .into_iter()
-        .map(str::to_owned)
-        .collect()
+/// A statement's column names, read once for all of its rows and for the
+/// statements of the same text after it.
+#[derive(Default)]
+struct ColumnNames {
+    sql: String,
+    names: Vec<String>,
+}
+
+impl ColumnNames {
+    fn of(&mut self, sql: &str, statement: &rusqlite::Statement<'_>) -> &[String] {
+        if self.sql != sql {
+            self.sql = sql.to_owned();
+            self.names = statement
+                .column_names()
+                .into_iter()
+                .map(str::to_owned)
+                .collect();
+        }
+        &self.names
+    }
 }
 
 /// A row of a run's reads, its columns found by name in its statement's
