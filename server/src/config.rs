@@ -158,6 +158,12 @@ pub struct ServeConfig {
     #[arg(long, env = "SESSIONSTORE_SEARCH", value_enum, default_value_t = SearchMode::On)]
     pub search: SearchMode,
 
+    /// Threads that run the gRPC calls (the async runtime's workers).
+    /// Default: one per core, one fewer (at least one) with a SQLite file
+    /// database, whose appends are written on a thread of their own.
+    #[arg(long, env = "SESSIONSTORE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    pub worker_threads: Option<u16>,
+
     #[command(flatten)]
     pub tls: TlsConfig,
 
@@ -382,6 +388,20 @@ impl ServeConfig {
         Duration::from_millis(self.recheck_interval_ms.max(10))
     }
 
+    /// The async runtime's worker threads on a machine of `cores`: as
+    /// asked, or by default one per core, one fewer with a SQLite file
+    /// database (BENCHMARKS.md: on two cores, one worker beside the append
+    /// thread spent 7–8% less CPU per append than two, at the same rate).
+    pub fn worker_threads(&self, cores: usize) -> usize {
+        match self.worker_threads {
+            Some(asked) => usize::from(asked),
+            None if crate::store::appends_on_own_thread(&self.database.database_url) => {
+                cores.saturating_sub(1).max(1)
+            }
+            None => cores.max(1),
+        }
+    }
+
     pub fn sweep_interval(&self) -> Duration {
         Duration::from_millis(self.sweep_interval_ms.max(10))
     }
@@ -425,6 +445,32 @@ mod tests {
         ));
         // Serve's flags belong to serving, not to another command.
         assert!(Cli::try_parse_from(["sessionstore", "--listen", "0.0.0.0:1", "migrate"]).is_err());
+    }
+
+    #[test]
+    fn worker_threads_leave_sqlite_files_append_thread_a_core() {
+        let workers =
+            |args: &[&str], cores| match Cli::try_parse_from(args).ok().map(Cli::into_command) {
+                Some(Command::Serve(config)) => Some(config.worker_threads(cores)),
+                _ => None,
+            };
+        let file = ["sessionstore", "--database-url", "sqlite://data/s.db"];
+        assert_eq!(workers(&file, 2), Some(1));
+        assert_eq!(workers(&file, 8), Some(7));
+        assert_eq!(workers(&file, 1), Some(1));
+        let memory = ["sessionstore", "--database-url", "sqlite::memory:"];
+        assert_eq!(workers(&memory, 2), Some(2));
+        let postgres = ["sessionstore", "--database-url", "postgres://db/s"];
+        assert_eq!(workers(&postgres, 2), Some(2));
+        let asked = [
+            "sessionstore",
+            "--database-url",
+            "sqlite://data/s.db",
+            "--worker-threads",
+            "3",
+        ];
+        assert_eq!(workers(&asked, 2), Some(3));
+        assert!(Cli::try_parse_from(["sessionstore", "--worker-threads", "0"]).is_err());
     }
 
     #[test]

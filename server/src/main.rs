@@ -13,7 +13,17 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let command = Cli::parse().into_command();
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match &command {
+        Command::Serve(config) => {
+            let cores = std::thread::available_parallelism().map_or(1, usize::from);
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(config.worker_threads(cores))
+                .enable_all()
+                .build()
+        }
+        _ => tokio::runtime::Runtime::new(),
+    };
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(error) => {
             report(&format!("cannot start the async runtime: {error}"));

@@ -92,6 +92,14 @@ fn backend_of(url: &str) -> Result<Backend, OpenError> {
     }
 }
 
+/// Whether the store `url` names writes its appends on a thread of its own
+/// (a SQLite file; not in memory, not PostgreSQL): that thread is busy for
+/// much of an append's time, so it takes a core's share beside the async
+/// runtime's workers.
+pub fn appends_on_own_thread(url: &str) -> bool {
+    matches!(backend_of(url), Ok(Backend::Sqlite)) && !sqlite::is_in_memory(url)
+}
+
 /// Opens the store a database URL names, applying its migrations.
 pub async fn open(
     url: &str,

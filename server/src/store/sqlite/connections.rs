@@ -60,7 +60,7 @@ const SHARED: &str = "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
      PRAGMA busy_timeout = 10000; PRAGMA cache_size = -32768; PRAGMA temp_store = MEMORY; \
      PRAGMA wal_autocheckpoint = 0; PRAGMA secure_delete = ON";
 
-pub(super) fn is_in_memory(url: &str) -> bool {
+pub(in crate::store) fn is_in_memory(url: &str) -> bool {
     url.contains(":memory:") || url.contains("mode=memory")
 }
 

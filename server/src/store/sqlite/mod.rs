@@ -44,6 +44,7 @@ use writer::Queued;
 mod appends;
 mod checkpoints;
 pub(super) mod connections;
+pub(super) use connections::is_in_memory;
 mod engine;
 mod reads;
 mod search;
