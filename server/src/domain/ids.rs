@@ -33,7 +33,8 @@ mod tests {
             (super::message_id(), "msg_"),
             (super::call_id(), "call_"),
         ] {
-            let hex = id.strip_prefix(prefix).expect(prefix);
+            assert!(id.starts_with(prefix), "{id}");
+            let hex = &id[prefix.len()..];
             assert_eq!(hex.len(), 32, "{id}");
             assert!(
                 hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
