@@ -907,8 +907,6 @@ async fn export_case(
     Ok(())
 }
 
-/// WatchSession's replay of a long event log (one small exchange per
-/// event), against ExportHistory of the same messages.
 /// ExportHistory for a target against the plain export of the same
 /// session (a third of its messages with reasoning), alternating.
 async fn target_export_case(
@@ -965,6 +963,8 @@ async fn target_export_case(
     Ok(())
 }
 
+/// WatchSession's replay of a long event log (one small exchange per
+/// event), against ExportHistory of the same messages.
 async fn replay_case(
     plan: &Plan,
     server: &Server,

@@ -113,9 +113,10 @@ impl Coalesced {
         }
         let was_empty = state.buffer.is_empty();
         // Room for the whole write before any of it is copied: h2 hands over
-        // up to 64 frames at once (an export's 1 MiB chunk), and a buffer
-        // grown slice by slice past its first reservation was reallocated,
-        // copying what it held, for every chunk.
+        // a DATA frame in one write, an export's whole 1 MiB chunk to a
+        // client that takes frames that large (gRPC's C core does), and a
+        // buffer grown slice by slice past its first reservation was
+        // reallocated, copying what it held, for every chunk.
         let incoming: usize = bufs.iter().map(|buf| buf.len()).sum();
         if state.buffer.capacity() == 0 {
             // A burst can pass the limit by the write that reached it.
