@@ -12,9 +12,7 @@ use std::ops::Range;
 
 use bytes::{BufMut as _, Bytes, BytesMut};
 use prost::Message as _;
-use prost::encoding::{
-    WireType, decode_key, decode_varint, encode_key, encode_varint, encoded_len_varint,
-};
+use prost::encoding::{WireType, decode_varint, encoded_len_varint};
 use sessionstore_client::v1 as pb;
 
 use super::{
@@ -144,19 +142,30 @@ impl EncodedEvent {
         contents: &[(i64, Vec<u8>)],
         buf: &mut BytesMut,
     ) -> Result<Effect> {
-        // The exchange, and the bytes of every other field.
+        // The exchange, and the bytes of the fields before and after it
+        // (an event has one exchange, and its other fields are copied as
+        // they are).
         let mut appended = None;
-        let mut rest_len = 0;
+        let mut before = 0;
         for field in Fields(stored) {
             let field = field?;
             if field.tag == EXCHANGE_APPENDED {
-                appended = Some(field.payload);
-            } else {
-                rest_len += field.whole.len();
+                appended = Some(field);
+                break;
             }
+            before += field.whole.len();
         }
         let appended = appended
             .ok_or_else(|| malformed("only an appended exchange refers to its messages"))?;
+        let after = stored
+            .get(before + appended.whole.len()..)
+            .unwrap_or_default();
+        for field in Fields(after) {
+            if field?.tag == EXCHANGE_APPENDED {
+                return Err(malformed("an event with two appended exchanges"));
+            }
+        }
+        let appended = appended.payload;
         // The exchange's fields, each parsed once, with the content each
         // stored message gets; the exchange's length with them, checking
         // that each content is there; then the bytes, written once into
@@ -185,30 +194,23 @@ impl EncodedEvent {
         if next != contents.len() {
             return Err(malformed("more contents than messages referred to"));
         }
-        let len = rest_len + key_len(EXCHANGE_APPENDED) + delimited_len(inner_len);
+        let len = before + after.len() + key_len(EXCHANGE_APPENDED) + delimited_len(inner_len);
         buf.reserve(PREFIX + len);
         put_prefix(buf, len);
-        for field in Fields(stored) {
-            let field = field?;
-            if field.tag != EXCHANGE_APPENDED {
-                buf.extend_from_slice(field.whole);
-            }
-        }
-        encode_key(EXCHANGE_APPENDED, WireType::LengthDelimited, buf);
-        encode_varint(inner_len as u64, buf);
+        buf.extend_from_slice(stored.get(..before).unwrap_or_default());
+        put_delimited_head(buf, EXCHANGE_APPENDED, inner_len);
         for (field, content) in fields {
             let Some(content) = content else {
                 buf.extend_from_slice(field.whole);
                 continue;
             };
-            encode_key(MESSAGES, WireType::LengthDelimited, buf);
             let content_field = key_len(MESSAGE_CONTENT) + delimited_len(content.len());
-            encode_varint((field.payload.len() + content_field) as u64, buf);
+            put_delimited_head(buf, MESSAGES, field.payload.len() + content_field);
             buf.extend_from_slice(field.payload);
-            encode_key(MESSAGE_CONTENT, WireType::LengthDelimited, buf);
-            encode_varint(content.len() as u64, buf);
+            put_delimited_head(buf, MESSAGE_CONTENT, content.len());
             buf.extend_from_slice(content);
         }
+        buf.extend_from_slice(after);
         Ok(if run_id.is_empty() {
             Effect::None
         } else {
@@ -323,7 +325,7 @@ pub(super) struct Field<'a> {
 pub(super) struct Fields<'a>(pub(super) &'a [u8]);
 
 impl<'a> Iterator for Fields<'a> {
-    type Item = Result<Field<'a>>;
+    type Item = std::result::Result<Field<'a>, BadField>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.0.is_empty() {
@@ -339,49 +341,86 @@ impl<'a> Iterator for Fields<'a> {
     }
 }
 
-/// The field at the start of `encoding`.
-fn next_field(encoding: &[u8]) -> Result<Field<'_>> {
-    let mut buf = encoding;
-    let (tag, wire_type) = decode_key(&mut buf).map_err(Error::storage)?;
-    let payload = match wire_type {
-        WireType::Varint => {
-            let before = buf;
-            decode_varint(&mut buf).map_err(Error::storage)?;
-            before.get(..before.len() - buf.len()).unwrap_or_default()
+/// The field at the start of `encoding`, read as `prost`'s decoder
+/// reads a key and what follows it, without going through its `Buf`
+/// (a replay reads some twenty fields an event; BENCHMARKS.md).
+fn next_field(encoding: &[u8]) -> std::result::Result<Field<'_>, BadField> {
+    let (key, key_len) = varint(encoding)?;
+    let tag = u32::try_from(key >> 3)
+        .ok()
+        .filter(|tag| *tag > 0 && key <= u64::from(u32::MAX))
+        .ok_or(BadField("a field key out of range"))?;
+    let rest = encoding.get(key_len..).unwrap_or_default();
+    // The payload's offset in `rest` (past a length) and its length.
+    let (offset, len) = match key & 0x07 {
+        0 => (0, varint(rest)?.1),
+        1 => (0, 8),
+        2 => {
+            let (len, len_len) = varint(rest)?;
+            let len = usize::try_from(len).map_err(|_| BadField("a field longer than memory"))?;
+            (len_len, len)
         }
-        WireType::LengthDelimited => {
-            let len = usize::try_from(decode_varint(&mut buf).map_err(Error::storage)?)
-                .map_err(|_| malformed("a field longer than memory"))?;
-            take(&mut buf, len)?
-        }
-        WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
-            let len = if wire_type == WireType::SixtyFourBit {
-                8
-            } else {
-                4
-            };
-            take(&mut buf, len)?
-        }
-        WireType::StartGroup | WireType::EndGroup => {
-            return Err(malformed("a group, which no message here has"));
-        }
+        5 => (0, 4),
+        3 | 4 => return Err(BadField("a group, which no message here has")),
+        _ => return Err(BadField("a field of an unknown wire type")),
     };
+    let whole = offset
+        .checked_add(len)
+        .and_then(|end| end.checked_add(key_len))
+        .and_then(|end| encoding.get(..end))
+        .ok_or(BadField("a field cut short"))?;
     Ok(Field {
         tag,
-        whole: encoding
-            .get(..encoding.len() - buf.len())
-            .unwrap_or_default(),
-        payload,
+        whole,
+        payload: whole.get(key_len + offset..).unwrap_or_default(),
     })
 }
 
-/// The next `len` bytes of `buf`, taken from it.
-fn take<'a>(buf: &mut &'a [u8], len: usize) -> Result<&'a [u8]> {
-    let payload = buf
-        .get(..len)
-        .ok_or_else(|| malformed("a field cut short"))?;
-    *buf = buf.get(len..).unwrap_or_default();
-    Ok(payload)
+/// The varint at the start of `buf`: its value and its length in bytes.
+#[inline]
+fn varint(buf: &[u8]) -> std::result::Result<(u64, usize), BadField> {
+    match buf.first() {
+        Some(&byte) if byte < 0x80 => Ok((u64::from(byte), 1)),
+        _ => {
+            let mut rest = buf;
+            let value = decode_varint(&mut rest).map_err(|_| BadField("an invalid varint"))?;
+            Ok((value, buf.len() - rest.len()))
+        }
+    }
+}
+
+/// What is wrong with a field that cannot be read: small, as a field is
+/// read in a loop and its result moved about (a stored event's error).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct BadField(&'static str);
+
+impl From<BadField> for Error {
+    fn from(bad: BadField) -> Self {
+        malformed(bad.0)
+    }
+}
+
+/// Writes the key of length-delimited field `tag` and the length `len`,
+/// in one copy.
+fn put_delimited_head(buf: &mut BytesMut, tag: u32, len: usize) {
+    // A key takes at most 5 bytes, a length at most 10.
+    let mut head = [0u8; 15];
+    let mut at = 0;
+    for mut value in [
+        u64::from(tag) << 3 | WireType::LengthDelimited as u64,
+        len as u64,
+    ] {
+        while let Some(byte) = head.get_mut(at) {
+            at += 1;
+            if value < 0x80 {
+                *byte = value as u8;
+                break;
+            }
+            *byte = value as u8 | 0x80;
+            value >>= 7;
+        }
+    }
+    buf.extend_from_slice(head.get(..at).unwrap_or_default());
 }
 
 /// The content for a stored message (`field`) left without it: the next
@@ -420,10 +459,7 @@ fn outline_of_stored_message(encoding: &[u8]) -> Result<(i64, bool)> {
         let field = field?;
         match field.tag {
             // An int64 is its varint's two's-complement bits.
-            MESSAGE_SEQUENCE => {
-                let mut payload = field.payload;
-                sequence = decode_varint(&mut payload).map_err(Error::storage)? as i64;
-            }
+            MESSAGE_SEQUENCE => sequence = varint(field.payload)?.0 as i64,
             MESSAGE_CONTENT => has_content = true,
             _ => {}
         }
@@ -650,6 +686,8 @@ fn state_entry_from_pb(entry: pb::StateEntry) -> Result<StateEntry> {
 
 #[cfg(test)]
 mod tests {
+    use prost::encoding::decode_key;
+
     use super::*;
     use crate::domain::{ContentBlock, Message, Metadata, Role, StateChange, ToolCall};
 
@@ -944,5 +982,109 @@ mod tests {
             EncodedEvent::stored(1, &[0xff, 0xff, 0xff]),
             Err(Error::Storage(_))
         ));
+    }
+
+    /// A message of every wire type, with keys and lengths of one byte
+    /// and of several, as `prost` writes it.
+    fn every_kind_of_field() -> Vec<u8> {
+        use prost::encoding::{encode_key, encode_varint};
+        let mut buf = Vec::new();
+        for (tag, value) in [
+            (1, 0),
+            (15, 127),
+            (16, 128),
+            (2047, u64::MAX),
+            (536_870_911, 300),
+        ] {
+            encode_key(tag, WireType::Varint, &mut buf);
+            encode_varint(value, &mut buf);
+        }
+        encode_key(3, WireType::SixtyFourBit, &mut buf);
+        buf.extend_from_slice(&7u64.to_le_bytes());
+        encode_key(4, WireType::ThirtyTwoBit, &mut buf);
+        buf.extend_from_slice(&9u32.to_le_bytes());
+        for (tag, len) in [(5, 0), (6, 1), (200, 127), (7, 128), (8, 20_000)] {
+            encode_key(tag, WireType::LengthDelimited, &mut buf);
+            encode_varint(len as u64, &mut buf);
+            buf.extend((0..len).map(|i| i as u8));
+        }
+        buf
+    }
+
+    #[test]
+    fn fields_are_read_as_prost_reads_them() -> Result<()> {
+        let encoding = every_kind_of_field();
+        let mut rest = encoding.as_slice();
+        let mut read = 0;
+        for field in Fields(&encoding) {
+            let field = field?;
+            // prost's own reading of the same field, from where it starts.
+            let before = rest;
+            let (tag, wire_type) = decode_key(&mut rest).map_err(Error::storage)?;
+            let mut payload = rest;
+            prost::encoding::skip_field(wire_type, tag, &mut rest, Default::default())
+                .map_err(Error::storage)?;
+            let whole = &before[..before.len() - rest.len()];
+            if wire_type == WireType::LengthDelimited {
+                let len = decode_varint(&mut payload).map_err(Error::storage)?;
+                payload = &payload[..len as usize];
+            } else {
+                payload = &payload[..payload.len() - rest.len()];
+            }
+            assert_eq!(field.tag, tag);
+            assert_eq!(field.whole, whole, "field {tag}");
+            assert_eq!(field.payload, payload, "field {tag}");
+            read += 1;
+        }
+        assert_eq!(read, 12);
+        assert!(rest.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn a_field_cut_short_or_out_of_range_is_refused() {
+        let encoding = every_kind_of_field();
+        // Every cut inside a field: the last field read is an error.
+        for cut in 1..encoding.len() {
+            let fields: Vec<_> = Fields(&encoding[..cut]).collect();
+            let whole: usize = fields
+                .iter()
+                .filter_map(|field| field.as_ref().ok())
+                .map(|field| field.whole.len())
+                .sum();
+            if whole != cut {
+                assert!(matches!(fields.last(), Some(Err(_))), "cut at {cut}");
+            }
+        }
+        for bad in [
+            &[0x00][..],                           // tag 0
+            &[0x0b],                               // a group's start
+            &[0x0e],                               // wire type 6
+            &[0x80, 0x80, 0x80, 0x80, 0x80, 0x01], // a key past u32
+            &[0x0a, 0x05, 0x01],                   // a length past the end
+            &[
+                0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ], // a varint too long
+        ] {
+            assert!(
+                matches!(Fields(bad).next(), Some(Err(_))),
+                "{bad:?} was read"
+            );
+        }
+    }
+
+    #[test]
+    fn a_delimited_head_is_what_prost_writes() {
+        use prost::encoding::{encode_key, encode_varint};
+        for tag in [1, 15, 16, 2047, 2048, 536_870_911] {
+            for len in [0, 1, 127, 128, 16_383, 16_384, 1 << 40] {
+                let mut ours = BytesMut::new();
+                put_delimited_head(&mut ours, tag, len);
+                let mut theirs = Vec::new();
+                encode_key(tag, WireType::LengthDelimited, &mut theirs);
+                encode_varint(len as u64, &mut theirs);
+                assert_eq!(&ours[..], &theirs[..], "tag {tag}, length {len}");
+            }
+        }
     }
 }
