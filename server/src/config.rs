@@ -43,8 +43,33 @@ pub enum Command {
     /// Run the gRPC server (the default).
     #[command(after_help = LOG_HELP)]
     Serve(Box<ServeConfig>),
-    /// Apply the database migrations and exit.
-    Migrate(DatabaseConfig),
+    /// Apply the database's pending expand migrations and exit (with
+    /// --finalize, every pending migration; with --check, none).
+    ///
+    /// Migrations are of two kinds. `expand`: the previous release keeps
+    /// working on the result (new tables, new nullable or defaulted
+    /// columns, indexes); `migrate` applies these, and so does every
+    /// `serve` at start. `finalize`: the previous release would not
+    /// (dropping or renaming what it reads or writes); only `migrate
+    /// --finalize` applies these, once every replica runs this release.
+    ///
+    /// Exit codes: 0 done; 1 the database cannot be reached (or another
+    /// failure); 12 the database holds a finalize migration past this
+    /// binary's schema (it applies nothing: run a newer release); 13
+    /// `--finalize` while a live replica runs an older schema (it applies
+    /// nothing and names each such replica). With --check: 0 nothing
+    /// pending, 10 an expand migration pending, 11 only finalize
+    /// migrations pending, 12 as above.
+    Migrate(MigrateArgs),
+    /// List the live replicas of a PostgreSQL database (those whose
+    /// registry heartbeat is less than 20 s old), oldest start first.
+    ///
+    /// Reads the database's replica registry, `sessionstore_replicas`, so
+    /// it works with every replica down. Text: one aligned line each under
+    /// a header; `--format json`: one array of objects keyed `replica_id`,
+    /// `version`, `schema`, `address`, `start_time`, `heartbeat_time`
+    /// (times RFC 3339, UTC). A SQLite database has no registry: an error.
+    Replicas(crate::cli::ReplicasArgs),
     /// Look at and manage sessions on a running server (`--server URL`).
     Sessions(crate::cli::SessionsArgs),
     /// Ask a running server whether it is serving: prints its status and
@@ -56,6 +81,27 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+/// `migrate`'s flags.
+#[derive(Clone, Debug, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub database: DatabaseConfig,
+
+    /// Apply every pending migration, finalize ones too. First reads the
+    /// replica registry: while a live replica runs a schema below this
+    /// binary's, applies nothing and exits 13 naming each (id, address,
+    /// version). Run it once every replica runs this release.
+    #[arg(long, conflicts_with = "check")]
+    pub finalize: bool,
+
+    /// Apply nothing: print each pending migration on stdout as `VERSION
+    /// KIND DESCRIPTION` and exit 0 (none pending), 10 (an expand one
+    /// pending: what `migrate` or a start applies), 11 (only finalize ones
+    /// pending) or 12 (the database is finalized past this binary).
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// Where the data lives.
@@ -471,6 +517,56 @@ mod tests {
         ];
         assert_eq!(workers(&asked, 2), Some(3));
         assert!(Cli::try_parse_from(["sessionstore", "--worker-threads", "0"]).is_err());
+    }
+
+    #[test]
+    fn migrate_and_replicas_flags_parse() {
+        let migrate = |args: &[&str]| match Cli::try_parse_from(args).map(Cli::into_command) {
+            Ok(Command::Migrate(args)) => Some((args.finalize, args.check)),
+            _ => None,
+        };
+        let url = ["--database-url", "postgres://db/s"];
+        let with = |flags: &[&'static str]| -> Vec<&'static str> {
+            ["sessionstore", "migrate"]
+                .into_iter()
+                .chain(flags.iter().copied())
+                .chain(url)
+                .collect()
+        };
+        assert_eq!(migrate(&with(&[])), Some((false, false)));
+        assert_eq!(migrate(&with(&["--finalize"])), Some((true, false)));
+        assert_eq!(migrate(&with(&["--check"])), Some((false, true)));
+        assert_eq!(migrate(&with(&["--check", "--finalize"])), None);
+        let replicas = |args: &[&str]| match Cli::try_parse_from(args).map(Cli::into_command) {
+            Ok(Command::Replicas(args)) => Some((args.database_url, args.format)),
+            _ => None,
+        };
+        assert_eq!(
+            replicas(&[
+                "sessionstore",
+                "replicas",
+                "--database-url",
+                "postgres://db/s"
+            ]),
+            Some((
+                "postgres://db/s".to_owned(),
+                crate::cli::ReplicasFormat::Text
+            ))
+        );
+        assert_eq!(
+            replicas(&[
+                "sessionstore",
+                "replicas",
+                "--database-url",
+                "postgres://db/s",
+                "--format",
+                "json"
+            ]),
+            Some((
+                "postgres://db/s".to_owned(),
+                crate::cli::ReplicasFormat::Json
+            ))
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 use sessionstore_server::config::{Cli, Command, ServeConfig, TelemetryConfig};
+use sessionstore_server::store::{MigrateMode, OpenError};
 use sessionstore_server::{cli, server, telemetry};
 
 /// mimalloc rather than glibc's malloc: a run of appends allocates and
@@ -13,6 +14,20 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let command = Cli::parse().into_command();
+    // A malformed database URL (an unsupported `target_session_attrs`, a
+    // bad host list) is said on stderr before anything starts.
+    let database_url = match &command {
+        Command::Serve(config) => Some(&config.database.database_url),
+        Command::Migrate(args) => Some(&args.database.database_url),
+        Command::Replicas(args) => Some(&args.database_url),
+        _ => None,
+    };
+    if let Some(url) = database_url
+        && let Err(error) = sessionstore_server::store::check_url(url)
+    {
+        report(&error.to_string());
+        return ExitCode::FAILURE;
+    }
     let runtime = match &command {
         Command::Serve(config) => {
             let cores = std::thread::available_parallelism().map_or(1, usize::from);
@@ -51,6 +66,31 @@ fn main() -> ExitCode {
                 }
             };
         }
+        // `migrate --check` and `replicas` read the database and print
+        // what they found: their output is the point, not logs.
+        Command::Migrate(args) if args.check => {
+            return match runtime.block_on(cli::check_migrations(&args.database.database_url)) {
+                Ok(checked) => {
+                    if let Some(refusal) = &checked.refusal {
+                        report(&refusal.to_string());
+                    }
+                    ExitCode::from(checked.status.exit_code())
+                }
+                Err(error) => {
+                    report(&format!("{error:#}"));
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Command::Replicas(args) => {
+            return match runtime.block_on(cli::replicas(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    report(&format!("{error:#}"));
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut command, "sessionstore", &mut std::io::stdout());
@@ -75,18 +115,38 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match command {
-            Command::Migrate(database) => server::migrate(&database.database_url).await,
+            Command::Migrate(args) => {
+                let mode = if args.finalize {
+                    MigrateMode::Finalize
+                } else {
+                    MigrateMode::Expand
+                };
+                server::migrate(&args.database.database_url, mode).await
+            }
             Command::Serve(config) => run(*config).await,
             // Answered above, before telemetry.
-            Command::Sessions(_) | Command::Health(_) | Command::Completions { .. } => Ok(()),
+            Command::Sessions(_)
+            | Command::Health(_)
+            | Command::Replicas(_)
+            | Command::Completions { .. } => Ok(()),
         }
     });
     let code = match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!("{error:#}");
-            ExitCode::FAILURE
-        }
+        Err(error) => match refused(&error) {
+            // A refusal with a code of its own (the database finalized
+            // past this binary, replicas behind a finalize): one line on
+            // stderr, for the operator or the orchestrator, and the code.
+            Some((code, message)) => {
+                tracing::error!("{message}");
+                report(&message);
+                ExitCode::from(code)
+            }
+            None => {
+                tracing::error!("{error:#}");
+                ExitCode::FAILURE
+            }
+        },
     };
     {
         let _runtime = runtime.enter();
@@ -104,6 +164,14 @@ fn main() -> ExitCode {
 fn report(error: &str) {
     use std::io::Write as _;
     let _ = writeln!(std::io::stderr(), "sessionstore: {error}");
+}
+
+/// The exit code and message of an error that has its own code.
+fn refused(error: &anyhow::Error) -> Option<(u8, String)> {
+    let open = error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<OpenError>())?;
+    Some((open.exit_code()?, open.to_string()))
 }
 
 async fn run(config: ServeConfig) -> anyhow::Result<()> {

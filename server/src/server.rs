@@ -59,19 +59,23 @@ pub fn prepare_sqlite_path(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Applies migrations for `database_url` (the `migrate` command).
-pub async fn migrate(database_url: &str) -> anyhow::Result<()> {
+/// Applies migrations for `database_url` (the `migrate` command): the
+/// pending expand ones, or with `MigrateMode::Finalize` all of them. Each
+/// one applied is logged as it is.
+pub async fn migrate(database_url: &str, mode: store::MigrateMode) -> anyhow::Result<()> {
     prepare_sqlite_path(database_url)?;
-    let migrated = store::migrate(database_url).await?;
+    let migrated = store::migrate(database_url, mode).await?;
     let database = redact_url(database_url);
     if migrated.applied.is_empty() {
-        tracing::info!(%database, version = migrated.version, "the schema is current");
-    }
-    for migration in &migrated.applied {
-        tracing::info!(%database, %migration, "applied migration");
-    }
-    if !migrated.applied.is_empty() {
-        tracing::info!(%database, version = migrated.version, "the schema is up to date");
+        tracing::info!(%database, schema = migrated.schema, ?mode, "nothing to apply");
+    } else {
+        tracing::info!(
+            %database,
+            schema = migrated.schema,
+            applied = migrated.applied.len(),
+            ?mode,
+            "migrations applied"
+        );
     }
     Ok(())
 }
@@ -112,6 +116,8 @@ pub async fn serve_with_metrics(
         max_connections: config.database.max_connections,
         recheck_interval: config.recheck_interval(),
         search: config.search == crate::config::SearchMode::On,
+        // The bound address, its port resolved: the replica registry's.
+        advertised_address: listener.local_addr().ok().map(|a| a.to_string()),
     };
     let store = store::open(&url, hub.clone(), &options).await?;
     let listeners = Listeners {

@@ -19,10 +19,12 @@ use crate::domain::Timestamp;
 use crate::domain::transcript::{markdown_message, rfc3339};
 use crate::wire;
 
+mod database;
 mod export;
 mod health;
 mod watch;
 
+pub use database::{ReplicasArgs, ReplicasFormat, check_migrations, replicas};
 use export::{export, import};
 pub use health::{HealthArgs, run as health};
 use watch::watch;

@@ -7,9 +7,11 @@ use crate::domain::Error;
 
 /// PostgreSQL SQLSTATEs that mean "the database cannot serve you right now":
 /// class 08 (connection exceptions), 57P01–57P05 (admin or crash shutdown,
-/// cannot connect now, idle session timeout), 53300 (too many connections).
+/// cannot connect now, idle session timeout), 53300 (too many connections),
+/// and 25006 (a read-only transaction: the node was demoted to a standby or
+/// made read-only; `postgres/primary.rs` finds the writable primary again).
 fn postgres_unavailable(code: &str) -> bool {
-    code.starts_with("08") || code.starts_with("57P") || code == "53300"
+    code.starts_with("08") || code.starts_with("57P") || code == "53300" || code == "25006"
 }
 
 /// PostgreSQL's `disk_full`.
@@ -135,7 +137,9 @@ mod tests {
 
     #[test]
     fn postgres_states_are_classified() {
-        for code in ["08006", "08001", "57P01", "57P02", "57P03", "53300"] {
+        for code in [
+            "08006", "08001", "57P01", "57P02", "57P03", "53300", "25006",
+        ] {
             assert!(postgres_unavailable(code), "{code}");
         }
         for code in ["23505", "40001", "53100", "42P01"] {

@@ -21,6 +21,7 @@ use crate::wire::EncodedEvent;
 mod batch;
 mod export;
 mod fault;
+mod ledger;
 mod once;
 mod ops;
 mod postgres;
@@ -31,6 +32,7 @@ mod text;
 mod writer;
 
 pub use export::ExportStart;
+pub use ledger::{CheckStatus, Checked, Kind, Mode as MigrateMode, PendingMigration, Refusal};
 pub use rows::{EncodedMessage, MessageRow, OwnedMessageRow};
 pub use sql::SqlStore;
 
@@ -43,6 +45,8 @@ pub enum OpenError {
     Database(#[from] sqlx::Error),
     #[error("cannot connect to PostgreSQL at {target}: {cause}")]
     Unreachable { target: String, cause: String },
+    #[error("bad database URL: {0}")]
+    Url(String),
     #[error("cannot apply the database migrations: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("cannot start the SQLite append writer: {0}")]
@@ -51,6 +55,24 @@ pub enum OpenError {
     Publisher(#[source] std::io::Error),
     #[error("cannot prepare the search index: {0}")]
     Search(#[source] crate::domain::Error),
+    #[error("cannot register in the replica registry: {0}")]
+    Register(#[source] sqlx::Error),
+    /// The database's migrations say no (finalized past this binary,
+    /// replicas behind a finalize): each with an exit code of its own.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    #[error("a SQLite database has no replica registry: only PostgreSQL replicas register")]
+    NoRegistry,
+}
+
+impl OpenError {
+    /// The exit code the process ends with for it, when it has its own.
+    pub fn exit_code(&self) -> Option<u8> {
+        match self {
+            OpenError::Refused(refusal) => Some(refusal.exit_code()),
+            _ => None,
+        }
+    }
 }
 
 /// Backend tuning that is not part of the URL.
@@ -65,6 +87,10 @@ pub struct StoreOptions {
     /// indexed, what was is removed, and searches fail SEARCH_DISABLED;
     /// on again, the index is rebuilt from the messages in the background.
     pub search: bool,
+    /// The `HOST:PORT` a served store's server listens on: a PostgreSQL
+    /// store registers under it in the replica registry. None: it does
+    /// not register.
+    pub advertised_address: Option<String>,
 }
 
 impl Default for StoreOptions {
@@ -73,6 +99,7 @@ impl Default for StoreOptions {
             max_connections: 16,
             recheck_interval: std::time::Duration::from_secs(5),
             search: true,
+            advertised_address: None,
         }
     }
 }
@@ -100,6 +127,15 @@ pub fn appends_on_own_thread(url: &str) -> bool {
     matches!(backend_of(url), Ok(Backend::Sqlite)) && !sqlite::is_in_memory(url)
 }
 
+/// Checks a database URL's form without connecting: its scheme, and for
+/// PostgreSQL every listed host and `target_session_attrs`.
+pub fn check_url(url: &str) -> Result<(), OpenError> {
+    match backend_of(url)? {
+        Backend::Sqlite => Ok(()),
+        Backend::Postgres => postgres::check_url(url),
+    }
+}
+
 /// Opens the store a database URL names, applying its migrations.
 pub async fn open(
     url: &str,
@@ -119,37 +155,86 @@ pub async fn open(
     Ok(SqlStore::new(pool, sink, backend, options.search))
 }
 
-/// What [`migrate`] did: the migrations it applied (`VERSION description`)
-/// and the schema version the database is now at.
+/// What [`migrate`] did: the migrations it applied, in order, and this
+/// binary's schema (the highest version it ships).
 #[derive(Debug)]
 pub struct Migrated {
-    pub applied: Vec<String>,
-    pub version: i64,
+    pub applied: Vec<PendingMigration>,
+    pub schema: i64,
 }
 
-/// Applies the migrations for a database URL and returns.
-pub async fn migrate(url: &str) -> Result<Migrated, OpenError> {
-    let (pool, migrator) = match backend_of(url)? {
-        Backend::Sqlite => (sqlite::connections::pool(url).await?, &sqlite::MIGRATOR),
+/// Applies a database's pending migrations of `mode` and returns: the
+/// expand ones (`migrate`), or all of them (`migrate --finalize`, which
+/// first refuses while a live replica runs an older schema). Refuses a
+/// database finalized past this binary's schema ([`Refusal`]).
+pub async fn migrate(url: &str, mode: MigrateMode) -> Result<Migrated, OpenError> {
+    let (pool, applied, schema) = match backend_of(url)? {
+        Backend::Sqlite => {
+            let pool = sqlite::connections::pool(url).await?;
+            let applied = sqlite::ledger::migrate(&pool, mode).await;
+            (pool, applied, sqlite::ledger::schema())
+        }
         Backend::Postgres => {
             postgres::check_reachable(url).await?;
-            (postgres::connect(url, 2).await?, &postgres::MIGRATOR)
+            let pool = postgres::connect(url, 2).await?;
+            let applied = postgres::ledger::migrate(&pool, mode).await;
+            (pool, applied, postgres::ledger::schema())
         }
     };
-    // Missing before the first run: nothing applied yet.
-    let before: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-        .fetch_all(&pool)
-        .await
-        .unwrap_or_default();
-    migrator.run(&pool).await?;
     pool.close().await;
-    let applied = migrator
-        .iter()
-        .filter(|m| !m.migration_type.is_down_migration() && !before.contains(&m.version))
-        .map(|m| format!("{} {}", m.version, m.description))
-        .collect();
-    let version = migrator.iter().map(|m| m.version).max().unwrap_or(0);
-    Ok(Migrated { applied, version })
+    Ok(Migrated {
+        applied: applied?,
+        schema,
+    })
+}
+
+/// `migrate --check`: what a database has pending for this binary, and
+/// whether it would refuse it. Applies nothing.
+pub async fn check(url: &str) -> Result<Checked, OpenError> {
+    match backend_of(url)? {
+        Backend::Sqlite => sqlite::ledger::check(url).await,
+        Backend::Postgres => {
+            postgres::check_reachable(url).await?;
+            let pool = postgres::connect(url, 2).await?;
+            let checked = postgres::ledger::check(&pool).await;
+            pool.close().await;
+            checked
+        }
+    }
+}
+
+/// A replica in the registry (PostgreSQL's `sessionstore_replicas`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replica {
+    pub replica_id: String,
+    /// What its `--version` prints.
+    pub version: String,
+    /// The highest migration version it ships.
+    pub schema: i64,
+    /// The `HOST:PORT` it serves on.
+    pub address: String,
+    /// RFC 3339, UTC.
+    pub start_time: String,
+    /// RFC 3339, UTC: its last heartbeat, by the database's clock.
+    pub heartbeat_time: String,
+}
+
+/// The live replicas of a PostgreSQL database, oldest start first (a
+/// SQLite database has no registry: [`OpenError::NoRegistry`]).
+pub async fn replicas(url: &str) -> Result<Vec<Replica>, OpenError> {
+    match backend_of(url)? {
+        Backend::Sqlite => Err(OpenError::NoRegistry),
+        Backend::Postgres => {
+            postgres::check_reachable(url).await?;
+            let pool = postgres::connect(url, 2).await?;
+            let live = match pool.acquire().await {
+                Ok(mut conn) => postgres::registry::live(&mut conn).await,
+                Err(error) => Err(error),
+            };
+            pool.close().await;
+            Ok(live?)
+        }
+    }
 }
 
 /// A live session as a reader needs it: its internal key and current head.

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::hints;
+use super::primary::Reachability;
 use super::writes::write;
 use crate::domain::{Error, NewExchange, Timestamp};
 use crate::store::ops::{Dialect, SearchWrites};
@@ -38,6 +39,7 @@ impl Appends {
         sink: &Arc<dyn CommitSink>,
         max_connections: u32,
         search: SearchWrites,
+        reachability: &Reachability,
     ) -> std::io::Result<Self> {
         let publisher = Publisher::start()?;
         let mut queues = Vec::new();
@@ -52,6 +54,7 @@ impl Appends {
                 Arc::clone(sink),
                 publisher.clone(),
                 search,
+                reachability.clone(),
             )));
         }
         Ok(Appends {
@@ -134,6 +137,7 @@ async fn run_append_writer(
     sink: Arc<dyn CommitSink>,
     publisher: Publisher,
     search: SearchWrites,
+    reachability: Reachability,
 ) {
     // The writer keeps its connection between batches: taking one from the
     // pool costs a round trip (its liveness check) of the few a batch
@@ -166,6 +170,7 @@ async fn run_append_writer(
                 sink: &sink,
                 publisher: &publisher,
                 search,
+                reachability: &reachability,
             };
             writer.commit_appends(batch).await;
         }
@@ -321,6 +326,7 @@ struct Writer<'a> {
     sink: &'a Arc<dyn CommitSink>,
     publisher: &'a Publisher,
     search: SearchWrites,
+    reachability: &'a Reachability,
 }
 
 /// How one try at a batch ended, short of a failed statement.
@@ -348,6 +354,22 @@ impl Writer<'_> {
         let outcomes = loop {
             jobs.retain(|job| !job.abandoned());
             if jobs.is_empty() {
+                return;
+            }
+            // No writable primary (a failover): answered now, not after a
+            // wait for a connection behind the batch before.
+            if self.reachability.primary_lost() {
+                release(self.held);
+                let error = Error::unavailable(std::io::Error::other(
+                    "no writable PostgreSQL primary among the listed hosts",
+                ));
+                tracing::debug!(
+                    appends = jobs.len(),
+                    "no primary: appends answered unavailable"
+                );
+                for job in jobs {
+                    job.fail(fault::again(&error));
+                }
                 return;
             }
             let requests: Vec<(&str, &NewExchange)> = jobs

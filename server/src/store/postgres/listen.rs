@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{AnyPool, Row};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -22,6 +22,9 @@ const EPHEMERAL_CHANNEL: &str = "sessionstore_ephemeral";
 const MAX_INLINE_PAYLOAD: usize = 7000;
 /// How long a spilled payload is kept for the other replicas to read.
 const SPILL_TTL_MICROS: i64 = 5 * 60 * 1_000_000;
+/// The longest pause between two tries to LISTEN again: short, since
+/// watchers on other replicas wait for it after a failover.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Watched sessions whose heads are read per query when re-syncing.
 const RESYNC_CHUNK: usize = 500;
 
@@ -32,10 +35,10 @@ pub(super) struct Listener {
 }
 
 impl Listener {
-    /// Starts listening on `url` for commit hints and other replicas'
+    /// Starts listening on a connection of `listening` for commit hints and other replicas'
     /// ephemeral changes (skipping `replica`'s own), telling `sink`.
     pub(super) fn start(
-        url: &str,
+        listening: &PgPool,
         pool: &AnyPool,
         sink: &Arc<dyn CommitSink>,
         replica: &str,
@@ -44,7 +47,7 @@ impl Listener {
         let closing = watch::Sender::new(false);
         let task = tokio::spawn(listen(
             Listening {
-                url: url.to_owned(),
+                listening: listening.clone(),
                 pool: pool.clone(),
                 sink: Arc::clone(sink),
                 replica: replica.to_owned(),
@@ -101,7 +104,8 @@ pub(super) async fn send_ephemeral(
 
 /// What the listener task needs.
 struct Listening {
-    url: String,
+    /// LISTEN's pool of one connection (on the primary: `primary.rs`).
+    listening: PgPool,
     pool: AnyPool,
     sink: Arc<dyn CommitSink>,
     replica: String,
@@ -164,7 +168,7 @@ impl Listening {
 
 async fn listen(listening: Listening, mut closing: watch::Receiver<bool>) {
     let Listening {
-        url,
+        listening: listening_pool,
         pool,
         sink,
         recheck_interval,
@@ -175,7 +179,7 @@ async fn listen(listening: Listening, mut closing: watch::Receiver<bool>) {
         if *closing.borrow() {
             return;
         }
-        let mut listener = match subscribe(url).await {
+        let mut listener = match subscribe(listening_pool).await {
             Ok(listener) => listener,
             Err(error) => {
                 tracing::warn!(%error, ?backoff, "cannot LISTEN for commit hints; retrying");
@@ -183,12 +187,16 @@ async fn listen(listening: Listening, mut closing: watch::Receiver<bool>) {
                     _ = closing.changed() => return,
                     () = tokio::time::sleep(backoff) => {}
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
             }
         };
         backoff = Duration::from_millis(50);
         // LISTEN is in effect: whatever committed before it is found here.
+        // Every (re)connection is a gap, and after a failover the new
+        // primary may be on a new timeline: every watched session's head is
+        // read again, and its watchers read the event log from the last
+        // revision each delivered.
         resync(pool, sink.as_ref()).await;
         let mut recheck = tokio::time::interval(*recheck_interval);
         recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -216,8 +224,8 @@ async fn listen(listening: Listening, mut closing: watch::Receiver<bool>) {
     }
 }
 
-async fn subscribe(url: &str) -> Result<PgListener, sqlx::Error> {
-    let mut listener = PgListener::connect(url).await?;
+async fn subscribe(listening: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(listening).await?;
     listener
         .listen_all([hints::CHANNEL, EPHEMERAL_CHANNEL])
         .await?;

@@ -27,10 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_core::future::BoxFuture;
-use sqlx::any::AnyPoolOptions;
+use sqlx::AnyPool;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::PgPool;
-use sqlx::{AnyPool, Connection as _, Executor};
 
 use super::ops::SearchWrites;
 use super::rows::OwnedMessageRow;
@@ -41,12 +40,17 @@ use crate::domain::{Ephemeral, Result};
 use crate::wire::EncodedEvent;
 use appends::Appends;
 use listen::Listener;
+use primary::{Followed, Located, Primary};
+use registry::Registration;
 use search::SearchIndex;
 
 mod appends;
 mod hints;
+pub(super) mod ledger;
 mod listen;
+mod primary;
 mod reads;
+pub(super) mod registry;
 mod search;
 mod writes;
 
@@ -55,61 +59,40 @@ pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
 /// The longest a call waits for a pool connection before it is answered
 /// STORAGE_UNAVAILABLE.
 pub(super) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a pooled connection may stay idle before it is closed.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
-pub(super) async fn connect(url: &str, max_connections: u32) -> Result<AnyPool, sqlx::Error> {
-    sqlx::any::install_default_drivers();
-    AnyPoolOptions::new()
-        .max_connections(max_connections.max(2))
-        .min_connections(1)
-        // A database that is down makes sqlx retry refused connections
-        // until this timeout: it is how long a call waits before it is
-        // answered STORAGE_UNAVAILABLE.
-        .acquire_timeout(ACQUIRE_TIMEOUT)
-        .idle_timeout(Some(Duration::from_secs(600)))
-        .after_connect(|conn, _| {
-            Box::pin(async move {
-                conn.execute("SET statement_timeout = '30s'").await?;
-                Ok(())
-            })
-        })
-        .connect(url)
-        .await
+/// A pool of `max_connections` on the writable primary among the URL's
+/// hosts, for a command that does not follow the primary (`migrate`,
+/// `replicas`).
+pub(super) async fn connect(url: &str, max_connections: u32) -> Result<AnyPool, OpenError> {
+    let located = Located::find(url).await?;
+    let pool = located.any_pool(max_connections).await;
+    located.close().await;
+    Ok(pool?)
 }
 
-/// Connects once, directly, so that a database that cannot be reached at
-/// start says where and why within seconds (the pool would retry a refused
-/// connection until its acquire timeout and then say only that it timed
-/// out).
+/// Checks a URL's hosts and `target_session_attrs` without connecting.
+pub(super) fn check_url(url: &str) -> Result<(), OpenError> {
+    primary::hosts(url).map(drop)
+}
+
+/// Finds the writable primary once, directly, so that a database that
+/// cannot be reached at start says where and why within seconds (the pool
+/// would retry a refused connection until its acquire timeout and then say
+/// only that it timed out).
 pub(super) async fn check_reachable(url: &str) -> Result<(), OpenError> {
-    use std::str::FromStr as _;
-    let target = sqlx::postgres::PgConnectOptions::from_str(url).map_or_else(
-        |_| "the host in the database URL".to_owned(),
-        |options| format!("{}:{}", options.get_host(), options.get_port()),
-    );
-    let attempt = tokio::time::timeout(
-        ACQUIRE_TIMEOUT,
-        <sqlx::PgConnection as sqlx::Connection>::connect(url),
-    )
-    .await;
-    match attempt {
-        Ok(Ok(connection)) => {
-            let _ = connection.close().await;
-            Ok(())
-        }
-        Ok(Err(error)) => Err(OpenError::Unreachable {
-            target,
-            cause: error.to_string(),
-        }),
-        Err(_) => Err(OpenError::Unreachable {
-            target,
-            cause: format!("no answer within {} s", ACQUIRE_TIMEOUT.as_secs()),
-        }),
-    }
+    Located::find(url).await?.close().await;
+    Ok(())
 }
 
 /// An open PostgreSQL database's machinery: the append writers, the
 /// listener, and this replica's name among the replicas.
 pub(super) struct Postgres {
+    /// Follows the writable primary for every pool below.
+    primary: Primary,
+    /// LISTEN's pool of one connection.
+    listening: PgPool,
     /// The store's pool (a handle to it), for writes.
     pool: AnyPool,
     /// The pool exports' and replays' pages are read through (`reads.rs`).
@@ -125,6 +108,9 @@ pub(super) struct Postgres {
     search: SearchWrites,
     /// With search on: whether the index is built, and its builder.
     index: Option<SearchIndex>,
+    /// This replica's row in the replica registry, kept alive until close
+    /// (a served store's; none for one opened without an address).
+    registration: Option<Registration>,
 }
 
 /// Connects, migrates, and starts the commit-hint listener and the append
@@ -134,21 +120,26 @@ pub(super) async fn open(
     sink: Arc<dyn CommitSink>,
     options: &StoreOptions,
 ) -> Result<(AnyPool, Postgres), OpenError> {
-    check_reachable(url).await?;
+    let located = Located::find(url).await?;
     // The append writers hold connections of their own (beside the store's
     // pool, so they bind through PostgreSQL's own driver:
     // `batch::RunConnection`), taken out of the store's share, as they
     // were when they held the store pool's.
     let writer_count = appends::append_writers(options.max_connections);
     let writer_connections = u32::try_from(writer_count).unwrap_or(1);
-    let pool = connect(
-        url,
-        options.max_connections.saturating_sub(writer_connections),
-    )
-    .await?;
-    let reads = reads::pool(url, reads::read_connections(options.max_connections))?;
-    MIGRATOR.run(&pool).await?;
+    let pool = located
+        .any_pool(options.max_connections.saturating_sub(writer_connections))
+        .await?;
+    let reads = located.pg_pool(
+        reads::read_connections(options.max_connections),
+        Some(IDLE_TIMEOUT),
+    );
+    let writers = located.pg_pool(writer_connections, Some(IDLE_TIMEOUT));
+    // LISTEN's one connection, kept while it lasts.
+    let listening = located.pg_pool(1, None);
+    ledger::migrate(&pool, super::ledger::Mode::Expand).await?;
     let replica = uuid::Uuid::now_v7().simple().to_string();
+    let registration = register(&pool, &replica, options).await?;
     let (search, index) = if options.search {
         let index = SearchIndex::start(&pool, &replica)
             .await
@@ -160,11 +151,25 @@ pub(super) async fn open(
             .map_err(OpenError::Search)?;
         (SearchWrites::Off, None)
     };
-    let listener = Listener::start(url, &pool, &sink, &replica, options.recheck_interval);
-    let writers = reads::pool(url, writer_connections)?;
-    let appends = Appends::start(&pool, &writers, &sink, options.max_connections, search)
-        .map_err(OpenError::Publisher)?;
+    let listener = Listener::start(&listening, &pool, &sink, &replica, options.recheck_interval);
+    let appends = Appends::start(
+        &pool,
+        &writers,
+        &sink,
+        options.max_connections,
+        search,
+        &located.reachability(),
+    )
+    .map_err(OpenError::Publisher)?;
+    let primary = located.follow(vec![
+        Followed::Any(pool.clone()),
+        Followed::Pg(reads.clone()),
+        Followed::Pg(writers.clone()),
+        Followed::Pg(listening.clone()),
+    ]);
     let postgres = Postgres {
+        primary,
+        listening,
         pool: pool.clone(),
         reads,
         writers,
@@ -174,8 +179,30 @@ pub(super) async fn open(
         replica,
         search,
         index,
+        registration,
     };
     Ok((pool, postgres))
+}
+
+/// Registers a served store (one told the address it serves on) in the
+/// replica registry as `replica`.
+async fn register(
+    pool: &AnyPool,
+    replica: &str,
+    options: &StoreOptions,
+) -> Result<Option<Registration>, OpenError> {
+    let Some(address) = &options.advertised_address else {
+        return Ok(None);
+    };
+    let entry = registry::Entry {
+        replica_id: replica.to_owned(),
+        schema: ledger::schema(),
+        address: address.clone(),
+    };
+    let registration = Registration::register(pool, entry)
+        .await
+        .map_err(OpenError::Register)?;
+    Ok(Some(registration))
 }
 
 impl Backend for Postgres {
@@ -255,7 +282,12 @@ impl Backend for Postgres {
 
     fn close<'a>(&'a self, pool: &'a AnyPool) -> BoxFuture<'a, ()> {
         Box::pin(async move {
+            // First: from here on this replica is gone.
+            if let Some(registration) = &self.registration {
+                registration.deregister().await;
+            }
             self.listener.stop().await;
+            self.listening.close().await;
             if let Some(index) = &self.index {
                 index.stop().await;
             }
@@ -263,6 +295,7 @@ impl Backend for Postgres {
             self.writers.close().await;
             self.reads.close().await;
             close_pool(pool).await;
+            self.primary.stop().await;
         })
     }
 }

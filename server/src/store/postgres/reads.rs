@@ -24,10 +24,8 @@
 use std::collections::VecDeque;
 
 use futures_util::TryStreamExt as _;
-use sqlx::Executor as _;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::PgPool;
 
-use super::ACQUIRE_TIMEOUT;
 use crate::domain::{Error, Result};
 use crate::store::rows::{BorrowedRow as _, Content, EventPage, EventRow, GatheredEvent};
 use crate::store::sql::limit_param;
@@ -41,23 +39,6 @@ use crate::wire::EncodedEvent;
 /// in ways not understood).
 pub(super) fn read_connections(max_connections: u32) -> u32 {
     (max_connections / 4).max(1)
-}
-
-/// The reads' pool of `connections`, connecting when first needed, with
-/// the settings of the store's pool.
-pub(super) fn pool(url: &str, connections: u32) -> std::result::Result<PgPool, sqlx::Error> {
-    PgPoolOptions::new()
-        .max_connections(connections)
-        .min_connections(0)
-        .acquire_timeout(ACQUIRE_TIMEOUT)
-        .idle_timeout(Some(std::time::Duration::from_secs(600)))
-        .after_connect(|conn, _| {
-            Box::pin(async move {
-                conn.execute("SET statement_timeout = '30s'").await?;
-                Ok(())
-            })
-        })
-        .connect_lazy(url)
 }
 
 /// A session's events after revision `$2` up to `$3` (`kind` 0, `key` the

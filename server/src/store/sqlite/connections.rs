@@ -134,6 +134,20 @@ pub(in crate::store) async fn pool(url: &str) -> Result<AnyPool, OpenError> {
         .map_err(OpenError::from)
 }
 
+/// A plain connection to read which migrations a database file holds
+/// (`migrate --check`), creating nothing: none for a file that does not
+/// exist yet or a database in memory (a new one, empty, each time).
+pub(in crate::store) async fn inspection(
+    url: &str,
+) -> Result<Option<sqlx::AnyConnection>, OpenError> {
+    use sqlx::Connection as _;
+    sqlx::any::install_default_drivers();
+    if is_in_memory(url) || !file_path(url)?.exists() {
+        return Ok(None);
+    }
+    Ok(Some(sqlx::AnyConnection::connect(url).await?))
+}
+
 /// What an engine connection is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Role {

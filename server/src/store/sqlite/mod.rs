@@ -46,6 +46,7 @@ mod checkpoints;
 pub(super) mod connections;
 pub(super) use connections::is_in_memory;
 mod engine;
+pub(super) mod ledger;
 mod reads;
 mod search;
 // A VFS for the WAL files of the busiest writers: FFI, so `unsafe`.
@@ -75,7 +76,7 @@ pub(super) async fn open(
     search: bool,
 ) -> Result<(AnyPool, Sqlite), OpenError> {
     let pool = connections::pool(url).await?;
-    MIGRATOR.run(&pool).await?;
+    ledger::migrate(&pool, super::ledger::Mode::Expand).await?;
     let space = Arc::new(DiskSpace::default());
     let engine = if connections::is_in_memory(url) {
         None
