@@ -116,7 +116,7 @@ async fn service_becomes(endpoint: &str, service: &str, wanted: ServingStatus) {
 }
 
 /// Waits until both health services report `wanted`, failing after `within`.
-async fn health_becomes(endpoint: &str, wanted: ServingStatus, within: Duration) {
+pub(crate) async fn health_becomes(endpoint: &str, wanted: ServingStatus, within: Duration) {
     let both = async {
         service_becomes(endpoint, "", wanted).await;
         service_becomes(endpoint, "sessionstore.v1.SessionStore", wanted).await;

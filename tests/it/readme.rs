@@ -84,6 +84,19 @@ const NOT_RUN: &[(&str, &str)] = &[
         "sessionstore serve --listen 0.0.0.0:50051 --database-url postgres://sessionstore@db.internal:",
         "needs the host db.internal, TLS files and tokens under /etc and an OTLP collector",
     ),
+    (
+        "sessionstore migrate --check --database-url \"$DATABASE_URL\"",
+        "a deploy's steps against a PostgreSQL deployment ($DATABASE_URL); \
+         rolling_upgrade.rs runs them on a database of its own",
+    ),
+    (
+        "sessionstore replicas --database-url \"$DATABASE_URL\"",
+        "a deploy's steps against a PostgreSQL deployment; rolling_upgrade.rs runs them",
+    ),
+    (
+        "sessionstore migrate --finalize --database-url \"$DATABASE_URL\"",
+        "a deploy's steps against a PostgreSQL deployment; rolling_upgrade.rs runs them",
+    ),
 ];
 
 /// README commands that must fail, exactly as run (after `[optional

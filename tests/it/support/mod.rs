@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub mod cluster;
 mod postgres;
 mod rpc;
 mod server;
