@@ -67,14 +67,14 @@ pub async fn migrate(database_url: &str, mode: store::MigrateMode) -> anyhow::Re
     let migrated = store::migrate(database_url, mode).await?;
     let database = redact_url(database_url);
     if migrated.applied.is_empty() {
-        tracing::info!(%database, schema = migrated.schema, ?mode, "nothing to apply");
+        tracing::info!(%database, schema = migrated.schema, ?mode, "the schema is current");
     } else {
         tracing::info!(
             %database,
             schema = migrated.schema,
             applied = migrated.applied.len(),
             ?mode,
-            "migrations applied"
+            "the schema is up to date"
         );
     }
     Ok(())

@@ -148,10 +148,23 @@ async fn migrate_says_what_it_applied_and_where() {
         .lines()
         .filter(|l| l.contains("applied migration"))
         .count();
-    let migrations =
-        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations/sqlite"))
-            .unwrap()
-            .count();
+    // sqlx's files beside the ledger's (in `ledger/`).
+    let sql_files = |dir: &str| {
+        std::fs::read_dir(dir).map_or(0, |entries| {
+            entries
+                .filter(|entry| {
+                    entry
+                        .as_ref()
+                        .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "sql"))
+                })
+                .count()
+        })
+    };
+    let migrations = sql_files(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations/sqlite"))
+        + sql_files(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../migrations/sqlite/ledger"
+        ));
     assert_eq!(
         applied, migrations,
         "one line per migration applied:\n{out}"
