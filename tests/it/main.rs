@@ -13,6 +13,7 @@ mod concurrency;
 mod core;
 mod crash;
 mod deletion;
+mod deploy;
 mod erase;
 mod export_file;
 mod export_target;
