@@ -14,6 +14,7 @@
 
 mod append;
 mod erase;
+mod failover;
 mod history;
 mod live;
 mod peers;
@@ -130,6 +131,10 @@ enum Bench {
     /// Appends through one replica and through two of one PostgreSQL
     /// database (only when asked for).
     Replicas,
+    /// A PostgreSQL primary's failover to its synchronous standby under
+    /// 16 clients' appends through two replicas, on servers the run makes
+    /// itself (only when asked for).
+    Failover,
 }
 
 /// Sizes and durations of one run.
@@ -176,6 +181,8 @@ struct Plan {
     /// The long and short sessions appended to, and the tenant listed.
     scale: scale::Shape,
     scale_samples: usize,
+    /// The failover's warm-up and its measured windows.
+    failover: failover::Shape,
     benches: Vec<Bench>,
 }
 
@@ -298,6 +305,14 @@ impl Plan {
                 }
             },
             scale_samples: if quick { 20 } else { 2_000 },
+            failover: failover::Shape {
+                warmup: Duration::from_secs_f64(if quick { 0.3 } else { 1.0 }),
+                window: Duration::from_secs_f64(args.seconds.unwrap_or(if quick {
+                    1.0
+                } else {
+                    5.0
+                })),
+            },
             benches,
         }
     }
@@ -356,6 +371,8 @@ async fn run(args: &Args) -> anyhow::Result<()> {
                 .await?;
             report.machine.postgres = Some(format!("PostgreSQL {version}"));
         }
+        // The failover makes its own PostgreSQL servers.
+        None if plan.benches.iter().all(|bench| *bench == Bench::Failover) => {}
         None => {
             eprintln!("!! no --postgres-url: PostgreSQL is NOT measured");
             report
@@ -441,6 +458,15 @@ async fn run(args: &Args) -> anyhow::Result<()> {
                 _ => Ok(()),
             })
             .await?;
+        }
+    }
+    if plan.runs(Bench::Failover) {
+        if args.backend == Some(Backend::Sqlite) {
+            report
+                .skipped
+                .push("failover: PostgreSQL only (--backend sqlite)".into());
+        } else {
+            failover::benchmark(&plan.failover, &binary, &mut report).await?;
         }
     }
     if plan.runs(Bench::Memory) {
