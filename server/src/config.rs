@@ -70,6 +70,19 @@ pub enum Command {
     /// `version`, `schema`, `address`, `start_time`, `heartbeat_time`
     /// (times RFC 3339, UTC). A SQLite database has no registry: an error.
     Replicas(crate::cli::ReplicasArgs),
+    /// Copy a SQLite database to one file while a server serves it
+    /// (online and consistent: the database as of one commit, WAL
+    /// included). Refuses an existing --to unless --force. The search index
+    /// is not copied: a server rebuilds it at start. For PostgreSQL use
+    /// `pg_dump -Fc` (README, "Backups"). Exit codes: 0 done, 1 failed.
+    Backup(crate::cli::BackupArgs),
+    /// Replace a SQLite database with a backup: checks the backup
+    /// (integrity_check, sessionstore's tables), refuses a database a
+    /// server has open, writes the file atomically and removes the
+    /// target's old `-wal`, `-shm` and search files (the search index is
+    /// rebuilt at the next start). Exit codes: 0 done, 1 failed (nothing
+    /// changed).
+    Restore(crate::cli::RestoreArgs),
     /// Look at and manage sessions on a running server (`--server URL`).
     Sessions(crate::cli::SessionsArgs),
     /// Ask a running server whether it is serving: prints its status and
@@ -104,6 +117,9 @@ pub struct MigrateArgs {
     pub check: bool,
 }
 
+/// The database URL when none is given (`serve`, `migrate`, `backup`, `restore`).
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/sessionstore.db";
+
 /// Where the data lives.
 #[derive(Clone, Debug, Args)]
 pub struct DatabaseConfig {
@@ -112,7 +128,7 @@ pub struct DatabaseConfig {
     #[arg(
         long,
         env = "SESSIONSTORE_DATABASE_URL",
-        default_value = "sqlite://data/sessionstore.db"
+        default_value = DEFAULT_DATABASE_URL
     )]
     pub database_url: String,
 

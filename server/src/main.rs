@@ -20,6 +20,8 @@ fn main() -> ExitCode {
         Command::Serve(config) => Some(&config.database.database_url),
         Command::Migrate(args) => Some(&args.database.database_url),
         Command::Replicas(args) => Some(&args.database_url),
+        Command::Backup(args) => Some(&args.database_url),
+        Command::Restore(args) => Some(&args.database_url),
         _ => None,
     };
     if let Some(url) = database_url
@@ -91,6 +93,9 @@ fn main() -> ExitCode {
                 }
             };
         }
+        // SQLite files copied on this thread: their output is the point.
+        Command::Backup(args) => return exit_with(cli::backup(&args)),
+        Command::Restore(args) => return exit_with(cli::restore(&args)),
         Command::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut command, "sessionstore", &mut std::io::stdout());
@@ -128,6 +133,8 @@ fn main() -> ExitCode {
             Command::Sessions(_)
             | Command::Health(_)
             | Command::Replicas(_)
+            | Command::Backup(_)
+            | Command::Restore(_)
             | Command::Completions { .. } => Ok(()),
         }
     });
@@ -166,6 +173,17 @@ fn report(error: &str) {
     let _ = writeln!(std::io::stderr(), "sessionstore: {error}");
 }
 
+/// 0 for a command that did its work; 1, saying why on stderr, otherwise.
+fn exit_with(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            report(&format!("{error:#}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// The exit code and message of an error that has its own code.
 fn refused(error: &anyhow::Error) -> Option<(u8, String)> {
     let open = error
@@ -181,25 +199,33 @@ async fn run(config: ServeConfig) -> anyhow::Result<()> {
     server::serve(config, listener, shutdown_signal()).await
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Resolves on SIGINT or SIGTERM. The handlers are installed here, when
+/// called, not when the future is first polled: the server says it is
+/// serving before it polls this, and a SIGTERM in between must still be a
+/// graceful shutdown rather than the default action (death by signal).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(signal) => signal,
+        use tokio::signal::unix::{SignalKind, signal};
+        let handlers = signal(SignalKind::interrupt())
+            .and_then(|interrupt| Ok((interrupt, signal(SignalKind::terminate())?)));
+        async move {
+            match handlers {
+                Ok((mut interrupt, mut terminate)) => {
+                    tokio::select! {
+                        _ = interrupt.recv() => {}
+                        _ = terminate.recv() => {}
+                    }
+                }
                 Err(error) => {
                     tracing::warn!(%error, "cannot listen for SIGTERM");
-                    let _ = interrupt.await;
-                    return;
+                    let _ = tokio::signal::ctrl_c().await;
                 }
-            };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
+            }
         }
     }
     #[cfg(not(unix))]
-    let _ = interrupt.await;
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -9,7 +9,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use super::{Connection, connect, explain, server_url};
+use super::{Connection, connect, explain_connection, server_url};
 
 /// How long a probe waits for the server before it says it is not serving.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -30,9 +30,10 @@ pub struct HealthArgs {
 pub async fn run(args: HealthArgs) -> anyhow::Result<bool> {
     let server = server_url(&args.connection.server);
     let token_given = args.connection.token.is_some();
-    check(&args)
-        .await
-        .map_err(|error| explain(error, &server, token_given))
+    match check(&args).await {
+        Ok(serving) => Ok(serving),
+        Err(error) => Err(explain_connection(error, &server, token_given).await),
+    }
 }
 
 async fn check(args: &HealthArgs) -> anyhow::Result<bool> {

@@ -19,11 +19,13 @@ use crate::domain::Timestamp;
 use crate::domain::transcript::{markdown_message, rfc3339};
 use crate::wire;
 
+mod backup;
 mod database;
 mod export;
 mod health;
 mod watch;
 
+pub use backup::{BackupArgs, RestoreArgs, backup, restore};
 pub use database::{ReplicasArgs, ReplicasFormat, check_migrations, replicas};
 use export::{export, import};
 pub use health::{HealthArgs, run as health};
@@ -42,12 +44,14 @@ pub struct SessionsArgs {
 /// Where the server is and how to reach it.
 #[derive(Debug, Args)]
 pub struct Connection {
-    /// The server's URL (`https://…` for TLS).
+    /// The server: `http://HOST:PORT`, `https://HOST:PORT` (TLS) or
+    /// `HOST:PORT` (meaning `http://`).
     #[arg(
         long,
         global = true,
         env = "SESSIONSTORE_SERVER",
-        default_value = "http://127.0.0.1:50051"
+        default_value = "http://127.0.0.1:50051",
+        value_parser = parse_server
     )]
     pub server: String,
 
@@ -77,8 +81,14 @@ pub enum SessionsCommand {
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
-    /// A session's metadata and its transcript.
-    Show { id: String },
+    /// A session's metadata and its conversation.
+    Show {
+        id: String,
+        /// Also print the framework objects stored verbatim beside the
+        /// messages (the `json` content blocks the Python adapters keep).
+        #[arg(long)]
+        raw: bool,
+    },
     /// Write a session out: `json` holds everything `import` restores
     /// (messages, provider calls and their links, state, summary marker).
     ///
@@ -291,19 +301,147 @@ fn export_target(
 pub async fn run(args: SessionsArgs) -> anyhow::Result<()> {
     let server = server_url(&args.connection.server);
     let token_given = args.connection.token.is_some();
-    run_command(args)
-        .await
-        .map_err(|error| explain(error, &server, token_given))
+    match run_command(args).await {
+        Ok(()) => Ok(()),
+        Err(error) => Err(explain_connection(error, &server, token_given).await),
+    }
 }
 
-/// The server's URL: `HOST:PORT` (as `--listen` and grpcurl take it) means
-/// `http://HOST:PORT`.
+/// The forms `--server` takes, for its usage error.
+const SERVER_FORMS: &str = "use http://HOST:PORT, https://HOST:PORT (TLS) or HOST:PORT";
+
+/// `--server` (and `SESSIONSTORE_SERVER`): `http://HOST:PORT`,
+/// `https://HOST:PORT`, or `HOST:PORT` (as `--listen` and grpcurl take it,
+/// meaning `http://HOST:PORT`), as a URL. Anything else is a usage error
+/// rather than a guess: a mistyped scheme (`htps://`) would otherwise go out
+/// in plaintext, bearer token and all, and a missing port would quietly
+/// mean 80.
+fn parse_server(text: &str) -> Result<String, String> {
+    // clap names the flag and the value: "invalid value 'X' for '--server
+    // <SERVER>': WHY: use …".
+    let refuse = |why: &str| format!("{why}: {SERVER_FORMS}");
+    let (scheme, authority) = match text.split_once("://") {
+        Some((scheme, rest)) => (scheme.to_ascii_lowercase(), rest),
+        None => ("http".to_owned(), text),
+    };
+    if scheme != "http" && scheme != "https" {
+        return Err(refuse(&format!(
+            "{scheme}:// is neither http:// nor https://"
+        )));
+    }
+    // A trailing slash is harmless; a path, query or user name is not an
+    // address of a gRPC server.
+    let authority = authority.strip_suffix('/').unwrap_or(authority);
+    if authority.is_empty() {
+        return Err(refuse("no host"));
+    }
+    if authority.contains(['/', '?', '#', '@']) || authority.contains(char::is_whitespace) {
+        return Err(refuse("not HOST:PORT"));
+    }
+    // `[::1]:50051`: the port follows the bracketed address.
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.starts_with('[') || host.ends_with(']') => (host, port),
+        _ => return Err(refuse("no port")),
+    };
+    if host.is_empty() {
+        return Err(refuse("no host"));
+    }
+    if !matches!(port.parse::<u16>(), Ok(p) if p > 0) {
+        return Err(refuse(&format!("{port:?} is not a port (1-65535)")));
+    }
+    let url = format!("{scheme}://{authority}");
+    match tonic::transport::Endpoint::from_shared(url.clone()) {
+        Ok(_) => Ok(url),
+        Err(_) => Err(refuse("not a valid address")),
+    }
+}
+
+/// The server's URL. `--server` is checked and made a URL as it is parsed;
+/// this also accepts `HOST:PORT` for callers that build a [`Connection`]
+/// themselves.
 fn server_url(server: &str) -> String {
     if server.contains("://") {
         server.to_owned()
     } else {
         format!("http://{server}")
     }
+}
+
+/// `server` with its scheme swapped (`http` for `https` and back), for the
+/// hint that names the right one.
+fn other_scheme(server: &str) -> String {
+    match server.split_once("://") {
+        Some(("https", rest)) => format!("http://{rest}"),
+        Some((_, rest)) => format!("https://{rest}"),
+        None => format!("https://{server}"),
+    }
+}
+
+/// Whether a failed TLS handshake failed because the peer answered in
+/// plaintext: rustls reads the server's HTTP/2 frames as a TLS record of
+/// no known type, "received corrupt message of type InvalidContentType".
+fn plaintext_peer(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        let text = cause.to_string();
+        text.contains("InvalidContentType")
+            || (text.contains("corrupt message") && text.contains("ContentType"))
+    })
+}
+
+/// Whether the server at the `http://` URL `server` speaks TLS: asked
+/// when a plaintext connection failed other than by being refused. It
+/// sends the HTTP/2 preface; a TLS server answers with a TLS alert record
+/// (content type 21, version 3.x) before closing. One short connection,
+/// bounded by a timeout; any failure of its own means "no idea", i.e. no.
+async fn tls_peer(server: &str) -> bool {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let Ok(uri) = server.parse::<tonic::transport::Uri>() else {
+        return false;
+    };
+    let (Some(host), Some(port)) = (uri.host(), uri.port_u16()) else {
+        return false;
+    };
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let probe = async move {
+        let mut stream = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+        stream
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await?;
+        let mut head = [0u8; 3];
+        stream.read_exact(&mut head).await?;
+        Ok::<_, std::io::Error>(matches!(head, [0x15 | 0x16, 0x03, _]))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), probe).await,
+        Ok(Ok(true))
+    )
+}
+
+/// [`explain`], and when a plaintext connection failed, whether that is
+/// because the server speaks TLS (which takes a look at the server).
+async fn explain_connection(
+    error: anyhow::Error,
+    server: &str,
+    token_given: bool,
+) -> anyhow::Error {
+    use sessionstore_client::Error as ClientError;
+    let transport = match error.downcast_ref::<ClientError>() {
+        Some(ClientError::Transport(_)) => true,
+        Some(ClientError::Unavailable { status, .. }) => {
+            std::error::Error::source(status).is_some()
+        }
+        _ => false,
+    };
+    if transport && server.starts_with("http://") && tls_peer(server).await {
+        return anyhow::anyhow!(
+            "the server at {server} speaks TLS: use {} (with --tls-ca PATH if its certificate is not publicly trusted)",
+            other_scheme(server)
+        );
+    }
+    explain(error, server, token_given)
 }
 
 /// One line for the person at the terminal: what went wrong and, where it
@@ -314,6 +452,12 @@ fn explain(error: anyhow::Error, server: &str, token_given: bool) -> anyhow::Err
         return error;
     };
     let unreachable = || {
+        if server.starts_with("https://") && plaintext_peer(&error) {
+            return anyhow::anyhow!(
+                "the server at {server} does not speak TLS: use {} (or give the server --tls-cert and --tls-key)",
+                other_scheme(server)
+            );
+        }
         anyhow::anyhow!(
             "cannot reach the server at {server} ({}): is it running? (--server URL, or SESSIONSTORE_SERVER)",
             error.root_cause()
@@ -362,7 +506,7 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
     let mut out = out.lock();
     let result = match args.command {
         SessionsCommand::List { user, limit } => list(&client, user, limit, &mut out).await,
-        SessionsCommand::Show { id } => show(&client, &id, &mut out).await,
+        SessionsCommand::Show { id, raw } => show(&client, &id, raw, &mut out).await,
         SessionsCommand::Export {
             id,
             format,
@@ -518,6 +662,22 @@ fn time_of(time: Option<&prost_types::Timestamp>) -> String {
     })
 }
 
+/// A cost as the CLI prints it: `unknown` for 0, dollars otherwise.
+///
+/// `cost_micros_usd` is a plain proto3 int64 ("Cost in millionths of a US
+/// dollar"), 0 when the caller sent none, and the server prices nothing
+/// itself: a 0 cannot tell "free" from "not recorded", and a sum of 0 means
+/// no call recorded a cost (or there was no call). So 0 reads as unknown
+/// rather than as a `$0.000000` nobody measured. A nonzero sum is what the
+/// calls that gave a cost add up to.
+fn cost(micros: i64) -> String {
+    if micros == 0 {
+        "unknown".to_owned()
+    } else {
+        dollars(micros)
+    }
+}
+
 /// Micro-dollars as dollars, e.g. `$0.000042`.
 fn dollars(micros: i64) -> String {
     let sign = if micros < 0 { "-" } else { "" };
@@ -616,7 +776,7 @@ async fn usage(
                 row.cache_creation_input_tokens.to_string(),
                 row.completion_tokens.to_string(),
                 row.reasoning_tokens.to_string(),
-                dollars(row.cost_micros_usd),
+                cost(row.cost_micros_usd),
             ]);
         }
         if page.next_page_token.is_empty() {
@@ -669,7 +829,7 @@ async fn list(
             cell(&session.title, 40),
             cell(&session.user, 20),
             summary.message_count.to_string(),
-            dollars(summary.total_cost_micros_usd),
+            cost(summary.total_cost_micros_usd),
             time_of(session.update_time.as_ref()),
         ]);
     }
@@ -690,10 +850,20 @@ fn role_colour(role: crate::domain::Role) -> &'static str {
     }
 }
 
-async fn show(client: &Client, id: &str, out: &mut impl Write) -> anyhow::Result<()> {
+/// `sessions show`: the session's fields, then its conversation as people
+/// read it. The framework objects the Python adapters store verbatim beside
+/// each message (`json` content blocks: a LangChain message, an ADK event,
+/// an Agents SDK item) repeat what the message already says, as JSON; they
+/// are printed only with `raw`.
+async fn show(client: &Client, id: &str, raw: bool, out: &mut impl Write) -> anyhow::Result<()> {
     let session = client.get_session(id.to_owned()).await?;
     let on = colour();
-    writeln!(out, "{}", paint(on, "1", &format!("# {}", session.title)))?;
+    let title = if session.title.trim().is_empty() {
+        &session.id
+    } else {
+        &session.title
+    };
+    writeln!(out, "{}", paint(on, "1", &format!("# {title}")))?;
     writeln!(out, "id        {}", session.id)?;
     if !session.user.is_empty() {
         writeln!(out, "user      {}", session.user)?;
@@ -711,13 +881,29 @@ async fn show(client: &Client, id: &str, out: &mut impl Write) -> anyhow::Result
         .export_history_stream(ExportHistory::new(id).include_system_prompt())
         .await?;
     let mut index = 0;
+    let mut hidden = 0;
     while let Some(message) = messages.next().await {
-        let message = wire::message_from_pb(message?, &format!("messages[{index}]"))?;
+        let mut message = wire::message_from_pb(message?, &format!("messages[{index}]"))?;
         index += 1;
+        if !raw {
+            let before = message.content_blocks.len();
+            message
+                .content_blocks
+                .retain(|block| !matches!(block, crate::domain::ContentBlock::Json { .. }));
+            hidden += before - message.content_blocks.len();
+        }
         let section = markdown_message(&message, false);
         let (heading, body) = section.split_once('\n').unwrap_or((&section, ""));
         writeln!(out, "{}", paint(on, role_colour(message.role), heading))?;
         write!(out, "{body}")?;
+    }
+    if hidden > 0 {
+        // A hint, not the conversation: on stderr.
+        let mut err = std::io::stderr().lock();
+        writeln!(
+            err,
+            "({hidden} stored framework object(s) not shown: --raw prints them)"
+        )?;
     }
     Ok(())
 }
@@ -755,6 +941,8 @@ mod tests {
         assert_eq!(dollars(42), "$0.000042");
         assert_eq!(dollars(12_345_678), "$12.345678");
         assert_eq!(dollars(-5), "-$0.000005");
+        assert_eq!(cost(0), "unknown");
+        assert_eq!(cost(85), "$0.000085");
         assert_eq!(cell("short", 10), "short");
         assert_eq!(cell("a long title here", 6), "a lon…");
         assert_eq!(cell("two\nlines", 10), "two");

@@ -35,6 +35,7 @@ pub use export::ExportStart;
 pub use ledger::{CheckStatus, Checked, Kind, Mode as MigrateMode, PendingMigration, Refusal};
 pub use rows::{EncodedMessage, MessageRow, OwnedMessageRow};
 pub use sql::SqlStore;
+pub use sqlite::backup;
 
 /// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]

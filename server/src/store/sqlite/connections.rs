@@ -148,6 +148,18 @@ pub(in crate::store) async fn inspection(
     Ok(Some(sqlx::AnyConnection::connect(url).await?))
 }
 
+/// A connection with SQLite's defaults to the existing database file at
+/// `path`, for `backup` and `restore` (`backup.rs`): read-only, or
+/// read-write without creating it.
+pub(super) fn plain(path: &Path, read_only: bool) -> rusqlite::Result<Connection> {
+    let access = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+    };
+    Connection::open_with_flags(path, access | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+}
+
 /// What an engine connection is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Role {

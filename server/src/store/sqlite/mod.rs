@@ -42,6 +42,7 @@ use engine::Engine;
 use writer::Queued;
 
 mod appends;
+pub mod backup;
 mod checkpoints;
 pub(super) mod connections;
 pub(super) use connections::is_in_memory;
