@@ -9,8 +9,8 @@
 //! and resumes from its cursor, and a second tab stops the run; the same
 //! page from an origin the server does not allow is refused. The stored
 //! answer and the event log are then read back with the Rust client.
-//! Without Chromium or Node.js it says loudly that it was skipped, unless
-//! `SESSIONSTORE_REQUIRE_BROWSER` is set (as `.ci/run` does): then it fails.
+//! Without Chromium or Node.js it fails, saying to run `.ci/browser.sh`,
+//! unless `SESSIONSTORE_TEST_SKIP` names `browser` (`support::prereq`).
 //!
 //! `cors_preflight_allows_listed_origins_only` needs no browser: raw
 //! HTTP/1.1 preflights and gRPC-Web requests with an `Origin`; nor does
@@ -46,39 +46,6 @@ fn said(output: &std::process::Output) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )
-}
-
-fn runs(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Whether Chromium, node and npm are here; if not, said loudly as a skip
-/// of `skipped`, unless `SESSIONSTORE_REQUIRE_BROWSER` is set: then it panics.
-fn browser_tools(skipped: &str) -> bool {
-    let mut missing = Vec::new();
-    if !chromium().exists() {
-        missing.push(format!("Chromium ({})", chromium().display()));
-    }
-    for program in ["node", "npm"] {
-        if !runs(program) {
-            missing.push(program.to_owned());
-        }
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    let missing = missing.join(", ");
-    if std::env::var_os("SESSIONSTORE_REQUIRE_BROWSER").is_some() {
-        panic!("{missing} required (SESSIONSTORE_REQUIRE_BROWSER) but not found");
-    }
-    eprintln!(
-        "\n!!! SKIPPED {skipped}: no {missing}.\n\
-         !!! Install Debian's chromium and Node.js (bash .ci/browser.sh) to run it.\n"
-    );
-    false
 }
 
 fn npm(args: &[&str]) {
@@ -216,11 +183,18 @@ fn serve_file(mut stream: std::net::TcpStream, root: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_chat_in_chromium() {
-    let skipped = "browser::web_chat_in_chromium (the web example in a real browser)";
-    if !tokio::task::spawn_blocking(move || browser_tools(skipped))
+    let skipped = "browser::web_chat_in_chromium";
+    // Without Chromium, node or npm the test fails, unless
+    // `SESSIONSTORE_TEST_SKIP` names `browser`: then it is skipped, saying so.
+    let missing = tokio::task::spawn_blocking(crate::support::prereq::browser_missing)
         .await
-        .unwrap()
-    {
+        .unwrap();
+    if let Some(missing) = missing {
+        crate::support::prereq::missing(
+            crate::support::prereq::Prerequisite::Browser,
+            skipped,
+            &missing,
+        );
         return;
     }
     tokio::task::spawn_blocking(build_example).await.unwrap();

@@ -367,8 +367,8 @@ async fn sigterm_with_a_stalled_watcher_exits_within_the_grace_period() {
 }
 
 /// A small filesystem of its own (tmpfs), unmounted on drop. Mounting
-/// needs root: without it the disk-full test is skipped loudly, or fails
-/// when `SESSIONSTORE_REQUIRE_DISK_FULL` is set (as `.ci/run` does).
+/// needs root: without it the disk-full test fails, unless
+/// `SESSIONSTORE_TEST_SKIP` names `disk-full` (`support::prereq`).
 struct SmallDisk {
     dir: tempfile::TempDir,
 }
@@ -389,10 +389,11 @@ impl SmallDisk {
                     Ok(output) => String::from_utf8_lossy(&output.stderr).trim().to_owned(),
                     Err(error) => error.to_string(),
                 };
-                if std::env::var_os("SESSIONSTORE_REQUIRE_DISK_FULL").is_some() {
-                    panic!("{test}: cannot mount a small tmpfs (needs root): {why}");
-                }
-                eprintln!("\n!!! SKIPPED {test}: cannot mount a small tmpfs (needs root): {why}\n");
+                crate::support::prereq::missing(
+                    crate::support::prereq::Prerequisite::DiskFull,
+                    test,
+                    &format!("cannot mount a small tmpfs (needs root): {why}"),
+                );
                 None
             }
         }
@@ -435,7 +436,7 @@ fn assert_storage_full(status: &tonic::Status, what: &str) {
 /// is intact, and writes resume by themselves once space is freed.
 #[tokio::test]
 async fn sqlite_on_a_full_disk_refuses_writes_serves_reads_and_recovers() {
-    let test = "sqlite_on_a_full_disk_refuses_writes_serves_reads_and_recovers";
+    let test = "faults::sqlite_on_a_full_disk_refuses_writes_serves_reads_and_recovers";
     let Some(disk) = SmallDisk::mount(test, 24 << 20) else {
         return;
     };

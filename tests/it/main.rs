@@ -6,8 +6,10 @@
 mod support;
 
 mod auth;
+mod backup;
 mod browser;
 mod cli;
+mod cli_edges;
 mod client;
 mod concurrency;
 mod core;
@@ -43,3 +45,11 @@ mod store;
 mod tenancy;
 mod usage;
 mod watch;
+
+/// The end of the run: fails when `SESSIONSTORE_TEST_SKIP` let tests pass
+/// without running (its name makes it the last test libtest starts, and a
+/// failure is listed at the end of the output). See `support::prereq`.
+#[tokio::test]
+async fn zz_skipped_prerequisites() {
+    support::prereq::summary().await;
+}

@@ -25,8 +25,8 @@
 //! with the providers' official SDKs at the versions pinned below): every
 //! body validates against the SDK's request types with nothing unknown or
 //! changed, and the SDK's own client sends it unchanged (over a mock
-//! transport: nothing leaves the machine). Without python3 that half is
-//! skipped loudly, unless `SESSIONSTORE_REQUIRE_PYTHON` is set.
+//! transport: nothing leaves the machine). Without python3 the test fails,
+//! unless `SESSIONSTORE_TEST_SKIP` names `python`: that half is then skipped.
 
 use std::path::PathBuf;
 

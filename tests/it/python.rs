@@ -1,8 +1,8 @@
 //! The proto stays usable outside Rust: a Python client generated from
 //! `proto/` with grpcio-tools runs a short scenario against a real server.
 //! The virtualenv lives in the target directory and is made once. Without
-//! Python the test says loudly that it was skipped, unless
-//! `SESSIONSTORE_REQUIRE_PYTHON` is set (as `.ci/run` does).
+//! Python (with venv) the test fails, saying to run `.ci/python.sh`, unless
+//! `SESSIONSTORE_TEST_SKIP` names `python` (`support::prereq`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -49,8 +49,16 @@ fn pip_install(python: &Path, packages: &[&str]) {
 
 /// The venv's python, with `PACKAGES` installed: made once, and given what
 /// `PACKAGES` gained since it was made. Without python3 it is `None`, said
-/// loudly as a skip of `skipped` (what the caller will not run), unless
-/// `SESSIONSTORE_REQUIRE_PYTHON` is set: then it panics.
+/// as a skip of `skipped` (what the caller will not run) if
+/// `SESSIONSTORE_TEST_SKIP` names `python`; otherwise the test fails.
+/// Whether `python3` with `venv` is here.
+pub fn have_python() -> bool {
+    Command::new("python3")
+        .args(["-c", "import venv, ensurepip"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 pub fn venv(skipped: &str) -> Option<PathBuf> {
     venv_named("python-grpc", skipped)
 }
@@ -83,16 +91,11 @@ pub fn venv_with(name: &str, packages: &[&str], skipped: &str) -> Option<PathBuf
         }
         _ => {}
     }
-    let have_python = Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have_python {
-        if std::env::var_os("SESSIONSTORE_REQUIRE_PYTHON").is_some() {
-            panic!("python3 is required (SESSIONSTORE_REQUIRE_PYTHON) but not found");
-        }
-        eprintln!(
-            "\n!!! SKIPPED {skipped}: no python3.\n!!! Install Python 3 with venv to run it.\n"
+    if !have_python() {
+        crate::support::prereq::missing(
+            crate::support::prereq::Prerequisite::Python,
+            skipped,
+            "python3 with venv is not installed",
         );
         return None;
     }

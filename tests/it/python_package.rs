@@ -3,8 +3,8 @@
 //! `sessionstore` binary: plain, with bearer tokens, behind TLS, across
 //! server restarts, sync and asyncio. The virtualenv lives in the target
 //! directory beside the generated-client test's, and is made once. Without
-//! Python the test says loudly that it was skipped, unless
-//! `SESSIONSTORE_REQUIRE_PYTHON` is set (as `.ci/run` does): then it fails.
+//! Python (with venv) the test fails, saying to run `.ci/python.sh`, unless
+//! `SESSIONSTORE_TEST_SKIP` names `python` (`support::prereq`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -34,17 +34,11 @@ fn venv() -> Option<PathBuf> {
     if python.exists() {
         return Some(python);
     }
-    let have_python = Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have_python {
-        if std::env::var_os("SESSIONSTORE_REQUIRE_PYTHON").is_some() {
-            panic!("python3 is required (SESSIONSTORE_REQUIRE_PYTHON) but not found");
-        }
-        eprintln!(
-            "\n!!! SKIPPED python_package::python_package_passes_its_tests: no python3.\n\
-             !!! Install Python 3 with venv to run it.\n"
+    if !crate::python::have_python() {
+        crate::support::prereq::missing(
+            crate::support::prereq::Prerequisite::Python,
+            "python_package::python_package_passes_its_tests",
+            "python3 with venv is not installed",
         );
         return None;
     }

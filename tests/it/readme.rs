@@ -29,9 +29,9 @@
 //! neither run nor there fails the test, and so does an entry of either
 //! table that no command matches.
 //!
-//! Without python3 the Python and grpcurl commands are skipped loudly,
-//! unless `SESSIONSTORE_REQUIRE_PYTHON` is set (as `.ci/run` does); the same
-//! goes for commands piped to `jq` where there is no `jq`.
+//! Without python3 (with venv) the test fails, and so it does without
+//! `jq`, unless `SESSIONSTORE_TEST_SKIP` names `python` (the Python and
+//! grpcurl commands are then skipped) or `jq` (the commands piped to it).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -63,8 +63,40 @@ const NOT_RUN: &[(&str, &str)] = &[
         "the test suite this test is part of",
     ),
     (
+        "cargo test -p sessionstore-tests -- core::",
+        "a part of the test suite this test is part of",
+    ),
+    (
+        "SESSIONSTORE_TEST_SKIP=",
+        "the test suite this test is part of, told to go without prerequisites",
+    ),
+    (
         "cargo run --release -p sessionstore-bench",
         "a release build and minutes of benchmarks; .ci/run runs its --quick smoke run",
+    ),
+    (
+        "sessionstore backup --database-url sqlite://data/sessionstore.db --to /backups/",
+        "writes under /backups, from the default database rather than the test's; \
+         backup.rs backs up a served database and restores it",
+    ),
+    (
+        "sessionstore restore --from /backups/",
+        "needs a backup under /backups and a stopped server; backup.rs restores backups, \
+         and is refused while a server serves the database",
+    ),
+    (
+        "pg_dump -Fc -d \"$DATABASE_URL\"",
+        "a PostgreSQL deployment's backup ($DATABASE_URL), PostgreSQL's own tool; \
+         backup.rs checks `backup` points PostgreSQL URLs to it",
+    ),
+    (
+        "createdb sessionstore_restored",
+        "would create a database outside the sessionstore_test_* databases the tests make and \
+         drop, for PostgreSQL's own pg_restore",
+    ),
+    (
+        "pg_restore --no-owner -d sessionstore_restored",
+        "restores a pg_dump of a PostgreSQL deployment with PostgreSQL's own tool",
     ),
     (
         "createdb sessionstore",
@@ -576,11 +608,11 @@ async fn every_readme_command_runs() {
     }
     let jq = have_jq();
     if !jq {
-        assert!(
-            std::env::var_os("SESSIONSTORE_REQUIRE_PYTHON").is_none(),
-            "jq is required (SESSIONSTORE_REQUIRE_PYTHON) but not found"
+        crate::support::prereq::missing(
+            crate::support::prereq::Prerequisite::Jq,
+            "readme::every_readme_command_runs (the README's commands piped to jq)",
+            "jq is not installed",
         );
-        eprintln!("\n!!! SKIPPED: the README's commands piped to jq: no jq.\n");
     }
 
     let logs = tempfile::tempdir().unwrap();

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 pub mod cluster;
 mod postgres;
+pub mod prereq;
 mod rpc;
 mod server;
 
@@ -49,7 +50,8 @@ macro_rules! backend_tests {
 
 /// Runs each listed async test function (no arguments) as a test of
 /// PostgreSQL alone, in module `postgres_only`: where no PostgreSQL is
-/// reachable and none is required, it is skipped, saying so.
+/// reachable it fails, unless `SESSIONSTORE_TEST_SKIP` names `postgres`
+/// (see [`prereq`]).
 #[macro_export]
 macro_rules! postgres_tests {
     ($($name:ident),* $(,)?) => {

@@ -7,9 +7,9 @@ pub fn postgres_admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }
 
-/// Whether PostgreSQL tests can run. Without a server they are skipped with
-/// a loud message, unless `SESSIONSTORE_REQUIRE_POSTGRES` is set (as
-/// `.ci/run` does), in which case they fail.
+/// Whether PostgreSQL tests can run. Without a server the test fails,
+/// saying how to provide one, unless `SESSIONSTORE_TEST_SKIP` names
+/// `postgres`: then it is skipped, saying so (see [`super::prereq`]).
 pub async fn postgres_available(test: &str) -> bool {
     use sqlx::Connection as _;
     let url = postgres_admin_url();
@@ -19,11 +19,10 @@ pub async fn postgres_available(test: &str) -> bool {
             true
         }
         Err(error) => {
-            if std::env::var_os("SESSIONSTORE_REQUIRE_POSTGRES").is_some() {
-                panic!("PostgreSQL is required but unreachable at {url}: {error}");
-            }
-            eprintln!(
-                "\n!!! SKIPPED {test}: no PostgreSQL at {url} ({error}).\n!!! Set SESSIONSTORE_TEST_POSTGRES_URL to run the PostgreSQL tests.\n"
+            super::prereq::missing(
+                super::prereq::Prerequisite::Postgres,
+                test,
+                &super::prereq::postgres_unreachable(&url, &error),
             );
             false
         }
@@ -45,7 +44,23 @@ impl PgDatabase {
             std::process::id(),
             NEXT_DB.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
-        let mut conn = sqlx::PgConnection::connect(&admin).await.expect("postgres");
+        let mut conn = match sqlx::PgConnection::connect(&admin).await {
+            Ok(conn) => conn,
+            Err(error) => {
+                // A test that reaches here (no `postgres_available` first)
+                // has no way to skip: it fails, opted out or not.
+                let test = super::prereq::current_test();
+                let missing = super::prereq::postgres_unreachable(&admin, &error);
+                let postgres = super::prereq::Prerequisite::Postgres;
+                if !postgres.skipped_by_choice() {
+                    super::prereq::missing(postgres, &test, &missing);
+                }
+                panic!(
+                    "{test}: {missing}; SESSIONSTORE_TEST_SKIP names postgres, \
+                     but this test has no way to skip"
+                );
+            }
+        };
         sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
             .execute(&mut conn)
             .await

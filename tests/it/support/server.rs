@@ -229,12 +229,14 @@ pub fn sessionstore_binary() -> std::path::PathBuf {
             "sessionstore",
             "--message-format=json",
         ])
-        .stderr(std::process::Stdio::inherit())
         .output()
         .expect("run cargo build");
+    // cargo's progress (`Compiling …`, `Blocking waiting for file lock`)
+    // is kept out of the test output; shown only when the build fails.
     assert!(
         output.status.success(),
-        "cargo build of sessionstore failed"
+        "cargo build of sessionstore failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
     );
     let stdout = String::from_utf8(output.stdout).expect("cargo output is UTF-8");
     stdout
