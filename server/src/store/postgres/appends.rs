@@ -360,9 +360,7 @@ impl Writer<'_> {
             // wait for a connection behind the batch before.
             if self.reachability.primary_lost() {
                 release(self.held);
-                let error = Error::unavailable(std::io::Error::other(
-                    "no writable PostgreSQL primary among the listed hosts",
-                ));
+                let error = no_primary();
                 tracing::debug!(
                     appends = jobs.len(),
                     "no primary: appends answered unavailable"
@@ -438,9 +436,23 @@ impl Writer<'_> {
         };
         // In arrival order: a session's later appends were deferred with it.
         // (Their sessions are not kept: the general path changes them.)
+        // They are written one after another, so once one finds the
+        // database out of reach (or the primary is known lost), the rest
+        // are answered with that at once, not each after its own wait for
+        // a connection.
+        let mut shared: Option<Error> = None;
         for job in deferred {
-            if !job.abandoned() {
-                write(self.pool, self.sink.as_ref(), self.search, Box::new(job)).await;
+            if job.abandoned() {
+                continue;
+            }
+            if shared.is_none() && self.reachability.primary_lost() {
+                shared = Some(no_primary());
+            }
+            match &shared {
+                Some(error) => job.fail(fault::again(error)),
+                None => {
+                    shared = write(self.pool, self.sink.as_ref(), self.search, Box::new(job)).await;
+                }
             }
         }
     }
@@ -512,6 +524,13 @@ impl Writer<'_> {
 /// Gives the writer's connection back after a failed batch, its
 /// transaction perhaps still open: rolled back, in the background, and
 /// returned to the pool if it still answers, closed if not.
+/// What an append is answered while no writable primary is known.
+fn no_primary() -> Error {
+    Error::unavailable(std::io::Error::other(
+        "no writable PostgreSQL primary among the listed hosts",
+    ))
+}
+
 fn release(held: &mut Option<Held>) {
     if let Some(Held { mut connection, .. }) = held.take() {
         tokio::spawn(async move {

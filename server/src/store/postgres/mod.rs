@@ -207,12 +207,9 @@ async fn register(
 
 impl Backend for Postgres {
     fn write(&self, job: Box<dyn Job>) -> BoxFuture<'_, ()> {
-        Box::pin(writes::write(
-            &self.pool,
-            self.sink.as_ref(),
-            self.search,
-            job,
-        ))
+        Box::pin(async move {
+            writes::write(&self.pool, self.sink.as_ref(), self.search, job).await;
+        })
     }
 
     fn append(&self, pending: PendingAppend) -> BoxFuture<'_, ()> {

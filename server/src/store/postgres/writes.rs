@@ -15,22 +15,28 @@ use crate::store::{CommitSink, fault};
 const WRITE_ATTEMPTS: usize = 3;
 
 /// Runs one write in its own transaction, retrying lost races, and
-/// answers it.
+/// answers it. Returns the fault when it failed for the database's state
+/// (out of reach, disk full), which the next write would meet too.
 pub(super) async fn write(
     pool: &AnyPool,
     sink: &dyn CommitSink,
     search: SearchWrites,
     mut job: Box<dyn Job>,
-) {
+) -> Option<Error> {
+    let fail = |job: Box<dyn Job>, error: Error| {
+        let shared = fault::is_shared(&error).then(|| fault::again(&error));
+        job.fail(error);
+        shared
+    };
     let mut attempt = 1;
     loop {
         let mut conn = match pool.acquire().await {
             Ok(conn) => conn,
-            Err(error) => return job.fail(Error::from(error)),
+            Err(error) => return fail(job, Error::from(error)),
         };
         let mut tx = match conn.begin().await {
             Ok(tx) => tx,
-            Err(error) => return job.fail(Error::from(error)),
+            Err(error) => return fail(job, Error::from(error)),
         };
         let error = match job.apply(&mut tx, Dialect::Postgres, search).await {
             Ok(settle) => match tx.commit().await {
@@ -40,7 +46,8 @@ pub(super) async fn write(
                         // It may be the connection that failed.
                         conn.close_on_drop();
                     }
-                    return settle.committed(sink);
+                    settle.committed(sink);
+                    return None;
                 }
                 Err(error) => {
                     job = settle.again();
@@ -64,6 +71,6 @@ pub(super) async fn write(
         if let Error::Storage(source) = &error {
             tracing::error!(error = %source, "write failed");
         }
-        return job.fail(error);
+        return fail(job, error);
     }
 }
