@@ -117,8 +117,7 @@ pub struct MigrateArgs {
     pub check: bool,
 }
 
-/// The database URL when none is given (`serve`, `migrate`, `backup`, `restore`).
-pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/sessionstore.db";
+pub use crate::store::DEFAULT_DATABASE_URL;
 
 /// Where the data lives.
 #[derive(Clone, Debug, Args)]

@@ -44,22 +44,10 @@ fn previous_release_binary() -> PathBuf {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../.ci/previous-release.sh");
     let mut command = std::process::Command::new("bash");
     command.arg(script);
-    // What cargo told this test about its own crate is not for that build.
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if name.starts_with("CARGO_PKG_")
-            || [
-                "CARGO_MANIFEST_DIR",
-                "CARGO_MANIFEST_PATH",
-                "CARGO_CRATE_NAME",
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_TARGET_DIR",
-            ]
-            .contains(&name.as_ref())
-        {
-            command.env_remove(name.as_ref());
-        }
-    }
+    // Nor is the workspace's target directory: the old release builds in
+    // a directory of its own.
+    crate::support::without_cargo_test_env(&mut command);
+    command.env_remove("CARGO_TARGET_DIR");
     let output = command
         .stderr(std::process::Stdio::inherit())
         .output()

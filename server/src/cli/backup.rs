@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::config::DEFAULT_DATABASE_URL;
+use crate::store::DEFAULT_DATABASE_URL;
 use crate::store::backup::{self, Written};
 
 /// `sessionstore backup`'s flags.

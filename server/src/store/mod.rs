@@ -37,6 +37,10 @@ pub use rows::{EncodedMessage, MessageRow, OwnedMessageRow};
 pub use sql::SqlStore;
 pub use sqlite::backup;
 
+/// The database URL when none is given (`serve`, `migrate`, `backup`,
+/// `restore`).
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/sessionstore.db";
+
 /// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {

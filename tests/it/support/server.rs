@@ -197,14 +197,11 @@ pub async fn connect(endpoint: &str) -> SessionStoreClient<Channel> {
     SessionStoreClient::new(channel)
 }
 
-/// Builds (if needed) the `sessionstore` binary and returns its path.
-pub fn sessionstore_binary() -> std::path::PathBuf {
-    let workspace = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let mut cargo = std::process::Command::new(env!("CARGO"));
-    // What cargo told this test about its own crate is not for the build:
-    // a build script that reads CARGO_MANIFEST_DIR (ring's does) would see
-    // it change between `cargo test` and this build, and each would rebuild
-    // half the workspace for the other.
+/// Removes what cargo told this test about its own crate from a build
+/// command's environment: a build script that reads CARGO_MANIFEST_DIR
+/// (ring's does) would see it change between `cargo test` and this build,
+/// and each would rebuild half the workspace for the other.
+pub fn without_cargo_test_env(command: &mut std::process::Command) {
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy();
         if name.starts_with("CARGO_PKG_")
@@ -216,9 +213,16 @@ pub fn sessionstore_binary() -> std::path::PathBuf {
             ]
             .contains(&name.as_ref())
         {
-            cargo.env_remove(name.as_ref());
+            command.env_remove(name.as_ref());
         }
     }
+}
+
+/// Builds (if needed) the `sessionstore` binary and returns its path.
+pub fn sessionstore_binary() -> std::path::PathBuf {
+    let workspace = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let mut cargo = std::process::Command::new(env!("CARGO"));
+    without_cargo_test_env(&mut cargo);
     let output = cargo
         .current_dir(workspace)
         .args([
