@@ -132,7 +132,7 @@ pub struct DatabaseConfig {
     pub database_url: String,
 
     /// PostgreSQL connections per replica (plus a quarter as many, at least
-    /// one, for exports' and replays' pages, and one for LISTEN).
+    /// one, for exports' and replays' pages, one for LISTEN and one that follows the primary).
     #[arg(
         long,
         env = "SESSIONSTORE_DATABASE_MAX_CONNECTIONS",
