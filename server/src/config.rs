@@ -219,6 +219,19 @@ pub struct ServeConfig {
     #[arg(long, env = "SESSIONSTORE_SEARCH", value_enum, default_value_t = SearchMode::On)]
     pub search: SearchMode,
 
+    /// How a SQLite file database's appends and search index write the
+    /// WAL. `gathered`: a transaction's frames in a few large writes (more
+    /// appends per second; used only with the SQLite release it was tested
+    /// with, else `direct` and a log line says so). `direct`: each frame as
+    /// SQLite writes it. Both are equally durable.
+    #[arg(
+        long,
+        env = "SESSIONSTORE_SQLITE_WAL_WRITES",
+        value_enum,
+        default_value_t = WalWritesMode::Gathered
+    )]
+    pub sqlite_wal_writes: WalWritesMode,
+
     /// Threads that run the gRPC calls (the async runtime's workers).
     /// Default: one per core, one fewer (at least one) with a SQLite file
     /// database, whose appends are written on a thread of their own.
@@ -398,6 +411,16 @@ pub enum SearchMode {
     On,
     /// Not kept; SearchMessages fails SEARCH_DISABLED.
     Off,
+}
+
+/// `--sqlite-wal-writes`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum WalWritesMode {
+    /// Frames gathered into a few large writes.
+    #[default]
+    Gathered,
+    /// Each frame written as SQLite writes it.
+    Direct,
 }
 
 /// How log lines are written.

@@ -116,6 +116,10 @@ pub async fn serve_with_metrics(
         max_connections: config.database.max_connections,
         recheck_interval: config.recheck_interval(),
         search: config.search == crate::config::SearchMode::On,
+        wal_writes: match config.sqlite_wal_writes {
+            crate::config::WalWritesMode::Gathered => store::WalWrites::Gathered,
+            crate::config::WalWritesMode::Direct => store::WalWrites::Direct,
+        },
         // The bound address, its port resolved: the replica registry's.
         advertised_address: listener.local_addr().ok().map(|a| a.to_string()),
     };

@@ -96,6 +96,21 @@ pub struct StoreOptions {
     /// store registers under it in the replica registry. None: it does
     /// not register.
     pub advertised_address: Option<String>,
+    /// How a SQLite file database's append and search connections write
+    /// their WAL (`--sqlite-wal-writes`).
+    pub wal_writes: WalWrites,
+}
+
+/// How a SQLite file database's busiest connections write the WAL.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WalWrites {
+    /// A transaction's frames gathered into a few large writes (the
+    /// WAL-gathering VFS), where the linked SQLite is one it was tested
+    /// with; `Direct` otherwise, with a log line saying why.
+    #[default]
+    Gathered,
+    /// Each frame written as SQLite writes it (SQLite's default VFS).
+    Direct,
 }
 
 impl Default for StoreOptions {
@@ -105,6 +120,7 @@ impl Default for StoreOptions {
             recheck_interval: std::time::Duration::from_secs(5),
             search: true,
             advertised_address: None,
+            wal_writes: WalWrites::default(),
         }
     }
 }
@@ -149,7 +165,7 @@ pub async fn open(
 ) -> Result<SqlStore, OpenError> {
     let (pool, backend): (_, Box<dyn sql::Backend>) = match backend_of(url)? {
         Backend::Sqlite => {
-            let (pool, sqlite) = sqlite::open(url, Arc::clone(&sink), options.search).await?;
+            let (pool, sqlite) = sqlite::open(url, Arc::clone(&sink), options).await?;
             (pool, Box::new(sqlite))
         }
         Backend::Postgres => {

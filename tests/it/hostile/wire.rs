@@ -294,9 +294,10 @@ pub(crate) async fn raw_h2(
     let (response, mut stream) = sender
         .send_request(request, false)
         .map_err(|e| e.to_string())?;
-    stream
-        .send_data(Bytes::from(body), !keep_open)
-        .map_err(|e| e.to_string())?;
+    // The server may answer (and close the stream) before the body is sent,
+    // as it does for an unknown method: the body is then refused as sent on
+    // an inactive stream, and the answer is what the caller reads.
+    let _ = stream.send_data(Bytes::from(body), !keep_open);
     Ok(RawStream {
         response: Some(response),
         _stream: stream,

@@ -13,7 +13,7 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Executor as _};
 
 use super::{search, wal_writes};
-use crate::store::OpenError;
+use crate::store::{OpenError, WalWrites};
 
 /// The size (bytes) the WAL file is cut back to when it starts over: above
 /// what the WAL reaches between two restarts under steady appends (50–110
@@ -199,12 +199,12 @@ pub(super) enum Role {
 /// An engine connection to the (existing, migrated) database file at
 /// `path`, configured for `role`. Without SQLite's per-connection mutex:
 /// one thread uses it at a time.
-pub(super) fn engine(path: &Path, role: Role) -> rusqlite::Result<Connection> {
+pub(super) fn engine(path: &Path, role: Role, wal: WalWrites) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = match role {
+    let conn = match (role, wal) {
         // The two connections that write the most frames gather them
-        // (`wal_writes.rs`).
-        Role::Appends | Role::Search => {
+        // (`wal_writes.rs`), unless told otherwise.
+        (Role::Appends | Role::Search, WalWrites::Gathered) => {
             Connection::open_with_flags_and_vfs(path, flags, wal_writes::vfs()?)?
         }
         _ => Connection::open_with_flags(path, flags)?,
@@ -279,12 +279,15 @@ mod tests {
         let mapped = |conn: &Connection| -> rusqlite::Result<i64> {
             conn.query_row("PRAGMA mmap_size", [], |row| row.get(0))
         };
-        let read = engine(&path, Role::Read)?;
+        let read = engine(&path, Role::Read, WalWrites::Direct)?;
         assert_eq!(mapped(&read)?, READ_MMAP_SIZE);
         let body: String = read.query_row("SELECT body FROM t", [], |row| row.get(0))?;
         assert_eq!(body, "kept");
         assert!(read.execute("INSERT INTO t VALUES ('no')", []).is_err());
-        assert_eq!(mapped(&engine(&path, Role::Checkpoints)?)?, 0);
+        assert_eq!(
+            mapped(&engine(&path, Role::Checkpoints, WalWrites::Direct)?)?,
+            0
+        );
         drop(read);
         let _ = std::fs::remove_dir_all(&dir);
         Ok(())

@@ -21,10 +21,11 @@ use super::checkpoints::Checkpointer;
 use super::connections::{self, Role};
 use super::reads::EngineReads;
 use super::search::{self, SearchIndexer};
+use super::wal_writes;
 use crate::domain::{Error, Result};
-use crate::store::OpenError;
 use crate::store::fault::DiskSpace;
 use crate::store::ops::SearchWrites;
+use crate::store::{OpenError, WalWrites};
 
 /// How long EraseUser's WAL truncation waits before trying again when
 /// another checkpoint was under way.
@@ -49,9 +50,12 @@ impl Engine {
         path: &Path,
         space: &Arc<DiskSpace>,
         search: bool,
+        wal_writes: WalWrites,
     ) -> Result<Self, OpenError> {
+        let wal_writes = wal_writes::available(wal_writes);
         let open = |role| {
-            connections::engine(path, role).map_err(|error| OpenError::Engine(Box::new(error)))
+            connections::engine(path, role, wal_writes)
+                .map_err(|error| OpenError::Engine(Box::new(error)))
         };
         // The last search log id indexed: the append thread deletes the log
         // rows before it.
@@ -129,7 +133,7 @@ impl Engine {
                 let (done, kept) = tokio::task::spawn_blocking(move || -> Result<_> {
                     let conn = match scrub.take() {
                         Some(conn) => conn,
-                        None => connections::engine(&path, Role::Scrub)?,
+                        None => connections::engine(&path, Role::Scrub, WalWrites::Direct)?,
                     };
                     conn.query_row("PRAGMA main.wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
                     Ok((appends::truncated(&conn, "search")?, conn))
@@ -162,7 +166,7 @@ impl Engine {
     pub(super) async fn keep_wal_files(&self) {
         let path = self.path.clone();
         let kept = tokio::task::spawn_blocking(move || {
-            let conn = connections::engine(&path, Role::Closing)?;
+            let conn = connections::engine(&path, Role::Closing, WalWrites::Direct)?;
             conn.query_row("SELECT count(*) FROM main.sqlite_master", [], |_| Ok(()))?;
             conn.query_row("SELECT count(*) FROM search.sqlite_master", [], |_| Ok(()))
         })

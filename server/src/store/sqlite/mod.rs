@@ -34,7 +34,7 @@ use super::ops::SearchWrites;
 use super::rows::OwnedMessageRow;
 use super::sql::{self, Backend, close_pool};
 use super::writer::{Job, PendingAppend, enqueue};
-use super::{CommitSink, OpenError, Page, ReadBound, SessionHandle};
+use super::{CommitSink, OpenError, Page, ReadBound, SessionHandle, StoreOptions};
 use crate::domain::Result;
 use crate::domain::target::Origins;
 use crate::wire::EncodedEvent;
@@ -74,8 +74,9 @@ pub(super) struct Sqlite {
 pub(super) async fn open(
     url: &str,
     sink: Arc<dyn CommitSink>,
-    search: bool,
+    options: &StoreOptions,
 ) -> Result<(AnyPool, Sqlite), OpenError> {
+    let search = options.search;
     let pool = connections::pool(url).await?;
     ledger::migrate(&pool, super::ledger::Mode::Expand).await?;
     let space = Arc::new(DiskSpace::default());
@@ -83,7 +84,12 @@ pub(super) async fn open(
         None
     } else {
         let path = connections::file_path(url)?;
-        Some(Arc::new(Engine::start(&path, &space, search)?))
+        Some(Arc::new(Engine::start(
+            &path,
+            &space,
+            search,
+            options.wal_writes,
+        )?))
     };
     // A file database's search index is written by the indexer thread,
     // from the ranges writes log; in memory, by the writes themselves.

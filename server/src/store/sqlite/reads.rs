@@ -27,7 +27,7 @@ use crate::store::rows::{
 };
 use crate::store::sql::CALL_ORIGINS;
 use crate::store::text::unescape;
-use crate::store::{Page, ReadBound};
+use crate::store::{Page, ReadBound, WalWrites};
 use crate::wire::EncodedEvent;
 
 /// A session's events in a range of revisions, in order (as `sql::events`,
@@ -257,7 +257,7 @@ impl EngineReads {
     }
 
     fn open(&self) -> rusqlite::Result<Connection> {
-        connections::engine(&self.path, Role::Read)
+        connections::engine(&self.path, Role::Read, WalWrites::Direct)
     }
 }
 

@@ -21,6 +21,13 @@
 //!   the WAL after `COMMIT` returns, covers every frame of the commit. A
 //!   failed write's error (a full disk) is that of SQLite's write of the
 //!   header or the page, so the `COMMIT` fails as it did before;
+//! - at the latest when SQLite publishes a transaction to readers: it
+//!   writes the WAL index's header twice with a barrier between the
+//!   copies (`shm_barrier`), and a reader takes the header only when both
+//!   agree. This alone makes every published frame readable; the
+//!   commit-frame rule above has normally written everything by then
+//!   (a test counts that it has), and reports a failed write as the
+//!   `COMMIT`'s error, which a barrier cannot;
 //! - when it holds [`GATHER_BYTES`] (a transaction larger than that);
 //! - before a write that does not follow the buffered bytes;
 //! - before anything else touches the file: a read, its size, a truncate,
@@ -37,13 +44,17 @@
 //! same points, so durability and what readers see are as with the
 //! default VFS. Other files (the database, the search file) go through
 //! unchanged. Only the connections that write most open through it (the
-//! append thread and the search indexer, `connections.rs`).
+//! append thread and the search indexer, `connections.rs`), and only with
+//! `--sqlite-wal-writes gathered` (the default) and a SQLite release in
+//! [`TESTED`] ([`available`]).
 
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr;
 use std::sync::OnceLock;
 
 use rusqlite::ffi;
+
+use crate::store::WalWrites;
 
 /// The VFS's registered name.
 pub(super) const NAME: &str = "sessionstore-gathered-wal";
@@ -59,6 +70,26 @@ const MAX_WRITE: usize = 124 << 10;
 
 /// The size of a WAL frame's header.
 const FRAME_HEADER: usize = 24;
+
+/// The SQLite releases this VFS was tested with (the one sqlx bundles):
+/// it relies on the order in which SQLite writes a WAL's frames and
+/// publishes them, which no interface promises.
+const TESTED: std::ops::Range<i32> = 3_046_000..3_047_000;
+
+/// What `requested` becomes with the linked SQLite: gathered only where
+/// that SQLite is one this VFS was tested with (else direct, and a log
+/// line says why).
+pub(super) fn available(requested: WalWrites) -> WalWrites {
+    let linked = rusqlite::version_number();
+    if requested == WalWrites::Gathered && !TESTED.contains(&linked) {
+        tracing::warn!(
+            sqlite = rusqlite::version(),
+            "the WAL-gathering VFS was not tested with this SQLite: WAL writes are direct"
+        );
+        return WalWrites::Direct;
+    }
+    requested
+}
 
 /// Registers the VFS (once per process) and returns its name for
 /// `Connection::open_with_flags_and_vfs`.
@@ -309,6 +340,7 @@ unsafe extern "C" fn write(
     // SAFETY: SQLite passes `amount` readable bytes at `data`.
     let data = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) };
     if !wal.gathered.bytes.is_empty() && offset != wal.gathered.end() {
+        counted(Flush::Gap);
         let rc = flush(wal);
         if rc != ffi::SQLITE_OK {
             return rc;
@@ -330,7 +362,12 @@ unsafe extern "C" fn write(
         // wrote pages over frames it had spilled).
         gathered.commit_page_next = true;
     }
-    if commit_header || commit_page || gathered.bytes.len() >= GATHER_BYTES {
+    if commit_header || commit_page {
+        counted(Flush::Commit);
+        return flush(wal);
+    }
+    if gathered.bytes.len() >= GATHER_BYTES {
+        counted(Flush::Full);
         return flush(wal);
     }
     ffi::SQLITE_OK
@@ -339,6 +376,9 @@ unsafe extern "C" fn write(
 unsafe extern "C" fn close(file: *mut ffi::sqlite3_file) -> c_int {
     // SAFETY: SQLite calls with its WalFile, and never again after this.
     let wal = unsafe { wal(file) };
+    if !wal.gathered.bytes.is_empty() {
+        counted(Flush::Touched);
+    }
     let flushed = flush(wal);
     // SAFETY: a partner is open (each unlinks the other when it closes)
     // and used by this connection's thread alone.
@@ -367,6 +407,9 @@ unsafe extern "C" fn fetch(
 ) -> c_int {
     // SAFETY: SQLite calls with its WalFile.
     let wal = unsafe { wal(file) };
+    if !wal.gathered.bytes.is_empty() {
+        counted(Flush::Touched);
+    }
     let rc = flush(wal);
     if rc != ffi::SQLITE_OK {
         return rc;
@@ -392,6 +435,9 @@ macro_rules! forward {
                 // SAFETY: SQLite calls with its WalFile.
                 let wal = unsafe { wal(file) };
                 $(
+                    if !wal.gathered.bytes.is_empty() {
+                        counted(Flush::Touched);
+                    }
                     let $flushed = flush(wal);
                     if $flushed != ffi::SQLITE_OK {
                         return $flushed;
@@ -443,6 +489,9 @@ unsafe extern "C" fn shm_lock(
         // as no reader ever looks past the WAL's end.
         // SAFETY: the partner is open, on this connection's thread.
         if let Some(wal) = unsafe { database.partner.as_mut() } {
+            if !wal.gathered.bytes.is_empty() {
+                counted(Flush::Unlock);
+            }
             flush(wal);
         }
     }
@@ -455,12 +504,59 @@ unsafe extern "C" fn shm_lock(
 
 unsafe extern "C" fn shm_barrier(file: *mut ffi::sqlite3_file) {
     // SAFETY: SQLite calls with its WalFile.
-    let wal = unsafe { wal(file) };
-    if let Some(barrier) = inner_methods(wal).xShmBarrier {
+    let database = unsafe { wal(file) };
+    // SQLite publishes a transaction to readers by writing the WAL index's
+    // header, twice, with a barrier between the copies: a reader takes the
+    // header only when both copies agree. What the WAL file still holds is
+    // written here, before the second copy, so no reader can ever look for
+    // a frame that is not in the file, whatever the shape of the writes
+    // that came before. (The commit-frame rule in `write` has normally
+    // written everything already, and reports a failed write as the
+    // COMMIT's error; a barrier cannot return one.)
+    // SAFETY: the partner is open, on this connection's thread.
+    if let Some(wal) = unsafe { database.partner.as_mut() } {
+        if !wal.gathered.bytes.is_empty() {
+            counted(Flush::Barrier);
+            flush(wal);
+        }
+    }
+    if let Some(barrier) = inner_methods(database).xShmBarrier {
         // SAFETY: forwarded as SQLite passed it.
-        unsafe { barrier(wal.inner) }
+        unsafe { barrier(database.inner) }
     }
 }
+
+/// Why gathered bytes were written: counted in test builds, so a test can
+/// check that every flush happened by rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
+enum Flush {
+    /// A commit frame's header, or its page.
+    Commit,
+    /// [`GATHER_BYTES`] gathered.
+    Full,
+    /// A write that does not follow the gathered bytes.
+    Gap,
+    /// A read, size, truncate, sync, file control, fetch or close.
+    Touched,
+    /// The end of a write transaction (the WAL's write lock given up).
+    Unlock,
+    /// SQLite publishing a transaction with bytes still gathered: never,
+    /// if the commit-frame rule holds.
+    Barrier,
+}
+
+#[cfg(test)]
+static FLUSHES: [std::sync::atomic::AtomicU64; 6] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 6];
+
+#[cfg(test)]
+fn counted(why: Flush) {
+    FLUSHES[why as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[cfg(not(test))]
+fn counted(_: Flush) {}
 
 #[cfg(test)]
 mod tests {
@@ -567,6 +663,120 @@ mod tests {
         writer.execute("INSERT INTO t (body) VALUES (zeroblob(20))", [])?;
         expected = (expected.0 + 1, expected.1 + 20);
         check(expected)?;
+        drop(writer);
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(())
+    }
+
+    fn flushes(why: Flush) -> u64 {
+        FLUSHES[why as usize].load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Readers on other connections (through SQLite's default VFS, as
+    /// sqlx's, and through this one, as the search indexer's) see every
+    /// transaction the moment its COMMIT returns, while the writer commits
+    /// small transactions, ones that spill frames before their commit and
+    /// rewrite them, rollbacks and checkpoints; and no flush was left to
+    /// the barrier (the commit-frame rule wrote everything first).
+    #[test]
+    fn readers_on_other_connections_see_each_commit_when_it_returns() -> rusqlite::Result<()> {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+        let dir = std::env::temp_dir().join(format!(
+            "sessionstore-wal-vfs-readers-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let path = dir.join("db.sqlite");
+        let writer = through_vfs(&path)?;
+        writer.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")?;
+        let commits_before = flushes(Flush::Commit);
+        let barrier_before = flushes(Flush::Barrier);
+        // Rows committed so far: published after each COMMIT returns.
+        let committed = Arc::new(AtomicI64::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = [false, false, true]
+            .into_iter()
+            .map(|ours| {
+                let (path, committed, done) = (path.clone(), committed.clone(), done.clone());
+                std::thread::spawn(move || -> rusqlite::Result<u64> {
+                    let conn = if ours {
+                        Connection::open_with_flags_and_vfs(
+                            &path,
+                            OpenFlags::SQLITE_OPEN_READ_ONLY,
+                            vfs()?,
+                        )?
+                    } else {
+                        Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?
+                    };
+                    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+                    let mut reads = 0;
+                    while !done.load(Ordering::Acquire) {
+                        let floor = committed.load(Ordering::Acquire);
+                        let (rows, _) = rows(&conn)?;
+                        assert!(
+                            rows >= floor,
+                            "a reader saw {rows} rows after a COMMIT of {floor} returned"
+                        );
+                        reads += 1;
+                    }
+                    Ok(reads)
+                })
+            })
+            .collect();
+
+        let mut total = 0;
+        let mut commits = 0;
+        for round in 0..240 {
+            match round % 40 {
+                // A transaction larger than the page cache (10 pages) and
+                // than what is gathered at once: it spills frames, reads
+                // some back and writes them again.
+                7 => {
+                    writer.execute_batch(
+                        "BEGIN; \
+                         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 800) \
+                         INSERT INTO t (body) SELECT randomblob(1500) FROM n; \
+                         UPDATE t SET body = zeroblob(1500) WHERE id % 11 = 0; \
+                         COMMIT",
+                    )?;
+                    total += 800;
+                    commits += 1;
+                }
+                // One that spills and rolls back.
+                19 => writer.execute_batch(
+                    "BEGIN; \
+                     WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300) \
+                     INSERT INTO t (body) SELECT randomblob(1000) FROM n; \
+                     ROLLBACK",
+                )?,
+                // A checkpoint while the readers read.
+                29 => writer.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?,
+                _ => {
+                    writer.execute("INSERT INTO t (body) VALUES (randomblob(300))", [])?;
+                    total += 1;
+                    commits += 1;
+                }
+            }
+            committed.store(total, Ordering::Release);
+        }
+        done.store(true, Ordering::Release);
+        for reader in readers {
+            let reads = reader.join().expect("a reader panicked")?;
+            assert!(reads > 0, "a reader never read");
+        }
+        assert_eq!(rows(&writer)?.0, total);
+        assert!(
+            flushes(Flush::Commit) - commits_before >= commits,
+            "every commit's frames were written by the commit-frame rule"
+        );
+        assert_eq!(
+            flushes(Flush::Barrier),
+            barrier_before,
+            "a transaction was published with frames still gathered"
+        );
         drop(writer);
         let _ = std::fs::remove_dir_all(&dir);
         Ok(())
