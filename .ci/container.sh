@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure podman (and runc, the OCI runtime the container test uses) are
-# installed, from Debian's packages, for tests/it/container.rs. No registry
+# installed, from Debian's packages, for tests/it/deploy.rs. No registry
 # is needed: the image is built FROM scratch (deploy/container/).
 set -euo pipefail
 missing=()

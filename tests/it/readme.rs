@@ -59,8 +59,8 @@ const NOT_RUN: &[(&str, &str)] = &[
          on PATH instead",
     ),
     (
-        "cargo test --workspace",
-        "the test suite this test is part of",
+        "bash .ci/test",
+        "the test suite this test is part of (after providing its prerequisites)",
     ),
     (
         "cargo test -p sessionstore-tests -- core::",
