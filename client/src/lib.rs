@@ -1,15 +1,6 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-/// The generated `sessionstore.v1` messages, client stub and (with the
-/// `server` feature) server trait.
-pub mod v1 {
-    #![allow(missing_docs, clippy::all, clippy::pedantic)]
-    tonic::include_proto!("sessionstore.v1");
-    #[cfg(feature = "server")]
-    include!(concat!(env!("OUT_DIR"), "/server/sessionstore.v1.rs"));
-}
-
 mod auth;
 mod client;
 mod error;
@@ -20,6 +11,8 @@ mod run;
 pub mod server_codec;
 mod usage;
 mod watch;
+
+pub mod v1;
 
 /// The encoded `FileDescriptorSet` of the `sessionstore.v1` protos, for
 /// gRPC server reflection.

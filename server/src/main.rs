@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use sessionstore_server::config::{Cli, Command, ServeConfig, TelemetryConfig};
+use sessionstore_server::cli::{Cli, Command};
+use sessionstore_server::config::{ServeConfig, TelemetryConfig};
 use sessionstore_server::store::{MigrateMode, OpenError};
 use sessionstore_server::{cli, server, telemetry};
 

@@ -20,12 +20,14 @@ use crate::domain::transcript::{markdown_message, rfc3339};
 use crate::wire;
 
 mod backup;
+mod command;
 mod database;
 mod export;
 mod health;
 mod watch;
 
 pub use backup::{BackupArgs, RestoreArgs, backup, restore};
+pub use command::{Cli, Command, MigrateArgs};
 pub use database::{ReplicasArgs, ReplicasFormat, check_migrations, replicas};
 use export::{export, import};
 pub use health::{HealthArgs, run as health};

@@ -2,18 +2,14 @@
 //! per-session state and live deltas. The requests and the rules that need
 //! no stored state; storage applies them.
 
-use super::exchange::MAX_KEY_LEN;
-use super::session::validate_new_session_id;
+use super::fields::{
+    MAX_KEY_LEN, check_len, check_scope_name, check_state_entry, check_state_key,
+    validate_new_session_id,
+};
 use super::{DeltaContent, Error, Message, Result, StateEntry, StoredMessage, Timestamp};
 
 /// The longest lease a run may take at once (it can renew).
 pub const MAX_LEASE_MICROS: i64 = 24 * 3600 * 1_000_000;
-/// The longest state key.
-pub const MAX_STATE_KEY_LEN: usize = 256;
-/// The largest state value: state is for small things.
-pub const MAX_STATE_VALUE_LEN: usize = 64 * 1024;
-/// The most state entries one session may hold.
-pub const MAX_STATE_ENTRIES: i64 = 1000;
 /// The longest edit or redaction reason.
 pub const MAX_REASON_LEN: usize = 1024;
 /// The largest delta payload.
@@ -334,20 +330,6 @@ pub fn validate_delta(run_id: &str, index: i64, content: Option<&DeltaContent>) 
     Ok(())
 }
 
-/// Checks a field's length, and that it is present when `required`.
-fn check_len(field: &str, value: &str, max: usize, required: bool) -> Result<()> {
-    if required && value.is_empty() {
-        return Err(Error::invalid(field, "is required"));
-    }
-    if value.len() > max {
-        return Err(Error::invalid(
-            field,
-            format!("must be at most {max} bytes"),
-        ));
-    }
-    Ok(())
-}
-
 /// Checks a required run id.
 pub fn require_run_id(run_id: &str) -> Result<()> {
     check_len("run_id", run_id, MAX_KEY_LEN, true)
@@ -372,26 +354,6 @@ fn check_reason(reason: &str) -> Result<()> {
     check_len("reason", reason, MAX_REASON_LEN, false)
 }
 
-/// Checks a state key: present and short.
-pub fn check_state_key(key: &str) -> Result<()> {
-    check_len("key", key, MAX_STATE_KEY_LEN, true)
-}
-
-/// Checks a state entry to write: its key (named `key_field` in an error)
-/// and its value (`value_field`).
-pub fn check_state_entry(key_field: &str, key: &str, value_field: &str, value: &str) -> Result<()> {
-    check_len(key_field, key, MAX_STATE_KEY_LEN, true)?;
-    if value.len() > MAX_STATE_VALUE_LEN {
-        return Err(Error::LimitExceeded {
-            field: value_field.into(),
-            limit: "max_state_value_bytes",
-            description: format!(
-                "must be at most {MAX_STATE_VALUE_LEN} bytes; state is for small entries"
-            ),
-        });
-    }
-    Ok(())
-}
 /// Checks a shared state scope (`[A-Za-z0-9_.:/-]`, 1–256 bytes), and
 /// that the request names no session beside it (`session_id` empty).
 pub fn check_shared_scope(scope: &str, session_id: &str) -> Result<()> {
@@ -400,21 +362,6 @@ pub fn check_shared_scope(scope: &str, session_id: &str) -> Result<()> {
         return Err(Error::invalid(
             "session_id",
             "must be empty with a shared scope: a scope belongs to no session",
-        ));
-    }
-    Ok(())
-}
-
-/// Checks a shared scope's name (`[A-Za-z0-9_.:/-]`, 1–256 bytes).
-pub fn check_scope_name(field: &str, scope: &str) -> Result<()> {
-    check_len(field, scope, MAX_STATE_KEY_LEN, true)?;
-    if !scope
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'/' | b'-'))
-    {
-        return Err(Error::invalid(
-            field,
-            "may hold only ASCII letters, digits and _ . : / -",
         ));
     }
     Ok(())

@@ -1,7 +1,7 @@
 //! EraseUser: what a request names, the checks on it, and what an erasure
 //! counts.
 
-use super::control::check_scope_name;
+use super::fields::check_scope_name;
 use super::{Error, Result};
 
 /// Shared scopes one EraseUser may name.

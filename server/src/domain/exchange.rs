@@ -4,9 +4,10 @@
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::control::{MAX_STATE_ENTRIES, check_scope_name, check_state_entry};
 use super::digest;
-use super::session::is_system_prompt;
+use super::fields::{
+    MAX_KEY_LEN, MAX_STATE_ENTRIES, check_scope_name, check_state_entry, is_system_prompt,
+};
 use super::{Error, Message, ProviderCall, Result, StateChange};
 
 /// The first byte of a fingerprint of today's form: the SHA-256 of the
@@ -16,9 +17,6 @@ pub const FINGERPRINT_FORM: u8 = 2;
 /// The length of a fingerprint of the earlier form, the SHA-256 of the
 /// request's JSON, which keys stored by earlier servers hold.
 const JSON_FINGERPRINT_LEN: usize = 32;
-
-/// The longest idempotency key or run id accepted.
-pub const MAX_KEY_LEN: usize = 256;
 
 /// An AppendExchange request, already converted from the wire.
 #[derive(Clone, Debug, Serialize)]

@@ -6,6 +6,7 @@ pub mod digest;
 pub mod erase;
 mod error;
 pub mod exchange;
+pub mod fields;
 pub mod filter;
 pub mod ids;
 pub mod paging;

@@ -1,51 +1,9 @@
 //! Session-level requests and their rules.
 
-use super::control::{MAX_STATE_ENTRIES, check_state_entry};
-use super::{Error, Message, Metadata, Result, Role, Timestamp};
-
-/// The longest caller-chosen session id.
-pub const MAX_SESSION_ID_LEN: usize = 128;
-
-/// Checks a caller-chosen session id: 1–128 ASCII letters, digits, `_ - . :`.
-pub fn validate_new_session_id(field: &str, id: &str) -> Result<()> {
-    if id.len() > MAX_SESSION_ID_LEN {
-        return Err(Error::invalid(
-            field,
-            format!("must be at most {MAX_SESSION_ID_LEN} characters"),
-        ));
-    }
-    if !id
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
-    {
-        return Err(Error::invalid(
-            field,
-            "may hold only ASCII letters, digits and _ - . :",
-        ));
-    }
-    Ok(())
-}
-
-/// Checks that a session id naming an existing session is present.
-pub fn require_session_id(field: &str, id: &str) -> Result<()> {
-    if id.is_empty() {
-        return Err(Error::invalid(field, "is required"));
-    }
-    if id.len() > MAX_SESSION_ID_LEN {
-        // No such session can exist; say so plainly rather than querying.
-        return Err(Error::invalid(
-            field,
-            format!("must be at most {MAX_SESSION_ID_LEN} characters"),
-        ));
-    }
-    Ok(())
-}
-
-/// Whether `message` is just the session's system prompt restated (as an
-/// export with `include_system_prompt` emits it), and so not history.
-pub fn is_system_prompt(message: &Message, system_prompt: &str) -> bool {
-    !system_prompt.is_empty() && *message == Message::text(Role::System, system_prompt)
-}
+use super::fields::{
+    MAX_STATE_ENTRIES, check_state_entry, is_system_prompt, validate_new_session_id,
+};
+use super::{Error, Message, Metadata, Result, Timestamp};
 
 /// A CreateSession request.
 #[derive(Clone, Debug, Default)]
@@ -175,6 +133,7 @@ pub struct SessionQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Role;
 
     fn full() -> SessionPatch {
         SessionPatch {

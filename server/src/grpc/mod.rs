@@ -16,13 +16,12 @@ use tracing::Instrument as _;
 use crate::admission::WatchPermits;
 use crate::domain::bodies::Body;
 use crate::domain::control::{
-    self, check_expected_version, check_shared_scope, check_state_entry, check_state_key,
-    require_run_id, validate_delta,
+    self, check_expected_version, check_shared_scope, require_run_id, validate_delta,
 };
 use crate::domain::erase::Erasure;
+use crate::domain::fields::{check_state_entry, check_state_key, require_session_id};
 use crate::domain::filter::SessionFilter;
 use crate::domain::paging::{decode_token, encode_token, page_size, token_int};
-use crate::domain::session::require_session_id;
 use crate::domain::target::ExportTarget;
 use crate::domain::usage::{UsageGroup, UsageQuery};
 use crate::domain::{

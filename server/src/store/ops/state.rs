@@ -1,7 +1,7 @@
 //! Per-session state entries.
 
 use super::{Dialect, SessionRow, Tx, Write};
-use crate::domain::{Change, Error, Result, StateChange, StateEntry, control};
+use crate::domain::{Change, Error, Result, StateChange, StateEntry, fields};
 use crate::store::SharedStateWrite;
 use crate::store::text::{escape, escape_ordered};
 
@@ -89,7 +89,7 @@ impl Tx<'_> {
                 .bind(row.key)
                 .fetch_one(&mut *self.conn)
                 .await?;
-        if entries >= control::MAX_STATE_ENTRIES {
+        if entries >= fields::MAX_STATE_ENTRIES {
             return Err(full("session"));
         }
         Ok(())
@@ -173,7 +173,7 @@ fn full(holder: &str) -> Error {
         limit: "max_state_entries",
         description: format!(
             "the {holder} already holds {} state entries, the most allowed",
-            control::MAX_STATE_ENTRIES
+            fields::MAX_STATE_ENTRIES
         ),
     }
 }
@@ -290,7 +290,7 @@ impl Tx<'_> {
                 .bind(escape_ordered(&scope))
                 .fetch_one(&mut *self.conn)
                 .await?;
-                if entries >= control::MAX_STATE_ENTRIES {
+                if entries >= fields::MAX_STATE_ENTRIES {
                     return Err(full("scope"));
                 }
                 sqlx::query(

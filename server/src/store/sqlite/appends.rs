@@ -36,6 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
+use super::wal::truncated;
 use crate::domain::{Error, NewExchange, Result, Timestamp};
 use crate::store::OpenError;
 use crate::store::batch::{Outcome, Run, Statement, Value};
@@ -93,19 +94,6 @@ impl Checkpointed {
     pub(super) fn complete(&self) -> bool {
         !self.busy && self.wal_frames == self.copied_frames
     }
-}
-
-/// Runs a `TRUNCATE` checkpoint of `schema` on `conn`: whether it copied
-/// every frame back and cut the WAL file to zero bytes.
-pub(super) fn truncated(conn: &rusqlite::Connection, schema: &str) -> rusqlite::Result<bool> {
-    // (busy, frames in the WAL, frames copied back): busy is 0 once the
-    // checkpoint completed and the file was cut.
-    let busy: i64 = conn.query_row(
-        &format!("PRAGMA {schema}.wal_checkpoint(TRUNCATE)"),
-        [],
-        |row| row.get(0),
-    )?;
-    Ok(busy == 0)
 }
 
 /// What runs once the runs committed before it are on disk: `true` if

@@ -28,7 +28,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode};
 
 use super::connections::{self, is_in_memory};
-use super::search::search_path;
+use super::search_file::search_path;
 
 /// How long a backup waits for a lock the server holds for a moment.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);

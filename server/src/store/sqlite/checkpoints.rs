@@ -44,9 +44,10 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ffi};
 
-use super::appends::{self, Checkpointed, WalCheckpoints};
+use super::appends::{Checkpointed, WalCheckpoints};
 #[cfg(doc)]
-use super::connections::WAL_SIZE_LIMIT;
+use super::wal::{KEEP_QUIET_WAL, WAL_SIZE_LIMIT};
+use super::wal::{QUIET, cut_quiet_wal};
 use crate::store::OpenError;
 use crate::store::fault::{self, DiskSpace};
 use crate::store::once::TakeOnce;
@@ -57,13 +58,6 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 /// WAL frames (pages; 4 KiB each by default) past which the engine is
 /// asked to checkpoint, so that the WAL starts over.
 pub(super) const RESTART_FRAMES: i64 = 4096;
-
-/// How long the WAL must go unwritten before its file is cut to zero.
-pub(super) const QUIET: Duration = Duration::from_secs(1);
-
-/// The WAL file size (bytes) kept while writes pause: what SQLite's own
-/// automatic checkpoints would let it reach (1,000 pages of 4 KiB).
-pub(super) const KEEP_QUIET_WAL: u64 = 4 << 20;
 
 /// The checkpointer thread's handle.
 pub(super) struct Checkpointer {
@@ -163,30 +157,6 @@ fn run(
             Some(Err(error)) => tracing::warn!(%error, "WAL checkpoint on the writer failed"),
             // The engine has stopped: the store is closing.
             None => return,
-        }
-    }
-}
-
-/// Cuts the WAL file `wal` of `schema`, unwritten for [`QUIET`], to zero
-/// bytes if it is larger than [`KEEP_QUIET_WAL`]; whether it did. `conn`
-/// must not wait for locks (no busy timeout).
-pub(super) fn cut_quiet_wal(conn: &Connection, schema: &str, wal: Option<&str>) -> bool {
-    let size = wal
-        .and_then(|wal| std::fs::metadata(wal).ok())
-        .map_or(0, |meta| meta.len());
-    if size <= KEEP_QUIET_WAL {
-        return false;
-    }
-    match appends::truncated(conn, schema) {
-        Ok(true) => {
-            tracing::debug!(schema, bytes = size, "cut the quiet WAL to zero bytes");
-            true
-        }
-        // A writer or a reader on the WAL: again at the next interval.
-        Ok(false) => false,
-        Err(error) => {
-            tracing::debug!(%error, "cannot cut the quiet WAL");
-            false
         }
     }
 }

@@ -12,17 +12,10 @@ use rusqlite::{Connection, OpenFlags};
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Executor as _};
 
-use super::{search, wal_writes};
+use super::search_file;
+use super::wal::{BUSY_TIMEOUT, WAL_SIZE_LIMIT};
+use super::wal_writes;
 use crate::store::{OpenError, WalWrites};
-
-/// The size (bytes) the WAL file is cut back to when it starts over: above
-/// what the WAL reaches between two restarts under steady appends (50–110
-/// MB on the bench machine), so that under load it is written over in
-/// place. Cut back to 32 MiB, it was regrown at every restart, and the
-/// filesystem allocated its blocks again and committed its own journal
-/// with the WAL syncs of each regrowth (BENCHMARKS.md: appends 18% faster
-/// at 16 clients without that).
-pub(super) const WAL_SIZE_LIMIT: i64 = 128 << 20;
 
 /// How much of the database file (bytes, from its start) a read
 /// connection maps into memory. Its pages are then read where the OS page
@@ -39,9 +32,6 @@ pub(super) const WAL_SIZE_LIMIT: i64 = 128 << 20;
 /// under a mapped page stops the process with `SIGBUS` instead of failing
 /// the read.
 pub(super) const READ_MMAP_SIZE: i64 = 1 << 30;
-
-/// How long a connection waits on another's lock before failing.
-pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What every writing connection of a file database runs first:
 /// - `synchronous = FULL`: an acknowledged commit survives power loss, not
@@ -93,13 +83,13 @@ pub(in crate::store) async fn pool(url: &str) -> Result<AnyPool, OpenError> {
     let attach_search: Arc<str> = if in_memory {
         format!(
             "ATTACH DATABASE ':memory:' AS search; {}",
-            search::CREATE_INDEX
+            search_file::CREATE_INDEX
         )
         .into()
     } else {
         let path = file_path(url)?;
-        search::prepare(&path)?;
-        search::attach(&search::search_path(&path)).into()
+        search_file::prepare(&path)?;
+        search_file::attach(&search_file::search_path(&path)).into()
     };
     let options = if in_memory {
         AnyPoolOptions::new()
@@ -224,7 +214,7 @@ pub(super) fn engine(path: &Path, role: Role, wal: WalWrites) -> rusqlite::Resul
         }
         Role::Search => {
             // SQLite's own checkpoints keep the search file's WAL short.
-            conn.execute_batch(&search::attach(&search::search_path(path)))?;
+            conn.execute_batch(&search_file::attach(&search_file::search_path(path)))?;
             conn.execute_batch(
                 "PRAGMA search.synchronous = FULL; PRAGMA busy_timeout = 10000; \
                  PRAGMA cache_size = -16384; PRAGMA temp_store = MEMORY; \
@@ -237,7 +227,7 @@ pub(super) fn engine(path: &Path, role: Role, wal: WalWrites) -> rusqlite::Resul
             )?;
         }
         Role::Scrub => {
-            conn.execute_batch(&search::attach(&search::search_path(path)))?;
+            conn.execute_batch(&search_file::attach(&search_file::search_path(path)))?;
             conn.busy_timeout(BUSY_TIMEOUT)?;
         }
         Role::Read => {
@@ -250,7 +240,7 @@ pub(super) fn engine(path: &Path, role: Role, wal: WalWrites) -> rusqlite::Resul
                 rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
                 true,
             )?;
-            conn.execute_batch(&search::attach(&search::search_path(path)))?;
+            conn.execute_batch(&search_file::attach(&search_file::search_path(path)))?;
         }
     }
     Ok(conn)

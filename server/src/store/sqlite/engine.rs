@@ -16,12 +16,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 
-use super::appends::{self, EngineAppends};
+use super::appends::EngineAppends;
 use super::checkpoints::Checkpointer;
 use super::connections::{self, Role};
 use super::reads::EngineReads;
-use super::search::{self, SearchIndexer};
-use super::wal_writes;
+use super::search::SearchIndexer;
+use super::{search_file, wal, wal_writes};
 use crate::domain::{Error, Result};
 use crate::store::fault::DiskSpace;
 use crate::store::ops::SearchWrites;
@@ -65,7 +65,7 @@ impl Engine {
                 SearchIndexer::start(open(Role::Search)?, Arc::clone(&indexed), Arc::clone(space))?;
             (Some(indexer), SearchWrites::Logged)
         } else {
-            search::switch_off(&open(Role::Search)?)
+            search_file::switch_off(&open(Role::Search)?)
                 .map_err(|error| OpenError::Engine(Box::new(error)))?;
             (None, SearchWrites::Off)
         };
@@ -123,7 +123,7 @@ impl Engine {
         // A checkpoint under way (the checkpointer's, or SQLite's own in
         // the search file) turns another away at once, without the busy
         // timeout: each is tried again shortly, for as long as that.
-        let until = tokio::time::Instant::now() + connections::BUSY_TIMEOUT;
+        let until = tokio::time::Instant::now() + wal::BUSY_TIMEOUT;
         let mut search_done = false;
         let mut conn = None;
         loop {
@@ -136,7 +136,7 @@ impl Engine {
                         None => connections::engine(&path, Role::Scrub, WalWrites::Direct)?,
                     };
                     conn.query_row("PRAGMA main.wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
-                    Ok((appends::truncated(&conn, "search")?, conn))
+                    Ok((wal::truncated(&conn, "search")?, conn))
                 })
                 .await
                 .map_err(Error::storage)??;

@@ -44,12 +44,15 @@ use writer::Queued;
 mod appends;
 pub mod backup;
 mod checkpoints;
+mod columns;
 pub(super) mod connections;
 pub(super) use connections::is_in_memory;
 mod engine;
 pub(super) mod ledger;
 mod reads;
 mod search;
+mod search_file;
+mod wal;
 // A VFS for the WAL files of the busiest writers: FFI, so `unsafe`.
 #[allow(unsafe_code)]
 mod wal_writes;

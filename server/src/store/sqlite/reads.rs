@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::{Connection, OptionalExtension as _};
 
+use super::columns::{blob, content, text};
 use super::connections::{self, Role};
 use crate::domain::target::{Origin, Origins};
 use crate::domain::{Error, Result};
@@ -272,26 +273,4 @@ fn event_row<'a>(row: &'a rusqlite::Row<'_>) -> rusqlite::Result<EventRow<'a>> {
         refers_until: row.get(5)?,
         content: None,
     })
-}
-
-/// A text column, borrowed where SQLite holds it.
-fn text<'a>(row: &'a rusqlite::Row<'_>, column: usize) -> rusqlite::Result<&'a str> {
-    row.get_ref(column)?.as_str().map_err(rusqlite::Error::from)
-}
-
-/// A nullable blob column, borrowed where SQLite holds it.
-fn blob<'a>(row: &'a rusqlite::Row<'_>, column: usize) -> rusqlite::Result<Option<&'a [u8]>> {
-    row.get_ref(column)?
-        .as_blob_or_null()
-        .map_err(rusqlite::Error::from)
-}
-
-/// The content of a message row whose `body` and `wire` columns are at
-/// these positions, borrowed where SQLite holds it.
-pub(super) fn content<'a>(
-    row: &'a rusqlite::Row<'_>,
-    body: usize,
-    wire: usize,
-) -> rusqlite::Result<Content<'a>> {
-    Ok(Content::of(text(row, body)?, blob(row, wire)?))
 }

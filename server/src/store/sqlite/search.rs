@@ -45,7 +45,7 @@
 //! memory, written in each write's transaction): there is no second file.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
@@ -54,38 +54,14 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension};
 use tokio::sync::watch;
 
-use super::reads::content;
-use super::{checkpoints, connections};
+use super::columns::content;
+use super::search_file::{CREATE_INDEX, search_path};
+use super::wal;
 use crate::domain::{Error, Result, control};
 use crate::store::OpenError;
-use crate::store::fault::{self, DiskSpace};
+use crate::store::fault::DiskSpace;
 use crate::store::once::TakeOnce;
 use crate::store::rows::{Content, search_rowid};
-
-/// The FTS5 table, in the schema `search` (this file, or memory), and its
-/// merge setting. `automerge` 8 rather than FTS5's 4: a level's segments
-/// are merged once 8 of them have gathered, not 4, so each indexed term is
-/// rewritten fewer times. Measured on 192,000 rows indexed in passes of
-/// 240: 15% less CPU, searches as fast, the file the same size
-/// (BENCHMARKS.md). And `secure-delete`: a deleted row's entries are
-/// removed from the index's pages, not hidden by a delete marker that
-/// leaves its words in the file until a merge (EraseUser). FTS5 keeps
-/// both settings in the table; they are set again on every start, so a
-/// file made before them gets them too.
-pub(super) const CREATE_INDEX: &str = "CREATE VIRTUAL TABLE IF NOT EXISTS search.message_search \
-     USING fts5 (text, tokenize = 'unicode61 remove_diacritics 2'); \
-     INSERT INTO search.message_search (message_search, rank) VALUES ('automerge', 8); \
-     INSERT INTO search.message_search (message_search, rank) VALUES ('secure-delete', 1)";
-
-/// The last `search_log` id applied (one row, absent until built), and
-/// the deletions applied but not yet done (see [`Range::deferred`]).
-const CREATE_APPLIED: &str = "CREATE TABLE IF NOT EXISTS search.search_applied \
-     (id INTEGER PRIMARY KEY CHECK (id = 1), log_id INTEGER NOT NULL); \
-     CREATE TABLE IF NOT EXISTS search.unindex_backlog (log_id INTEGER PRIMARY KEY, \
-     session_key INTEGER NOT NULL, from_sequence INTEGER NOT NULL, \
-     until_sequence INTEGER NOT NULL); \
-     CREATE INDEX IF NOT EXISTS search.unindex_backlog_session \
-     ON unindex_backlog (session_key)";
 
 /// Log rows applied per pass at most.
 const PASS_ROWS: i64 = 4096;
@@ -112,65 +88,6 @@ const GATHER: Duration = Duration::from_millis(100);
 
 /// How long a search waits for the index to catch up before failing.
 const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The search file of the database file at `path`.
-pub(super) fn search_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-search");
-    PathBuf::from(name)
-}
-
-/// The statement a connection runs to see the index (as `search`).
-pub(super) fn attach(path: &Path) -> String {
-    let quoted = path.to_string_lossy().replace('\'', "''");
-    format!("ATTACH DATABASE '{quoted}' AS search")
-}
-
-/// Creates the search file of the database at `path` (if missing) in WAL
-/// mode, with its tables, before any other connection attaches it.
-pub(super) fn prepare(path: &Path) -> Result<(), OpenError> {
-    let failed = |error: rusqlite::Error| OpenError::Engine(Box::new(error));
-    let conn = Connection::open_in_memory().map_err(failed)?;
-    conn.execute_batch(&attach(&search_path(path)))
-        .map_err(failed)?;
-    conn.query_row("PRAGMA search.journal_mode = WAL", [], |_| Ok(()))
-        .map_err(failed)?;
-    let created = conn.execute_batch(&format!("{CREATE_INDEX}; {CREATE_APPLIED};"));
-    match created {
-        // On a full disk a search file made earlier is used as it is (its
-        // settings were written when it was made): the server must start
-        // and serve reads until space returns.
-        Err(error) if fault::is_disk_full(&error) && tables_exist(&conn).unwrap_or(false) => {
-            tracing::warn!(%error, "the disk is full: using the search file as it is");
-            Ok(())
-        }
-        other => other.map_err(failed),
-    }
-}
-
-/// Search switched off (`--search off`), on `conn`, a connection with the
-/// search file attached: the index is marked unbuilt, then dropped (its
-/// pages zeroed, as every delete is), and the log emptied. Switched on
-/// again, the indexer finds no applied id and builds the index from the
-/// messages as they then are.
-pub(super) fn switch_off(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch(
-        "DELETE FROM search.search_applied; \
-         DELETE FROM search.unindex_backlog; \
-         DROP TABLE IF EXISTS search.message_search; \
-         DELETE FROM main.search_log",
-    )
-}
-
-/// Whether the search file already holds its tables.
-fn tables_exist(conn: &Connection) -> rusqlite::Result<bool> {
-    conn.query_row(
-        "SELECT count(*) = 3 FROM search.sqlite_master \
-         WHERE name IN ('message_search', 'search_applied', 'unindex_backlog')",
-        [],
-        |row| row.get(0),
-    )
-}
 
 /// The indexer thread's handle.
 pub(super) struct SearchIndexer {
@@ -443,7 +360,7 @@ fn run(
             // Whatever is logged meanwhile goes in the next pass.
             Some(false) => waits.gather(),
             None => {
-                if applied_at.is_some_and(|at| at.elapsed() >= checkpoints::QUIET)
+                if applied_at.is_some_and(|at| at.elapsed() >= wal::QUIET)
                     && cut_quiet_wal(conn, wal.as_deref())
                 {
                     applied_at = None;
@@ -458,21 +375,21 @@ fn run(
 
 /// Once indexing pauses, gives the search file's WAL space back as the
 /// checkpointer does the database's: cut to zero bytes if larger than
-/// [`checkpoints::KEEP_QUIET_WAL`], without waiting for a search still
+/// [`wal::KEEP_QUIET_WAL`], without waiting for a search still
 /// reading it (tried again at the next idle wake-up). Whether it is done
 /// with (cut, or small enough to keep).
 fn cut_quiet_wal(conn: &Connection, wal: Option<&str>) -> bool {
     let size = wal
         .and_then(|wal| std::fs::metadata(wal).ok())
         .map_or(0, |meta| meta.len());
-    if size <= checkpoints::KEEP_QUIET_WAL {
+    if size <= wal::KEEP_QUIET_WAL {
         return true;
     }
     if conn.busy_timeout(Duration::ZERO).is_err() {
         return false;
     }
-    let cut = checkpoints::cut_quiet_wal(conn, "search", wal);
-    if let Err(error) = conn.busy_timeout(connections::BUSY_TIMEOUT) {
+    let cut = wal::cut_quiet_wal(conn, "search", wal);
+    if let Err(error) = conn.busy_timeout(wal::BUSY_TIMEOUT) {
         tracing::warn!(%error, "cannot set the search indexer's busy timeout back");
     }
     cut
