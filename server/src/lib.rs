@@ -27,3 +27,6 @@ pub mod wire;
 /// The version `--version` prints and the server logs: the package version
 /// and, when built from a git checkout, the commit.
 pub const VERSION: &str = env!("SESSIONSTORE_VERSION");
+
+#[cfg(test)]
+mod invariants;

@@ -18,7 +18,7 @@ use crate::domain::{
 };
 use crate::wire::EncodedEvent;
 
-mod batch;
+mod append;
 mod export;
 mod fault;
 mod ledger;

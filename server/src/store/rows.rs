@@ -12,13 +12,10 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use sqlx::postgres::PgRow;
 
-use prost::Message as _;
-use sessionstore_client::v1 as pb;
-
 use super::text::unescape;
 use super::{Page, ReadBound};
 use crate::domain::{Error, Message, Result, Session, SessionEvent, StoredMessage, Timestamp};
-use crate::wire::{Effect, EncodedEvent, message_from_pb, message_to_pb};
+use crate::wire::{Effect, EncodedEvent, decode_message, encode_message};
 
 pub fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value).map_err(Error::storage)
@@ -449,17 +446,8 @@ impl<'a> Content<'a> {
     /// The message, as the domain holds it.
     pub fn message(self) -> Result<Message> {
         match self {
-            Content::Wire(_) => message_from_pb(self.to_pb()?, "message")
-                .map_err(|error| Error::storage(std::io::Error::other(error.to_string()))),
+            Content::Wire(wire) => decode_message(wire),
             Content::Json(body) => decode(body),
-        }
-    }
-
-    /// The message in its protobuf form.
-    fn to_pb(self) -> Result<pb::Message> {
-        match self {
-            Content::Wire(wire) => pb::Message::decode(wire).map_err(Error::storage),
-            Content::Json(body) => Ok(message_to_pb(decode(body)?)),
         }
     }
 
@@ -467,14 +455,14 @@ impl<'a> Content<'a> {
     pub fn to_encoding(self) -> Result<Vec<u8>> {
         match self {
             Content::Wire(wire) => Ok(wire.to_vec()),
-            Content::Json(body) => Ok(message_to_pb(decode(body)?).encode_to_vec()),
+            Content::Json(body) => Ok(encode_message(&decode(body)?)),
         }
     }
 }
 
 /// A message's content as a new row stores it ([`Content::Wire`]).
 pub fn encode_content(message: &Message) -> Vec<u8> {
-    message_to_pb(message.clone()).encode_to_vec()
+    encode_message(message)
 }
 
 /// A message row as stored, before its content is decoded; read by sqlx
@@ -511,7 +499,7 @@ impl<B: AsRef<str>, W: AsRef<[u8]>> MessageRow<B, W> {
     {
         let encoding = match self.wire {
             Some(wire) => wire.into(),
-            None => Bytes::from(message_to_pb(decode(self.body.as_ref())?).encode_to_vec()),
+            None => Bytes::from(encode_message(&decode(self.body.as_ref())?)),
         };
         Ok(EncodedMessage {
             sequence: self.sequence,

@@ -13,7 +13,7 @@ use futures_util::TryStreamExt as _;
 use sqlx::any::AnyRow;
 use sqlx::{AnyPool, Row};
 
-use super::batch::Value;
+use super::append::Value;
 use super::ops::{
     AppendExchange, Appended, ControlSession, CreateSession, DeleteExpired, DeleteIdle,
     DeleteSession, DeleteSharedState, EraseFinish, EraseMark, EraseRows, EraseTombstones,
@@ -470,65 +470,7 @@ impl Store for SqlStore {
         } else {
             self.list_plan(tenant, &query.metadata).await?
         };
-        // Which table the statement reads first, and how. SQLite's plans
-        // are named outright (`INDEXED BY`, and `CROSS JOIN`, which SQLite
-        // never reorders), so that no statistics can change them.
-        let user_param = query.user.is_some().then_some(2);
-        let first_filter = if user_param.is_some() { 3 } else { 2 };
-        let from = match plan {
-            ListPlan::Planner => "sessions".to_owned(),
-            ListPlan::Walk if user_param.is_some() => {
-                "sessions INDEXED BY sessions_by_user_update".to_owned()
-            }
-            ListPlan::Walk => "sessions INDEXED BY sessions_by_update".to_owned(),
-            ListPlan::Drive(index) => {
-                let key = first_filter + 2 * index;
-                format!(
-                    "(SELECT session_key FROM session_metadata \
-                     INDEXED BY session_metadata_by_value \
-                     WHERE tenant = $1 AND key = ${key} AND value = ${}) AS driving \
-                     CROSS JOIN sessions ON sessions.key = driving.session_key",
-                    key + 1
-                )
-            }
-        };
-        let mut sql = format!(
-            "SELECT {SESSION_COLUMNS}, message_count, provider_call_count, last_model, \
-             last_provider, last_cost_micros_usd, last_request_id, total_tokens, \
-             total_cost_micros_usd FROM {from} WHERE sessions.tenant = $1 AND deleted = 0"
-        );
-        if let Some(user) = user_param {
-            sql.push_str(&format!(" AND user_name = ${user}"));
-        }
-        let mut next = first_filter;
-        for index in 0..query.metadata.len() {
-            let (key, value) = (next, next + 1);
-            next += 2;
-            match plan {
-                ListPlan::Drive(driving) if driving == index => {}
-                ListPlan::Planner => sql.push_str(&format!(
-                    " AND key IN (SELECT session_key FROM session_metadata \
-                     WHERE tenant = $1 AND key = ${key} AND value = ${value})"
-                )),
-                _ => sql.push_str(&format!(
-                    " AND EXISTS (SELECT 1 FROM session_metadata m \
-                     WHERE m.session_key = sessions.key AND m.key = ${key} AND m.value = ${value})"
-                )),
-            }
-        }
-        if query.after.is_some() {
-            sql.push_str(&format!(
-                " AND (update_time, id) < (${next}, ${})",
-                next + 1
-            ));
-            next += 2;
-        }
-        // Expired sessions are gone from their expire_time on.
-        sql.push_str(&format!(
-            " AND (expire_time = 0 OR expire_time > ${next}) \
-             ORDER BY update_time DESC, id DESC LIMIT ${}",
-            next + 1
-        ));
+        let sql = list_sessions_sql(plan, &query);
         let now = Timestamp::now();
         let mut q = sqlx::query(&sql).bind(escape(tenant));
         if let Some(user) = &query.user {
@@ -545,23 +487,7 @@ impl Store for SqlStore {
             .bind(limit_param(query.limit))
             .fetch_all(&self.inner.pool)
             .await?;
-        rows.iter()
-            .map(|row| {
-                let mut session = session_from_row(row)?;
-                session.hide_expired_lease(now);
-                Ok(SessionSummary {
-                    session,
-                    message_count: row.try_get("message_count")?,
-                    provider_call_count: row.try_get("provider_call_count")?,
-                    last_model: text_col(row, "last_model")?,
-                    last_provider: text_col(row, "last_provider")?,
-                    last_cost_micros_usd: row.try_get("last_cost_micros_usd")?,
-                    last_request_id: text_col(row, "last_request_id")?,
-                    total_tokens: row.try_get("total_tokens")?,
-                    total_cost_micros_usd: row.try_get("total_cost_micros_usd")?,
-                })
-            })
-            .collect()
+        rows.iter().map(|row| summary_from_row(row, now)).collect()
     }
 
     async fn update_session(&self, tenant: &str, id: &str, patch: SessionPatch) -> Result<Session> {
@@ -1226,4 +1152,87 @@ pub(super) async fn call_origins(pool: &AnyPool, session_key: i64) -> Result<Ori
         );
     }
     Ok(origins)
+}
+
+/// ListSessions' statement for `plan`: its parameters are the tenant, the
+/// user (if any), each metadata filter's key and value, the cursor (if
+/// any), the time now and the limit, in that order.
+fn list_sessions_sql(plan: ListPlan, query: &SessionQuery) -> String {
+    // Which table the statement reads first, and how. SQLite's plans
+    // are named outright (`INDEXED BY`, and `CROSS JOIN`, which SQLite
+    // never reorders), so that no statistics can change them.
+    let user_param = query.user.is_some().then_some(2);
+    let first_filter = if user_param.is_some() { 3 } else { 2 };
+    let from = match plan {
+        ListPlan::Planner => "sessions".to_owned(),
+        ListPlan::Walk if user_param.is_some() => {
+            "sessions INDEXED BY sessions_by_user_update".to_owned()
+        }
+        ListPlan::Walk => "sessions INDEXED BY sessions_by_update".to_owned(),
+        ListPlan::Drive(index) => {
+            let key = first_filter + 2 * index;
+            format!(
+                "(SELECT session_key FROM session_metadata \
+                 INDEXED BY session_metadata_by_value \
+                 WHERE tenant = $1 AND key = ${key} AND value = ${}) AS driving \
+                 CROSS JOIN sessions ON sessions.key = driving.session_key",
+                key + 1
+            )
+        }
+    };
+    let mut sql = format!(
+        "SELECT {SESSION_COLUMNS}, message_count, provider_call_count, last_model, \
+         last_provider, last_cost_micros_usd, last_request_id, total_tokens, \
+         total_cost_micros_usd FROM {from} WHERE sessions.tenant = $1 AND deleted = 0"
+    );
+    if let Some(user) = user_param {
+        sql.push_str(&format!(" AND user_name = ${user}"));
+    }
+    let mut next = first_filter;
+    for index in 0..query.metadata.len() {
+        let (key, value) = (next, next + 1);
+        next += 2;
+        match plan {
+            ListPlan::Drive(driving) if driving == index => {}
+            ListPlan::Planner => sql.push_str(&format!(
+                " AND key IN (SELECT session_key FROM session_metadata \
+                 WHERE tenant = $1 AND key = ${key} AND value = ${value})"
+            )),
+            _ => sql.push_str(&format!(
+                " AND EXISTS (SELECT 1 FROM session_metadata m \
+                 WHERE m.session_key = sessions.key AND m.key = ${key} AND m.value = ${value})"
+            )),
+        }
+    }
+    if query.after.is_some() {
+        sql.push_str(&format!(
+            " AND (update_time, id) < (${next}, ${})",
+            next + 1
+        ));
+        next += 2;
+    }
+    // Expired sessions are gone from their expire_time on.
+    sql.push_str(&format!(
+        " AND (expire_time = 0 OR expire_time > ${next}) \
+         ORDER BY update_time DESC, id DESC LIMIT ${}",
+        next + 1
+    ));
+    sql
+}
+
+/// A ListSessions row, its lease hidden if it expired by `now`.
+fn summary_from_row(row: &AnyRow, now: Timestamp) -> Result<SessionSummary> {
+    let mut session = session_from_row(row)?;
+    session.hide_expired_lease(now);
+    Ok(SessionSummary {
+        session,
+        message_count: row.try_get("message_count")?,
+        provider_call_count: row.try_get("provider_call_count")?,
+        last_model: text_col(row, "last_model")?,
+        last_provider: text_col(row, "last_provider")?,
+        last_cost_micros_usd: row.try_get("last_cost_micros_usd")?,
+        last_request_id: text_col(row, "last_request_id")?,
+        total_tokens: row.try_get("total_tokens")?,
+        total_cost_micros_usd: row.try_get("total_cost_micros_usd")?,
+    })
 }

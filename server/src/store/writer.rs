@@ -29,15 +29,15 @@ pub(super) struct Pending<W: Write> {
 /// An append on its way: the bulk paths read the exchange in place.
 pub(super) type PendingAppend = Pending<AppendExchange>;
 
-/// A bulk run's appends by their outcomes (`batch::Outcome`, one per
+/// A bulk run's appends by their outcomes (`append::Outcome`, one per
 /// append, in order): the refused are answered now; the applied are
 /// returned to be answered once their transaction is on disk, and the
 /// deferred, in arrival order, for the general path.
 pub(super) fn by_outcome(
     appends: Vec<PendingAppend>,
-    outcomes: Vec<super::batch::Outcome>,
+    outcomes: Vec<super::append::Outcome>,
 ) -> (Vec<Box<dyn Settle>>, Vec<PendingAppend>) {
-    use super::batch::Outcome;
+    use super::append::Outcome;
     let mut done = Vec::with_capacity(outcomes.len());
     let mut deferred = Vec::new();
     for (pending, outcome) in appends.into_iter().zip(outcomes) {

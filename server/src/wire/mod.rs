@@ -229,6 +229,19 @@ pub fn messages_from_pb(messages: Vec<pb::Message>, field: &str) -> Result<Vec<M
         .collect()
 }
 
+/// A stored message's encoding (a `sessionstore.v1.Message`), decoded
+/// into the domain's message; what fails is a storage error.
+pub fn decode_message(encoding: &[u8]) -> Result<Message> {
+    let message = <pb::Message as prost::Message>::decode(encoding).map_err(Error::storage)?;
+    message_from_pb(message, "message")
+        .map_err(|error| Error::storage(std::io::Error::other(error.to_string())))
+}
+
+/// A message's encoding, as a row stores it.
+pub fn encode_message(message: &Message) -> Vec<u8> {
+    prost::Message::encode_to_vec(&message_to_pb(message.clone()))
+}
+
 pub fn message_to_pb(message: Message) -> pb::Message {
     pb::Message {
         role: role_to_pb(message.role).into(),

@@ -4,7 +4,7 @@
 use super::{AppendExchange, Appended, Dialect, Tx, Write};
 use crate::domain::exchange::diff_full_history;
 use crate::domain::{Change, Error, NewExchange, Result};
-use crate::store::batch;
+use crate::store::append;
 use crate::store::rows::Content;
 use crate::store::text::escape;
 
@@ -48,7 +48,7 @@ impl Tx<'_> {
     }
 
     /// An append on the general path: the steps a bulk run defers, then
-    /// the decider ([`batch::append_loaded`]), the one place the rules of
+    /// the decider ([`append::append_loaded`]), the one place the rules of
     /// an append live.
     pub(super) async fn append_exchange(
         &mut self,
@@ -75,7 +75,7 @@ impl Tx<'_> {
             None
         } else {
             // The lease and sequence come before the diff, as for any append.
-            batch::admit(&row.session, exchange)?;
+            append::admit(&row.session, exchange)?;
             let contents: Vec<(String, Option<Vec<u8>>)> = sqlx::query_as(
                 "SELECT body, wire FROM messages WHERE session_key = $1 ORDER BY sequence",
             )
@@ -98,15 +98,15 @@ impl Tx<'_> {
         };
         if !exchange.state_changes.is_empty() {
             // The lease and sequence come before the state, as for any append.
-            batch::admit(&row.session, exchange)?;
+            append::admit(&row.session, exchange)?;
             self.apply_state_changes(tenant, &row, &exchange.state_changes)
                 .await?;
         }
-        let loaded = batch::Loaded {
+        let loaded = append::Loaded {
             key: row.key,
             session: row.session,
         };
-        let applied = batch::append_loaded(
+        let applied = append::append_loaded(
             self.conn,
             self.dialect,
             self.search,

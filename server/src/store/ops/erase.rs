@@ -204,46 +204,10 @@ impl Write for EraseRows {
                  {order} LIMIT $3",
                 selected(tx.dialect, columns)
             );
-            let deleted = match (table, tx.dialect) {
-                // A batch of events goes with the idempotency keys they
-                // name (migration 0019; keys written before are found by
-                // session, below). On PostgreSQL in one statement, so the
-                // keys are those of exactly the events it deleted, even
-                // while another replica erases the same user.
-                ("events", Dialect::Postgres) => {
-                    let statement = format!(
-                        "WITH gone AS (DELETE FROM events WHERE {} \
-                         RETURNING request_id), \
-                         keys AS (DELETE FROM idempotency_keys WHERE tenant = $1 \
-                         AND request_id IN (SELECT request_id FROM gone)) \
-                         SELECT count(*) FROM gone",
-                        chosen(tx.dialect, columns, &rows)
-                    );
-                    let deleted: i64 = self
-                        .of
-                        .bind(sqlx::query(&statement).bind(escape(tenant)))
-                        .bind(budget)
-                        .fetch_one(&mut *tx.conn)
-                        .await?
-                        .try_get(0)?;
-                    u64::try_from(deleted).unwrap_or(0)
-                }
-                // On SQLite (one writer) the keys first, then the same
-                // events, chosen in the same order.
-                ("events", Dialect::Sqlite) => {
-                    let statement = format!(
-                        "DELETE FROM idempotency_keys WHERE tenant = $1 AND request_id IN \
-                         (SELECT t.request_id FROM events t \
-                         WHERE t.session_key IN ({tombstones}) {which} LIMIT $3)"
-                    );
-                    self.of
-                        .bind(sqlx::query(&statement).bind(escape(tenant)))
-                        .bind(budget)
-                        .execute(&mut *tx.conn)
-                        .await?;
-                    delete_rows(tx, table, columns, &rows, tenant, &self.of, budget).await?
-                }
-                _ => delete_rows(tx, table, columns, &rows, tenant, &self.of, budget).await?,
+            let deleted = if table == "events" {
+                delete_events(tx, tenant, &self.of, (columns, which, &rows), budget).await?
+            } else {
+                delete_rows(tx, table, columns, &rows, tenant, &self.of, budget).await?
             };
             let deleted = i64::try_from(deleted).unwrap_or(i64::MAX);
             match table {
@@ -261,6 +225,57 @@ impl Write for EraseRows {
         }
         Ok(erased)
     }
+}
+
+/// Deletes a batch of a tombstone's events (`rows` selects them; `which`
+/// narrows the events table) and the idempotency keys they name: how many
+/// events went.
+async fn delete_events(
+    tx: &mut Tx<'_>,
+    tenant: &str,
+    of: &Tombstones,
+    (columns, which, rows): (&str, &str, &str),
+    budget: i64,
+) -> Result<u64> {
+    let tombstones = of.keys();
+    Ok(match tx.dialect {
+        // A batch of events goes with the idempotency keys they
+        // name (migration 0019; keys written before are found by
+        // session, below). On PostgreSQL in one statement, so the
+        // keys are those of exactly the events it deleted, even
+        // while another replica erases the same user.
+        Dialect::Postgres => {
+            let statement = format!(
+                "WITH gone AS (DELETE FROM events WHERE {} \
+                 RETURNING request_id), \
+                 keys AS (DELETE FROM idempotency_keys WHERE tenant = $1 \
+                 AND request_id IN (SELECT request_id FROM gone)) \
+                 SELECT count(*) FROM gone",
+                chosen(tx.dialect, columns, rows)
+            );
+            let deleted: i64 = of
+                .bind(sqlx::query(&statement).bind(escape(tenant)))
+                .bind(budget)
+                .fetch_one(&mut *tx.conn)
+                .await?
+                .try_get(0)?;
+            u64::try_from(deleted).unwrap_or(0)
+        }
+        // On SQLite (one writer) the keys first, then the same
+        // events, chosen in the same order.
+        Dialect::Sqlite => {
+            let statement = format!(
+                "DELETE FROM idempotency_keys WHERE tenant = $1 AND request_id IN \
+                 (SELECT t.request_id FROM events t \
+                 WHERE t.session_key IN ({tombstones}) {which} LIMIT $3)"
+            );
+            of.bind(sqlx::query(&statement).bind(escape(tenant)))
+                .bind(budget)
+                .execute(&mut *tx.conn)
+                .await?;
+            delete_rows(tx, "events", columns, rows, tenant, of, budget).await?
+        }
+    })
 }
 
 impl Write for EraseTombstones {

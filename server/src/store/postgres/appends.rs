@@ -18,7 +18,7 @@ use super::writes::write;
 use crate::domain::{Error, NewExchange, Timestamp};
 use crate::store::ops::{Dialect, SearchWrites};
 use crate::store::writer::{PendingAppend, Publisher, by_outcome, enqueue, next_batch};
-use crate::store::{CommitSink, batch, fault};
+use crate::store::{CommitSink, append, fault};
 
 /// The batch writers' queues. A session's appends always go to the same
 /// writer (by a hash of its tenant and id), so they batch together and
@@ -233,7 +233,7 @@ async fn end_open(held: &mut Option<Held>) {
 /// copy. Kept for [`KEPT_FOR`] at most, [`KEPT_MAX`] sessions at most.
 #[derive(Default)]
 struct KeptSessions {
-    sessions: HashMap<(String, String), (batch::Kept, Instant)>,
+    sessions: HashMap<(String, String), (append::Kept, Instant)>,
     /// Sessions not kept again until the instant given: a batch that
     /// wrote them as kept had to be redone (another replica, or another
     /// kind of write, had changed one of them). A session whose appends
@@ -260,7 +260,7 @@ impl KeptSessions {
     /// `true` if it gave any.
     fn lend(
         &mut self,
-        run: &mut batch::Run<'_>,
+        run: &mut append::Run<'_>,
         requests: &[(&str, &NewExchange)],
         now: Timestamp,
     ) -> Vec<(String, String)> {
@@ -292,7 +292,7 @@ impl KeptSessions {
     }
 
     /// Keeps `sessions`, as a batch that committed left them.
-    fn keep(&mut self, sessions: Vec<batch::Kept>) {
+    fn keep(&mut self, sessions: Vec<append::Kept>) {
         if self.sessions.len() + sessions.len() > KEPT_MAX {
             self.sessions
                 .retain(|_, (_, since)| since.elapsed() < KEPT_FOR);
@@ -329,9 +329,41 @@ struct Writer<'a> {
     reachability: &'a Reachability,
 }
 
+/// Writes a batch's deferred appends through the general path, one after
+/// another.
+async fn write_deferred(
+    pool: &AnyPool,
+    sink: &Arc<dyn CommitSink>,
+    search: SearchWrites,
+    reachability: &Reachability,
+    deferred: Vec<PendingAppend>,
+) {
+    // In arrival order: a session's later appends were deferred with it.
+    // (Their sessions are not kept: the general path changes them.)
+    // They are written one after another, so once one finds the
+    // database out of reach (or the primary is known lost), the rest
+    // are answered with that at once, not each after its own wait for
+    // a connection.
+    let mut shared: Option<Error> = None;
+    for job in deferred {
+        if job.abandoned() {
+            continue;
+        }
+        if shared.is_none() && reachability.primary_lost() {
+            shared = Some(no_primary());
+        }
+        match &shared {
+            Some(error) => job.fail(fault::again(error)),
+            None => {
+                shared = write(pool, sink.as_ref(), search, Box::new(job)).await;
+            }
+        }
+    }
+}
+
 /// How one try at a batch ended, short of a failed statement.
 enum Attempt {
-    Committed(batch::Written),
+    Committed(append::Written),
     /// A caller gave up before the commit: rolled back.
     Abandoned,
     /// A kept session had changed: rolled back.
@@ -434,27 +466,14 @@ impl Writer<'_> {
             }
             None => jobs,
         };
-        // In arrival order: a session's later appends were deferred with it.
-        // (Their sessions are not kept: the general path changes them.)
-        // They are written one after another, so once one finds the
-        // database out of reach (or the primary is known lost), the rest
-        // are answered with that at once, not each after its own wait for
-        // a connection.
-        let mut shared: Option<Error> = None;
-        for job in deferred {
-            if job.abandoned() {
-                continue;
-            }
-            if shared.is_none() && self.reachability.primary_lost() {
-                shared = Some(no_primary());
-            }
-            match &shared {
-                Some(error) => job.fail(fault::again(error)),
-                None => {
-                    shared = write(self.pool, self.sink.as_ref(), self.search, Box::new(job)).await;
-                }
-            }
-        }
+        write_deferred(
+            self.pool,
+            self.sink,
+            self.search,
+            self.reachability,
+            deferred,
+        )
+        .await;
     }
 
     /// One try at a batch, in one transaction on the writer's connection
@@ -499,10 +518,10 @@ impl Writer<'_> {
             held.begun = true;
         }
         let connection = &mut held.connection;
-        let mut run = batch::Run::new(Dialect::Postgres, self.search, requests);
+        let mut run = append::Run::new(Dialect::Postgres, self.search, requests);
         let now = Timestamp::now();
         *lent = self.kept.lend(&mut run, requests, now);
-        let written = batch::append_run(&mut **connection, run, now).await?;
+        let written = append::append_run(&mut **connection, run, now).await?;
         // Redone at once: the redo's transaction begins in the same round trip.
         if written.stale {
             connection.execute("ROLLBACK; BEGIN").await?;
@@ -513,7 +532,7 @@ impl Writer<'_> {
             return Ok(Attempt::Abandoned);
         }
         let hints = hints::of(written.outcomes.iter().flat_map(|outcome| match outcome {
-            batch::Outcome::Done(Ok(applied)) => applied.events.as_slice(),
+            append::Outcome::Done(Ok(applied)) => applied.events.as_slice(),
             _ => &[],
         }));
         held.begun = hints::commit_and_begin(connection, &hints).await?;

@@ -123,7 +123,7 @@ pub(super) async fn open(
     let located = Located::find(url).await?;
     // The append writers hold connections of their own (beside the store's
     // pool, so they bind through PostgreSQL's own driver:
-    // `batch::RunConnection`), taken out of the store's share, as they
+    // `append::RunConnection`), taken out of the store's share, as they
     // were when they held the store pool's.
     let writer_count = appends::append_writers(options.max_connections);
     let writer_connections = u32::try_from(writer_count).unwrap_or(1);

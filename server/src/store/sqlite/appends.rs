@@ -2,7 +2,7 @@
 //! thread of its own.
 //!
 //! The writer task hands each run of queued appends that starts a batch to
-//! this thread, which reads, decides and writes it with [`batch::Run`] in
+//! this thread, which reads, decides and writes it with [`append::Run`] in
 //! one `BEGIN IMMEDIATE … COMMIT` of its own connection. Through sqlx each of
 //! the run's dozen statements was a round trip to sqlx's worker thread
 //! (BENCHMARKS.md: about 0.1 ms each); here they are plain calls. What the
@@ -39,7 +39,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::wal::truncated;
 use crate::domain::{Error, NewExchange, Result, Timestamp};
 use crate::store::OpenError;
-use crate::store::batch::{Outcome, Run, Statement, Value};
+use crate::store::append::{Outcome, Run, Statement, Value};
 use crate::store::once::TakeOnce;
 use crate::store::ops::{Dialect, SearchWrites};
 use crate::store::rows::Columns;

@@ -514,11 +514,11 @@ unsafe extern "C" fn shm_barrier(file: *mut ffi::sqlite3_file) {
     // written everything already, and reports a failed write as the
     // COMMIT's error; a barrier cannot return one.)
     // SAFETY: the partner is open, on this connection's thread.
-    if let Some(wal) = unsafe { database.partner.as_mut() } {
-        if !wal.gathered.bytes.is_empty() {
-            counted(Flush::Barrier);
-            flush(wal);
-        }
+    if let Some(wal) = unsafe { database.partner.as_mut() }
+        && !wal.gathered.bytes.is_empty()
+    {
+        counted(Flush::Barrier);
+        flush(wal);
     }
     if let Some(barrier) = inner_methods(database).xShmBarrier {
         // SAFETY: forwarded as SQLite passed it.
@@ -672,6 +672,41 @@ mod tests {
         FLUSHES[why as usize].load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// A reader thread on its own connection (through this VFS if `ours`)
+    /// until `done`: each read sees at least the rows `committed` said
+    /// before it began. Returns how many reads it made.
+    fn read_beside(
+        path: std::path::PathBuf,
+        ours: bool,
+        committed: std::sync::Arc<std::sync::atomic::AtomicI64>,
+        done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<rusqlite::Result<u64>> {
+        use std::sync::atomic::Ordering;
+        std::thread::spawn(move || {
+            let conn = if ours {
+                Connection::open_with_flags_and_vfs(
+                    &path,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY,
+                    vfs()?,
+                )?
+            } else {
+                Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?
+            };
+            conn.busy_timeout(std::time::Duration::from_secs(10))?;
+            let mut reads = 0;
+            while !done.load(Ordering::Acquire) {
+                let floor = committed.load(Ordering::Acquire);
+                let (rows, _) = rows(&conn)?;
+                assert!(
+                    rows >= floor,
+                    "a reader saw {rows} rows after a COMMIT of {floor} returned"
+                );
+                reads += 1;
+            }
+            Ok(reads)
+        })
+    }
+
     /// Readers on other connections (through SQLite's default VFS, as
     /// sqlx's, and through this one, as the search indexer's) see every
     /// transaction the moment its COMMIT returns, while the writer commits
@@ -699,32 +734,7 @@ mod tests {
         let done = Arc::new(AtomicBool::new(false));
         let readers: Vec<_> = [false, false, true]
             .into_iter()
-            .map(|ours| {
-                let (path, committed, done) = (path.clone(), committed.clone(), done.clone());
-                std::thread::spawn(move || -> rusqlite::Result<u64> {
-                    let conn = if ours {
-                        Connection::open_with_flags_and_vfs(
-                            &path,
-                            OpenFlags::SQLITE_OPEN_READ_ONLY,
-                            vfs()?,
-                        )?
-                    } else {
-                        Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?
-                    };
-                    conn.busy_timeout(std::time::Duration::from_secs(10))?;
-                    let mut reads = 0;
-                    while !done.load(Ordering::Acquire) {
-                        let floor = committed.load(Ordering::Acquire);
-                        let (rows, _) = rows(&conn)?;
-                        assert!(
-                            rows >= floor,
-                            "a reader saw {rows} rows after a COMMIT of {floor} returned"
-                        );
-                        reads += 1;
-                    }
-                    Ok(reads)
-                })
-            })
+            .map(|ours| read_beside(path.clone(), ours, committed.clone(), done.clone()))
             .collect();
 
         let mut total = 0;

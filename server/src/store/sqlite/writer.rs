@@ -18,7 +18,7 @@ use super::appends::EngineAppends;
 use super::engine::Engine;
 use crate::domain::{Error, NewExchange};
 use crate::store::CommitSink;
-use crate::store::batch;
+use crate::store::append;
 use crate::store::fault::{self, DiskSpace};
 use crate::store::ops::{Dialect, SearchWrites};
 use crate::store::writer::{Job, PendingAppend, Refused, Settle, by_outcome, next_batch};
@@ -343,9 +343,9 @@ async fn apply_appends(
         Some(outcomes) => {
             for (pending, outcome) in run.into_iter().zip(outcomes) {
                 match outcome {
-                    batch::Outcome::Done(Ok(done)) => applied.push(pending.applied(done)),
-                    batch::Outcome::Done(Err(error)) => pending.fail(error),
-                    batch::Outcome::Deferred => deferred.push(pending),
+                    append::Outcome::Done(Ok(done)) => applied.push(pending.applied(done)),
+                    append::Outcome::Done(Err(error)) => pending.fail(error),
+                    append::Outcome::Deferred => deferred.push(pending),
                 }
             }
         }
@@ -369,9 +369,9 @@ async fn bulk_in_savepoint(
     conn: &mut AnyConnection,
     search: SearchWrites,
     requests: &[(&str, &NewExchange)],
-) -> Result<Option<Vec<batch::Outcome>>, sqlx::Error> {
+) -> Result<Option<Vec<append::Outcome>>, sqlx::Error> {
     let mut savepoint = conn.begin().await?;
-    match batch::append_all(&mut savepoint, Dialect::Sqlite, search, requests).await {
+    match append::append_all(&mut savepoint, Dialect::Sqlite, search, requests).await {
         Ok(outcomes) => {
             savepoint.commit().await?;
             Ok(Some(outcomes))
