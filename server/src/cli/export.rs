@@ -49,7 +49,7 @@ use sessionstore_client::v1 as pb;
 use sessionstore_client::{Client, Exchange, NewSession};
 
 use super::ExportFormat;
-use crate::domain::transcript::rfc3339;
+use crate::domain::calendar::{days_from_civil, rfc3339};
 use crate::domain::{Message, Timestamp, control};
 use crate::wire;
 
@@ -312,17 +312,6 @@ fn parse_time(text: &str) -> Option<i64> {
     let micros = format!("{fraction:0<6}").parse::<i64>().ok()?;
     let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second;
     Some(seconds * 1_000_000 + micros)
-}
-
-/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
-/// `days_from_civil`).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
 }
 
 /// Writes `,` before every item but the first, and each item on a line.

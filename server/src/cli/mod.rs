@@ -16,7 +16,8 @@ use sessionstore_client::{
 };
 
 use crate::domain::Timestamp;
-use crate::domain::transcript::{markdown_message, rfc3339};
+use crate::domain::calendar::rfc3339;
+use crate::domain::transcript::markdown_message;
 use crate::wire;
 
 mod backup;

@@ -1,6 +1,7 @@
 //! The domain: types, rules and errors of sessionstore. No protobuf, no SQL.
 
 pub mod bodies;
+pub mod calendar;
 pub mod control;
 pub mod digest;
 pub mod erase;

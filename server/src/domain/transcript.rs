@@ -9,7 +9,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 
-use super::{ContentBlock, Message, Role, Session, Timestamp};
+use super::calendar::rfc3339;
+use super::{ContentBlock, Message, Role, Session};
 
 /// The Markdown transcript's opening: a `# ` heading (the title, or the
 /// session id when the title is empty), a line with session id, user (if any)
@@ -253,43 +254,10 @@ fn text_part(text: &str) -> Value {
     json!({ "type": "text", "text": text })
 }
 
-/// RFC 3339 in UTC, to the second (`1970-01-01T00:00:00Z`).
-pub fn rfc3339(time: Timestamp) -> String {
-    let seconds = time.0.div_euclid(1_000_000);
-    let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        second_of_day / 3600,
-        second_of_day % 3600 / 60,
-        second_of_day % 60
-    )
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let shifted_month = (5 * day_of_year + 2) / 153; // March is 0
-    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
-    let month = if shifted_month < 10 {
-        shifted_month + 3
-    } else {
-        shifted_month - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ToolCall;
+    use crate::domain::{Timestamp, ToolCall};
 
     fn message(role: Role, content: &str, blocks: Vec<ContentBlock>) -> Message {
         Message {
@@ -351,19 +319,6 @@ mod tests {
             media_type,
             url,
             data,
-        }
-    }
-
-    #[test]
-    fn times_are_rfc3339_utc() {
-        assert_eq!(rfc3339(Timestamp(0)), "1970-01-01T00:00:00Z");
-        let cases = [
-            (1_700_000_000_000_000, "2023-11-14T22:13:20Z"),
-            (951_782_400_999_999, "2000-02-29T00:00:00Z"),
-            (-1, "1969-12-31T23:59:59Z"),
-        ];
-        for (micros, expected) in cases {
-            assert_eq!(rfc3339(Timestamp(micros)), expected);
         }
     }
 

@@ -3,6 +3,7 @@
 //! log stores events in this form too ([`EncodedEvent`]).
 
 mod event;
+mod fields;
 mod outline;
 
 pub use event::{Effect, EncodedEvent, event_from_pb};

@@ -7,7 +7,7 @@
 
 use prost::encoding::{WireType, encode_key, encode_varint};
 
-use super::event::{Field, Fields};
+use super::fields::{Field, Fields};
 use crate::domain::{Error, Result};
 
 // `Message`'s fields.
