@@ -68,6 +68,7 @@ impl TestServer {
             insecure_no_auth: false,
             cors_allowed_origins: Vec::new(),
             search: Default::default(),
+            sqlite_wal_writes: Default::default(),
             worker_threads: None,
             tls: Default::default(),
             limits: Default::default(),
