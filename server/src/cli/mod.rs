@@ -24,14 +24,18 @@ mod backup;
 mod command;
 mod database;
 mod export;
+mod file_format;
 mod health;
+mod import;
+mod progress;
 mod watch;
 
 pub use backup::{BackupArgs, RestoreArgs, backup, restore};
 pub use command::{Cli, Command, MigrateArgs};
 pub use database::{ReplicasArgs, ReplicasFormat, check_migrations, replicas};
-use export::{export, import};
+use export::export;
 pub use health::{HealthArgs, run as health};
+use import::import;
 use watch::watch;
 
 /// Look at and manage the sessions of a running server.

@@ -56,6 +56,118 @@ pub fn token_int(part: &str) -> Result<i64> {
         .map_err(|_| Error::invalid("page_token", "is not a token returned by this list"))
 }
 
+/// One list request's paging: its page size, and the tokens it takes and
+/// gives. A token names the list (`kind`), the request's filters it was
+/// made for, and the cursor: the last item's position, in one or more
+/// parts. A token for another list, or for other filters, is refused
+/// (`mismatch` says how), so a cursor is only ever read against the query
+/// that produced it.
+pub struct Pages<'a> {
+    kind: &'static str,
+    filters: Vec<&'a str>,
+    mismatch: &'static str,
+    /// Items a page holds at most.
+    pub limit: usize,
+}
+
+impl<'a> Pages<'a> {
+    /// Paging for a request of `page_size` ([`page_size`]), on the list
+    /// `kind` with these `filters`.
+    pub fn new(
+        kind: &'static str,
+        filters: Vec<&'a str>,
+        mismatch: &'static str,
+        page_size_asked: i32,
+        max_page_size: usize,
+    ) -> Result<Self> {
+        Ok(Pages {
+            kind,
+            filters,
+            mismatch,
+            limit: page_size(page_size_asked, max_page_size)?,
+        })
+    }
+
+    /// Paging over one session's list: its filter is the session id.
+    pub fn of_session(
+        kind: &'static str,
+        session_id: &'a str,
+        page_size_asked: i32,
+        max_page_size: usize,
+    ) -> Result<Self> {
+        Pages::new(
+            kind,
+            vec![session_id],
+            "was made for a different session",
+            page_size_asked,
+            max_page_size,
+        )
+    }
+
+    /// Items to read: one past the page, to know whether another follows.
+    pub fn fetch(&self) -> usize {
+        self.limit + 1
+    }
+
+    /// The cursor `token` holds, in `parts` parts (`None` for no token).
+    pub fn after_parts(&self, token: &str, parts: usize) -> Result<Option<Vec<String>>> {
+        let Some(mut all) = decode_token(self.kind, token, self.filters.len() + parts)? else {
+            return Ok(None);
+        };
+        let cursor = all.split_off(self.filters.len());
+        if all
+            .iter()
+            .zip(&self.filters)
+            .any(|(held, asked)| held != asked)
+        {
+            return Err(Error::invalid("page_token", self.mismatch));
+        }
+        Ok(Some(cursor))
+    }
+
+    /// A one-part cursor.
+    pub fn after(&self, token: &str) -> Result<Option<String>> {
+        Ok(self
+            .after_parts(token, 1)?
+            .and_then(|mut parts| parts.pop()))
+    }
+
+    /// A one-part integer cursor.
+    pub fn after_int(&self, token: &str) -> Result<Option<i64>> {
+        self.after(token)?.map(|part| token_int(&part)).transpose()
+    }
+
+    /// An offset cursor: 0 without a token.
+    pub fn after_offset(&self, token: &str) -> Result<usize> {
+        match self.after_int(token)? {
+            None => Ok(0),
+            Some(offset) => {
+                usize::try_from(offset).map_err(|_| Error::invalid("page_token", "is malformed"))
+            }
+        }
+    }
+
+    /// Cuts `items`, read with [`Pages::fetch`], back to the page and
+    /// returns the token of the next page, whose cursor `cursor` gives of
+    /// the page's last item (empty at the end).
+    pub fn next<T>(&self, items: &mut Vec<T>, cursor: impl FnOnce(&T) -> Vec<String>) -> String {
+        if items.len() <= self.limit {
+            return String::new();
+        }
+        items.truncate(self.limit);
+        items.last().map_or_else(String::new, |last| {
+            let cursor = cursor(last);
+            let parts: Vec<&str> = self
+                .filters
+                .iter()
+                .copied()
+                .chain(cursor.iter().map(String::as_str))
+                .collect();
+            encode_token(self.kind, &parts)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +189,20 @@ mod tests {
         assert!(decode_token("calls", &token, 2).is_err());
         assert!(decode_token("messages", "%%%", 2).is_err());
         assert!(matches!(decode_token("messages", "", 2), Ok(None)));
+    }
+
+    #[test]
+    fn pages_refuse_tokens_for_other_filters_and_cut_pages() {
+        let pages = Pages::new("state", vec!["ses_1", ""], "other", 2, 1000).expect("pages");
+        assert_eq!(pages.fetch(), 3);
+        let mut items = vec![1, 2, 3];
+        let token = pages.next(&mut items, |last| vec![last.to_string()]);
+        assert_eq!(items, vec![1, 2]);
+        assert_eq!(pages.after_int(&token).ok().flatten(), Some(2));
+        let other = Pages::new("state", vec!["ses_2", ""], "other", 2, 1000).expect("pages");
+        assert!(other.after(&token).is_err());
+        let mut short = vec![1];
+        assert_eq!(pages.next(&mut short, |last| vec![last.to_string()]), "");
+        assert!(matches!(pages.after(""), Ok(None)));
     }
 }

@@ -21,7 +21,7 @@ use crate::domain::control::{
 use crate::domain::erase::Erasure;
 use crate::domain::fields::{check_state_entry, check_state_key, require_session_id};
 use crate::domain::filter::SessionFilter;
-use crate::domain::paging::{decode_token, encode_token, page_size, token_int};
+use crate::domain::paging::{Pages, token_int};
 use crate::domain::target::ExportTarget;
 use crate::domain::usage::{UsageGroup, UsageQuery};
 use crate::domain::{
@@ -406,7 +406,13 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
         unary("ListSessions", "", async {
-            let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
+            let pages = Pages::new(
+                "sessions",
+                vec![&req.user, &req.filter],
+                "was made for a different user or filter",
+                req.page_size,
+                self.options.limits.max_page_size,
+            )?;
             let filter = SessionFilter::parse(&req.filter)?;
             let user = match (req.user.as_str(), filter.user) {
                 ("", user) => user,
@@ -418,44 +424,26 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                     ));
                 }
             };
-            let after = match decode_token("sessions", &req.page_token, 4)? {
-                None => None,
-                Some(parts) => {
-                    if parts[0] != req.user || parts[1] != req.filter {
-                        return Err(Error::invalid(
-                            "page_token",
-                            "was made for a different user or filter",
-                        ));
-                    }
-                    Some(SessionCursor {
-                        update_time: token_int(&parts[2])?,
-                        id: parts[3].clone(),
-                    })
-                }
+            let after = match pages.after_parts(&req.page_token, 2)?.as_deref() {
+                Some([update_time, id]) => Some(SessionCursor {
+                    update_time: token_int(update_time)?,
+                    id: id.clone(),
+                }),
+                _ => None,
             };
             let query = SessionQuery {
                 user,
                 metadata: filter.metadata,
                 after,
-                limit: limit + 1,
+                limit: pages.fetch(),
             };
             let mut sessions = self.store.list_sessions(&tenant, query).await?;
-            let next_page_token = if sessions.len() > limit {
-                sessions.truncate(limit);
-                sessions.last().map_or_else(String::new, |last| {
-                    encode_token(
-                        "sessions",
-                        &[
-                            &req.user,
-                            &req.filter,
-                            &last.session.update_time.0.to_string(),
-                            &last.session.id,
-                        ],
-                    )
-                })
-            } else {
-                String::new()
-            };
+            let next_page_token = pages.next(&mut sessions, |last| {
+                vec![
+                    last.session.update_time.0.to_string(),
+                    last.session.id.clone(),
+                ]
+            });
             Ok(pb::ListSessionsResponse {
                 sessions: sessions.into_iter().map(wire::summary_to_pb).collect(),
                 next_page_token,
@@ -577,7 +565,6 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         unary("ListMessages", &req.session_id, async {
             require_session_id("session_id", &req.session_id)?;
-            let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
             if req.after_sequence.is_some_and(|a| a < -1) {
                 return Err(Error::invalid("after_sequence", "must be at least -1"));
             }
@@ -601,7 +588,13 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             } else {
                 "messages"
             };
-            let cursor = session_cursor(kind, &req.page_token, &req.session_id)?;
+            let pages = Pages::of_session(
+                kind,
+                &req.session_id,
+                req.page_size,
+                self.options.limits.max_page_size,
+            )?;
+            let cursor = pages.after_int(&req.page_token)?;
             let after = req.after_sequence.unwrap_or(-1);
             let before = req.before_sequence.unwrap_or(i64::MAX);
             let session = self.store.resolve(&tenant, &req.session_id).await?;
@@ -610,20 +603,19 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             let mut messages = if newest_first {
                 let mut page = self
                     .store
-                    .read_messages_before(&session, cursor.unwrap_or(before), limit + 1)
+                    .read_messages_before(&session, cursor.unwrap_or(before), pages.fetch())
                     .await?;
                 page.retain(|m| m.sequence > after);
                 page
             } else {
                 let mut page = self
                     .store
-                    .read_messages(&session, cursor.unwrap_or(after), limit + 1)
+                    .read_messages(&session, cursor.unwrap_or(after), pages.fetch())
                     .await?;
                 page.retain(|m| m.sequence < before);
                 page
             };
-            let next_page_token =
-                next_session_token(kind, &req.session_id, &mut messages, limit, |m| m.sequence);
+            let next_page_token = pages.next(&mut messages, |m| vec![m.sequence.to_string()]);
             Ok(pb::ListMessagesResponse {
                 messages: messages
                     .into_iter()
@@ -643,15 +635,19 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         unary("ListProviderCalls", &req.session_id, async {
             require_session_id("session_id", &req.session_id)?;
-            let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
-            let after = session_cursor("calls", &req.page_token, &req.session_id)?.unwrap_or(0);
+            let pages = Pages::of_session(
+                "calls",
+                &req.session_id,
+                req.page_size,
+                self.options.limits.max_page_size,
+            )?;
+            let after = pages.after_int(&req.page_token)?.unwrap_or(0);
             let session = self.store.resolve(&tenant, &req.session_id).await?;
             let mut calls = self
                 .store
-                .read_provider_calls(&session, after, limit + 1)
+                .read_provider_calls(&session, after, pages.fetch())
                 .await?;
-            let next_page_token =
-                next_session_token("calls", &req.session_id, &mut calls, limit, |c| c.ordinal);
+            let next_page_token = pages.next(&mut calls, |c| vec![c.ordinal.to_string()]);
             Ok(pb::ListProviderCallsResponse {
                 provider_calls: calls
                     .into_iter()
@@ -1011,35 +1007,25 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             } else {
                 check_shared_scope(&req.scope, &req.session_id)?;
             }
-            let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
-            let after = match decode_token("state", &req.page_token, 3)? {
-                None => None,
-                Some(parts) if parts[0] != req.session_id || parts[1] != req.scope => {
-                    return Err(Error::invalid(
-                        "page_token",
-                        "was made for a different session or scope",
-                    ));
-                }
-                Some(mut parts) => parts.pop(),
-            };
+            let pages = Pages::new(
+                "state",
+                vec![&req.session_id, &req.scope],
+                "was made for a different session or scope",
+                req.page_size,
+                self.options.limits.max_page_size,
+            )?;
+            let after = pages.after(&req.page_token)?;
             let mut entries = if req.scope.is_empty() {
                 let session = self.store.resolve(&tenant, &req.session_id).await?;
                 self.store
-                    .list_state(&session, after.as_deref(), limit + 1)
+                    .list_state(&session, after.as_deref(), pages.fetch())
                     .await?
             } else {
                 self.store
-                    .list_shared_state(&tenant, &req.scope, after.as_deref(), limit + 1)
+                    .list_shared_state(&tenant, &req.scope, after.as_deref(), pages.fetch())
                     .await?
             };
-            let next_page_token = if entries.len() > limit {
-                entries.truncate(limit);
-                entries.last().map_or_else(String::new, |last| {
-                    encode_token("state", &[&req.session_id, &req.scope, &last.key])
-                })
-            } else {
-                String::new()
-            };
+            let next_page_token = pages.next(&mut entries, |last| vec![last.key.clone()]);
             Ok(pb::ListStateResponse {
                 entries: entries.into_iter().map(wire::state_entry_to_pb).collect(),
                 next_page_token,
@@ -1094,7 +1080,6 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 Ok(pb::UsageGroupBy::Day) => UsageGroup::Day,
                 Err(_) => return Err(Error::invalid("group_by", "is not a UsageGroupBy value")),
             };
-            let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
             let micros = |field: &str, time: Option<&prost_types::Timestamp>| {
                 time.map(|t| wire::timestamp_micros(field, t)).transpose()
             };
@@ -1118,16 +1103,14 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 start.map(|t| t.to_string()).unwrap_or_default(),
                 end.map(|t| t.to_string()).unwrap_or_default(),
             ];
-            let after = match decode_token("usage", &req.page_token, 6)? {
-                None => None,
-                Some(parts) if parts[..5] != filters => {
-                    return Err(Error::invalid(
-                        "page_token",
-                        "was made for different filters or grouping",
-                    ));
-                }
-                Some(mut parts) => parts.pop(),
-            };
+            let pages = Pages::new(
+                "usage",
+                filters.iter().map(String::as_str).collect(),
+                "was made for different filters or grouping",
+                req.page_size,
+                self.options.limits.max_page_size,
+            )?;
+            let after = pages.after(&req.page_token)?;
             let query = UsageQuery {
                 user: (!req.user.is_empty()).then(|| req.user.clone()),
                 session_key,
@@ -1135,21 +1118,11 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 end: end.map(Timestamp),
                 group,
                 after,
-                limit: limit + 1,
+                limit: pages.fetch(),
             };
             let mut rows = self.store.summarize_usage(&tenant, query).await?;
-            let next_page_token = if group != UsageGroup::Total && rows.len() > limit {
-                rows.truncate(limit);
-                let last = rows.last().map(|row| row.key.clone()).unwrap_or_default();
-                let parts: Vec<&str> = filters
-                    .iter()
-                    .map(String::as_str)
-                    .chain([last.as_str()])
-                    .collect();
-                encode_token("usage", &parts)
-            } else {
-                String::new()
-            };
+            // One total row: never a next page.
+            let next_page_token = pages.next(&mut rows, |last| vec![last.key.clone()]);
             Ok(pb::SummarizeUsageResponse {
                 rows: rows.into_iter().map(wire::usage_row_to_pb).collect(),
                 next_page_token,
@@ -1184,32 +1157,23 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         unary("SearchMessages", "", async {
             let words = crate::domain::search::search_words(&req.query)?;
-            let limit = page_size(req.page_size, self.options.limits.max_page_size)?;
-            let offset = match decode_token("search", &req.page_token, 3)? {
-                None => 0,
-                Some(parts) if parts[0] != req.query || parts[1] != req.user => {
-                    return Err(Error::invalid(
-                        "page_token",
-                        "was made for a different query or user",
-                    ));
-                }
-                Some(parts) => usize::try_from(token_int(&parts[2])?)
-                    .map_err(|_| Error::invalid("page_token", "is malformed"))?,
-            };
+            let pages = Pages::new(
+                "search",
+                vec![&req.query, &req.user],
+                "was made for a different query or user",
+                req.page_size,
+                self.options.limits.max_page_size,
+            )?;
+            let offset = pages.after_offset(&req.page_token)?;
             let query = SearchQuery {
                 words,
                 user: (!req.user.is_empty()).then(|| req.user.clone()),
                 offset,
-                limit: limit + 1,
+                limit: pages.fetch(),
             };
             let mut hits = self.store.search(&tenant, query).await?;
-            let next_page_token = if hits.len() > limit {
-                hits.truncate(limit);
-                let next = (offset + limit).to_string();
-                encode_token("search", &[&req.query, &req.user, &next])
-            } else {
-                String::new()
-            };
+            let next_offset = offset + pages.limit;
+            let next_page_token = pages.next(&mut hits, |_| vec![next_offset.to_string()]);
             Ok(pb::SearchMessagesResponse {
                 hits: hits.into_iter().map(wire::search_hit_to_pb).collect(),
                 next_page_token,
@@ -1217,37 +1181,6 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         })
         .await
     }
-}
-
-/// The position a per-session list's page token holds, refusing tokens made
-/// for another list or another session.
-fn session_cursor(kind: &str, token: &str, session_id: &str) -> Result<Option<i64>> {
-    match decode_token(kind, token, 2)? {
-        None => Ok(None),
-        Some(parts) if parts[0] != session_id => Err(Error::invalid(
-            "page_token",
-            "was made for a different session",
-        )),
-        Some(parts) => token_int(&parts[1]).map(Some),
-    }
-}
-
-/// Cuts a page read with one extra item back to `limit` and returns the
-/// token for the next page (empty at the end).
-fn next_session_token<T>(
-    kind: &str,
-    session_id: &str,
-    items: &mut Vec<T>,
-    limit: usize,
-    position: impl Fn(&T) -> i64,
-) -> String {
-    if items.len() <= limit {
-        return String::new();
-    }
-    items.truncate(limit);
-    items.last().map_or_else(String::new, |last| {
-        encode_token(kind, &[session_id, &position(last).to_string()])
-    })
 }
 
 /// A session's messages, a page at a time, for [`ReadAhead`].

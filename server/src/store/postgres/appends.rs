@@ -1,6 +1,6 @@
 //! PostgreSQL's append writers: a few tasks per replica, each committing
 //! the appends queued for it in batches, through the bulk path
-//! (`batch.rs`).
+//! (`append/`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -160,7 +160,7 @@ pub(super) enum Role {
     /// delete them meanwhile) and writes the provider calls its messages
     /// reference itself, so they could never fail; and an immediate check
     /// makes SQLite keep a statement journal for every multi-row statement
-    /// (`batch.rs`, `OR FAIL`). Deletes, and their cascades, go through
+    /// (`append/statements.rs`, `OR FAIL`). Deletes, and their cascades, go through
     /// sqlx's connections, which keep the checks.
     Appends,
     /// The checkpointer thread (`checkpoints.rs`): checkpoints only, never
