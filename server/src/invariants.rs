@@ -116,3 +116,190 @@ fn no_store_function_passes_100_lines() {
         long.join("\n")
     );
 }
+
+/// The module a source file is (`store::sqlite::wal` for
+/// `src/store/sqlite/wal.rs`, `store` for `src/store/mod.rs`).
+fn module_of(path: &Path) -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let relative = path.strip_prefix(&src).unwrap_or(path).with_extension("");
+    let mut parts: Vec<String> = relative
+        .components()
+        .map(|part| part.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts
+        .last()
+        .is_some_and(|last| last == "mod" || last == "lib")
+    {
+        parts.pop();
+    }
+    parts
+}
+
+/// The paths a file names through `crate::` and `super::`, as module
+/// paths from the crate's root (what follows the last module is cut later,
+/// against the modules that exist). `use` lists are expanded.
+fn named_paths(module: &[String], text: &str) -> Vec<Vec<String>> {
+    let mut code = String::new();
+    for line in text.lines() {
+        let line = line.trim_start();
+        if line.starts_with("//") {
+            continue;
+        }
+        code.push_str(line.split("//").next().unwrap_or_default());
+        code.push('\n');
+    }
+    // Tests may reach anywhere: the test module of a file is left out.
+    if let Some(at) = code.find("#[cfg(test)]\nmod tests") {
+        code.truncate(at);
+    }
+    let mut paths = Vec::new();
+    let bytes = code.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        if !code.is_char_boundary(at) {
+            at += 1;
+            continue;
+        }
+        let rest = &code[at..];
+        let starts = rest.starts_with("crate::") || rest.starts_with("super::");
+        let boundary = at == 0
+            || !(bytes[at - 1].is_ascii_alphanumeric()
+                || bytes[at - 1] == b'_'
+                || bytes[at - 1] == b':');
+        if !(starts && boundary) {
+            at += 1;
+            continue;
+        }
+        // The path, with any `{…}` list, up to where it ends.
+        let mut end = 0;
+        let mut depth = 0;
+        for (offset, c) in rest.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth > 0 => depth -= 1,
+                c if depth == 0 && !(c.is_alphanumeric() || c == '_' || c == ':') => {
+                    end = offset;
+                    break;
+                }
+                _ => {}
+            }
+            end = offset + c.len_utf8();
+        }
+        for path in expand(&rest[..end]) {
+            let mut parts: Vec<String> = path.split("::").map(str::to_owned).collect();
+            let absolute = match parts.first().map(String::as_str) {
+                Some("crate") => parts.split_off(1),
+                _ => {
+                    // Each `super` is one module up (a mod.rs is its
+                    // folder's module, a file its own).
+                    let mut base = module.to_vec();
+                    while parts.first().is_some_and(|p| p == "super") {
+                        parts.remove(0);
+                        base.pop();
+                    }
+                    base.extend(parts);
+                    base
+                }
+            };
+            paths.push(absolute);
+        }
+        at += end.max(1);
+    }
+    paths
+}
+
+/// `a::{b, c::{d, e}}` as `a::b`, `a::c::d`, `a::c::e`.
+fn expand(path: &str) -> Vec<String> {
+    let path: String = path.chars().filter(|c| !c.is_whitespace()).collect();
+    let Some(open) = path.find('{') else {
+        return vec![path.trim_end_matches("::").to_owned()];
+    };
+    let head = &path[..open];
+    let inner = &path[open + 1..path.rfind('}').unwrap_or(path.len())];
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (at, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&inner[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&inner[start..]);
+    items
+        .into_iter()
+        .filter(|item| !item.is_empty())
+        .flat_map(|item| {
+            let item = if item == "self" {
+                String::new()
+            } else {
+                item.to_owned()
+            };
+            expand(&format!("{head}{item}"))
+        })
+        .collect()
+}
+
+#[test]
+fn no_file_imports_a_file_that_imports_it_back() {
+    let files = sources("");
+    let modules: std::collections::BTreeSet<Vec<String>> =
+        files.iter().map(|(path, _)| module_of(path)).collect();
+    // Each file's arrows: to the longest existing module a path names,
+    // leaving out its own ancestors (a child using what its `mod.rs`
+    // defines is how Rust modules share) and itself.
+    let mut arrows: std::collections::BTreeMap<
+        Vec<String>,
+        std::collections::BTreeSet<Vec<String>>,
+    > = Default::default();
+    for (path, text) in &files {
+        let module = module_of(path);
+        for named in named_paths(&module, text) {
+            let Some(target) = (0..=named.len())
+                .rev()
+                .map(|len| named[..len].to_vec())
+                .find(|prefix| modules.contains(prefix))
+            else {
+                continue;
+            };
+            if target.is_empty() || module.starts_with(&target) {
+                continue;
+            }
+            arrows.entry(module.clone()).or_default().insert(target);
+        }
+    }
+    // A depth-first walk finds any circle.
+    fn visit(
+        node: &Vec<String>,
+        arrows: &std::collections::BTreeMap<Vec<String>, std::collections::BTreeSet<Vec<String>>>,
+        path: &mut Vec<Vec<String>>,
+        done: &mut std::collections::BTreeSet<Vec<String>>,
+    ) -> Option<Vec<Vec<String>>> {
+        if let Some(at) = path.iter().position(|step| step == node) {
+            return Some(path[at..].to_vec());
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.clone());
+        for next in arrows.get(node).into_iter().flatten() {
+            if let Some(circle) = visit(next, arrows, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.insert(node.clone());
+        None
+    }
+    let mut done = Default::default();
+    for module in &modules {
+        if let Some(circle) = visit(module, &arrows, &mut Vec::new(), &mut done) {
+            let names: Vec<String> = circle.iter().map(|m| m.join("::")).collect();
+            panic!("an import circle: {} -> back", names.join(" -> "));
+        }
+    }
+}
