@@ -316,6 +316,16 @@ impl Exchange {
         self
     }
 
+    /// Creates the session from `session` if the tenant has none with this
+    /// exchange's id, in the same transaction as the exchange, so a first
+    /// write is one call (the response's `session_created` says whether it
+    /// did). `session`'s id, if set, must be this exchange's; it carries no
+    /// initial history. A session that exists is appended to as usual.
+    pub fn create_if_missing(mut self, session: NewSession) -> Self {
+        self.request.create_if_missing = Some(session.into_request());
+        self
+    }
+
     /// Uses your own idempotency key instead of the generated one, e.g. one
     /// derived from your own request id so that a retry after a crash of
     /// your process is still recognised.

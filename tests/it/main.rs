@@ -23,6 +23,7 @@ mod failover;
 mod faults;
 mod faults_edge;
 mod faults_streams;
+mod first_write;
 mod framework;
 mod history;
 mod hostile;

@@ -7,8 +7,9 @@ use sha2::{Digest, Sha256};
 use super::digest;
 use super::fields::{
     MAX_KEY_LEN, MAX_STATE_ENTRIES, check_scope_name, check_state_entry, is_system_prompt,
+    validate_new_session_id,
 };
-use super::{Error, Message, ProviderCall, Result, StateChange};
+use super::{Error, Message, NewSession, ProviderCall, Result, StateChange};
 
 /// The first byte of a fingerprint of today's form: the SHA-256 of the
 /// request's serde form ([`digest::sha256`]) follows it.
@@ -40,6 +41,10 @@ pub struct NewExchange {
     /// they always have.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub state_changes: Vec<StateChange>,
+    /// The session to create if `session_id` names none (its `id` is
+    /// `session_id`; no initial history). Not part of the fingerprint.
+    #[serde(skip)]
+    pub create_if_missing: Option<NewSession>,
 }
 
 /// The largest `usage_json` kept.
@@ -152,6 +157,22 @@ impl NewExchange {
                 "expected_next_sequence",
                 "must not be negative",
             ));
+        }
+        if let Some(new) = &self.create_if_missing {
+            if new.id.as_ref().is_some_and(|id| *id != self.session_id) {
+                return Err(Error::invalid(
+                    "create_if_missing.session_id",
+                    "must be empty or the request's session_id",
+                ));
+            }
+            if !new.initial_history.is_empty() {
+                return Err(Error::invalid(
+                    "create_if_missing.initial_history",
+                    "must be empty: the exchange is the session's first history",
+                ));
+            }
+            validate_new_session_id("session_id", &self.session_id)?;
+            new.validate_as("create_if_missing.")?;
         }
         for (field, value) in [("request_id", &self.request_id), ("run_id", &self.run_id)] {
             if value.len() > MAX_KEY_LEN {
@@ -302,6 +323,7 @@ mod tests {
             request_id: "k1".into(),
             run_id: String::new(),
             state_changes: Vec::new(),
+            create_if_missing: None,
         };
         let mut same = base.clone();
         same.request_id = "k2".into();
@@ -325,6 +347,7 @@ mod tests {
             request_id: "k1".into(),
             run_id: "r".into(),
             state_changes: Vec::new(),
+            create_if_missing: None,
         };
         let fingerprint = base.fingerprint();
         assert_eq!(fingerprint.len(), 33);

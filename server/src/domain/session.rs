@@ -24,13 +24,19 @@ pub struct NewSession {
 impl NewSession {
     /// Checks the request's own fields.
     pub fn validate(&self) -> Result<()> {
+        self.validate_as("")
+    }
+
+    /// As [`NewSession::validate`], for a request held in a field: each
+    /// field an error names starts with `prefix` (e.g. `create_if_missing.`).
+    pub fn validate_as(&self, prefix: &str) -> Result<()> {
         if let Some(id) = &self.id {
-            validate_new_session_id("session_id", id)?;
+            validate_new_session_id(&format!("{prefix}session_id"), id)?;
         }
         let entries = self.initial_state.len();
         if entries > usize::try_from(MAX_STATE_ENTRIES).unwrap_or(usize::MAX) {
             return Err(Error::LimitExceeded {
-                field: "initial_state".into(),
+                field: format!("{prefix}initial_state"),
                 limit: "max_state_entries",
                 description: format!(
                     "holds {entries} entries; a session holds at most {MAX_STATE_ENTRIES}"
@@ -38,8 +44,8 @@ impl NewSession {
             });
         }
         for (key, value) in &self.initial_state {
-            let field = format!("initial_state[{key:?}]");
-            check_state_entry("initial_state", key, &field, value)?;
+            let field = format!("{prefix}initial_state[{key:?}]");
+            check_state_entry(&format!("{prefix}initial_state"), key, &field, value)?;
         }
         Ok(())
     }

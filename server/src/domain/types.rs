@@ -457,6 +457,10 @@ pub struct AppendedExchange {
     /// back, with nothing written this time. Never stored.
     #[serde(skip)]
     pub replayed: bool,
+    /// The append's `create_if_missing` created the session in the same
+    /// transaction. Never stored.
+    #[serde(skip)]
+    pub session_created: bool,
 }
 
 /// Serde helper: bytes as a base64 string (compact in JSON).

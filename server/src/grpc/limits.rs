@@ -57,6 +57,9 @@ pub fn check_exchange(limits: &Limits, request: &pb::AppendExchangeRequest) -> R
     ] {
         check_each(limits, field, messages)?;
     }
+    if let Some(new) = &request.create_if_missing {
+        check_metadata(limits, "create_if_missing.metadata", &new.metadata)?;
+    }
     Ok(())
 }
 

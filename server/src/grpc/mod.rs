@@ -25,8 +25,8 @@ use crate::domain::paging::{Pages, token_int};
 use crate::domain::target::ExportTarget;
 use crate::domain::usage::{UsageGroup, UsageQuery};
 use crate::domain::{
-    ControlOp, Ephemeral, EphemeralKind, Error, Fork, Message, NewExchange, NewSession, Result,
-    Role, SessionCursor, SessionPatch, SessionQuery, StoredMessage, Timestamp,
+    ControlOp, Ephemeral, EphemeralKind, Error, Fork, Message, NewExchange, Result, Role,
+    SessionCursor, SessionPatch, SessionQuery, StoredMessage, Timestamp,
 };
 use crate::metrics::Metrics;
 use crate::read_ahead::{ReadAhead, ReadPage, Share, StreamBudget};
@@ -368,16 +368,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 &req.initial_history,
             )?;
             limits::check_metadata(&self.options.limits, "metadata", &req.metadata)?;
-            let new = NewSession {
-                id: (!req.session_id.is_empty()).then_some(req.session_id),
-                title: req.title,
-                system_prompt: req.system_prompt,
-                user: req.user,
-                metadata: req.metadata,
-                initial_history: wire::messages_from_pb(req.initial_history, "initial_history")?,
-                initial_state: req.initial_state.into_iter().collect(),
-                expire_time: expire_time("expire_time", req.expire_time.as_ref())?,
-            };
+            let new = wire::new_session_from_pb(req, "")?;
             new.validate()?;
             let (session, _) = self.store.create_session(&tenant, new).await?;
             Ok(wire::session_to_pb(session))
@@ -532,6 +523,10 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                     .into_iter()
                     .map(wire::state_change_from_pb)
                     .collect(),
+                create_if_missing: req
+                    .create_if_missing
+                    .map(|new| wire::new_session_from_pb(new, "create_if_missing"))
+                    .transpose()?,
             };
             exchange.validate()?;
             let (revision, appended) = self.store.append_exchange(&tenant, exchange).await?;

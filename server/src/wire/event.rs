@@ -437,6 +437,7 @@ pub fn event_from_pb(event: pb::SessionEvent) -> Result<SessionEvent> {
             // As the JSON form: never stored with the exchange.
             update_time: Timestamp::default(),
             replayed: false,
+            session_created: false,
         }),
         Some(Event::SessionUpdated(updated)) => Change::SessionUpdated {
             session: session_from_pb(updated.session)?,
@@ -676,6 +677,7 @@ mod tests {
                 }],
                 update_time: Timestamp::default(),
                 replayed: false,
+                session_created: false,
             }),
             Change::SessionUpdated { session: session() },
             Change::SessionDeleted,
@@ -829,6 +831,7 @@ mod tests {
                 state_changes: Vec::new(),
                 update_time: Timestamp::default(),
                 replayed: false,
+                session_created: false,
             }),
         });
         assert_eq!(encoded.effect, Effect::None);

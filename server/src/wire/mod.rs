@@ -15,8 +15,8 @@ use sessionstore_client::v1::content_block::Block;
 use crate::domain::target::{ExportTarget, ReasoningPolicy};
 use crate::domain::{
     AppendedExchange, Change, ContentBlock, DeltaContent, Ephemeral, EphemeralKind, Error, Message,
-    ProviderCall, Result, Role, SearchHit, Session, SessionEvent, SessionSummary, StateChange,
-    StateEntry, StoredMessage, Timestamp, ToolCall,
+    NewSession, ProviderCall, Result, Role, SearchHit, Session, SessionEvent, SessionSummary,
+    StateChange, StateEntry, StoredMessage, Timestamp, ToolCall,
 };
 
 pub fn timestamp(t: Timestamp) -> prost_types::Timestamp {
@@ -375,6 +375,7 @@ pub fn append_response_to_pb(
         revision,
         next_sequence: appended.next_sequence,
         update_time: Some(timestamp(appended.update_time)),
+        session_created: appended.session_created,
     }
 }
 
@@ -586,4 +587,38 @@ pub fn target_from_pb(target: Option<pb::ExportTarget>) -> Result<Option<ExportT
         }
     };
     ExportTarget::new("target", target.provider, target.model, reasoning).map(Some)
+}
+
+/// A CreateSession request (or an append's `create_if_missing`, whose
+/// fields `field` names) as the domain's new session; `expire_time` is
+/// checked as CreateSession checks it.
+pub fn new_session_from_pb(req: pb::CreateSessionRequest, field: &str) -> Result<NewSession> {
+    let prefix = if field.is_empty() {
+        String::new()
+    } else {
+        format!("{field}.")
+    };
+    Ok(NewSession {
+        id: (!req.session_id.is_empty()).then_some(req.session_id),
+        title: req.title,
+        system_prompt: req.system_prompt,
+        user: req.user,
+        metadata: req.metadata,
+        initial_history: messages_from_pb(
+            req.initial_history,
+            &format!("{prefix}initial_history"),
+        )?,
+        initial_state: req.initial_state.into_iter().collect(),
+        expire_time: match req.expire_time.as_ref() {
+            Some(time) => {
+                let field = format!("{prefix}expire_time");
+                let micros = timestamp_micros(&field, time)?;
+                if micros < 0 {
+                    return Err(Error::invalid(&field, "must not be before 1970"));
+                }
+                Timestamp(micros)
+            }
+            None => Timestamp(0),
+        },
+    })
 }

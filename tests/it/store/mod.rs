@@ -72,6 +72,7 @@ fn exchange(session_id: &str, question: &str) -> NewExchange {
         request_id: String::new(),
         run_id: String::new(),
         state_changes: Vec::new(),
+        create_if_missing: None,
     }
 }
 

@@ -301,6 +301,8 @@ impl<'a> Run<'a> {
                     Outcome::Deferred
                 }
                 _ if !plain || key_taken => Outcome::Deferred,
+                // The general path creates it, in the same transaction.
+                None if exchange.create_if_missing.is_some() => Outcome::Deferred,
                 None => Outcome::Done(Err(Error::SessionNotFound(exchange.session_id.clone()))),
                 Some(state) if state.deferred => Outcome::Deferred,
                 Some(state) => {
@@ -419,6 +421,7 @@ fn append_one(
         state_changes: exchange.state_changes.clone(),
         update_time: now,
         replayed: false,
+        session_created: false,
     };
     // The messages' rows take their content from the event's encoding.
     let (event, logged, contents) = EncodedEvent::referring_with_contents(SessionEvent {

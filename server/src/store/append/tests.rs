@@ -49,6 +49,7 @@ fn exchange(session_id: &str) -> NewExchange {
         request_id: String::new(),
         run_id: String::new(),
         state_changes: Vec::new(),
+        create_if_missing: None,
     }
 }
 

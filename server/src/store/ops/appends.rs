@@ -3,7 +3,7 @@
 
 use super::{AppendExchange, Appended, Dialect, Tx, Write};
 use crate::domain::exchange::diff_full_history;
-use crate::domain::{Change, Error, NewExchange, Result};
+use crate::domain::{Change, Error, NewExchange, NewSession, Result};
 use crate::store::append;
 use crate::store::rows::Content;
 use crate::store::text::escape;
@@ -62,6 +62,13 @@ impl Tx<'_> {
             return Ok(first);
         }
 
+        let created = match &exchange.create_if_missing {
+            Some(new) => {
+                self.create_if_missing(tenant, &exchange.session_id, new)
+                    .await?
+            }
+            None => false,
+        };
         // Settles an expired lease first.
         let row = self.load_live(tenant, &exchange.session_id).await?;
         if self.dialect == Dialect::Postgres
@@ -118,7 +125,37 @@ impl Tx<'_> {
         )
         .await?;
         self.events.extend(applied.events);
-        Ok(applied.reply)
+        let (revision, mut appended) = applied.reply;
+        appended.session_created = created;
+        Ok((revision, appended))
+    }
+
+    /// Creates the session `id` from `new` unless the tenant has it: whether
+    /// it did. Creators of one id take turns ([`Tx::lock_session_id`]), so
+    /// two first appends racing on replicas create it once.
+    async fn create_if_missing(
+        &mut self,
+        tenant: &str,
+        id: &str,
+        new: &NewSession,
+    ) -> Result<bool> {
+        self.lock_session_id(tenant, id).await?;
+        let exists: Option<i64> = sqlx::query_scalar(
+            "SELECT key FROM sessions WHERE tenant = $1 AND id = $2 AND deleted = 0",
+        )
+        .bind(escape(tenant))
+        .bind(escape(id))
+        .fetch_optional(&mut *self.conn)
+        .await?;
+        if exists.is_some() {
+            return Ok(false);
+        }
+        let new = NewSession {
+            id: Some(id.to_owned()),
+            ..new.clone()
+        };
+        self.create_session(tenant, new).await?;
+        Ok(true)
     }
 }
 

@@ -1,8 +1,8 @@
 //! Sessions: create (with an initial history), fork, update, delete.
 
 use super::{
-    CreateSession, DeleteExpired, DeleteIdle, DeleteSession, ForkSession, NewRow, SessionRow, Tx,
-    Unindex, UpdateSession, Write,
+    CreateSession, DeleteExpired, DeleteIdle, DeleteSession, Dialect, ForkSession, NewRow,
+    SessionRow, Tx, Unindex, UpdateSession, Write,
 };
 use crate::domain::{
     Change, Error, Fork, Metadata, NewSession, Result, Session, SessionPatch, StateEntry,
@@ -56,6 +56,7 @@ impl Tx<'_> {
         summary_index: Option<usize>,
         state: Metadata,
     ) -> Result<(Session, Vec<StoredMessage>)> {
+        self.lock_session_id(tenant, &session.id).await?;
         let taken: Option<i64> = sqlx::query_scalar(
             "SELECT key FROM sessions WHERE tenant = $1 AND id = $2 AND deleted = 0",
         )
@@ -271,6 +272,21 @@ impl Tx<'_> {
             .bind(escape(value))
             .execute(&mut *self.conn)
             .await?;
+        }
+        Ok(())
+    }
+
+    /// Makes the creators of one session id take turns, until the
+    /// transaction ends: on PostgreSQL a transaction-scoped advisory lock
+    /// on the (tenant, id), so a creator that finds the id free is the only
+    /// one that can create it (CreateSession, an append's
+    /// `create_if_missing`, on any replica). SQLite has one writer.
+    pub(super) async fn lock_session_id(&mut self, tenant: &str, id: &str) -> Result<()> {
+        if self.dialect == Dialect::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 7))")
+                .bind(format!("{}\u{1f}{}", escape(tenant), escape(id)))
+                .execute(&mut *self.conn)
+                .await?;
         }
         Ok(())
     }

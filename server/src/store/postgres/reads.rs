@@ -209,6 +209,7 @@ mod tests {
                 state_changes: Vec::new(),
                 update_time: Timestamp(revision),
                 replayed: false,
+                session_created: false,
             }),
         });
         (whole, stored, contents)

@@ -105,7 +105,7 @@ class DeleteSessionResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class AppendExchangeRequest(_message.Message):
-    __slots__ = ("session_id", "messages", "full_history", "provider_call", "response_messages", "expected_next_sequence", "request_id", "run_id", "state_changes")
+    __slots__ = ("session_id", "messages", "full_history", "provider_call", "response_messages", "expected_next_sequence", "request_id", "run_id", "state_changes", "create_if_missing")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     FULL_HISTORY_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +115,7 @@ class AppendExchangeRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_CHANGES_FIELD_NUMBER: _ClassVar[int]
+    CREATE_IF_MISSING_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
     full_history: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
@@ -124,21 +125,24 @@ class AppendExchangeRequest(_message.Message):
     request_id: str
     run_id: str
     state_changes: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StateChange]
-    def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., full_history: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., provider_call: _Optional[_Union[_messages_pb2.ProviderCall, _Mapping]] = ..., response_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., expected_next_sequence: _Optional[int] = ..., request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., state_changes: _Optional[_Iterable[_Union[_messages_pb2.StateChange, _Mapping]]] = ...) -> None: ...
+    create_if_missing: CreateSessionRequest
+    def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., full_history: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., provider_call: _Optional[_Union[_messages_pb2.ProviderCall, _Mapping]] = ..., response_messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., expected_next_sequence: _Optional[int] = ..., request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., state_changes: _Optional[_Iterable[_Union[_messages_pb2.StateChange, _Mapping]]] = ..., create_if_missing: _Optional[_Union[CreateSessionRequest, _Mapping]] = ...) -> None: ...
 
 class AppendExchangeResponse(_message.Message):
-    __slots__ = ("messages", "provider_call", "revision", "next_sequence", "update_time")
+    __slots__ = ("messages", "provider_call", "revision", "next_sequence", "update_time", "session_created")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_CALL_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     NEXT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    SESSION_CREATED_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredMessage]
     provider_call: _messages_pb2.ProviderCall
     revision: int
     next_sequence: int
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, messages: _Optional[_Iterable[_Union[_messages_pb2.StoredMessage, _Mapping]]] = ..., provider_call: _Optional[_Union[_messages_pb2.ProviderCall, _Mapping]] = ..., revision: _Optional[int] = ..., next_sequence: _Optional[int] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    session_created: bool
+    def __init__(self, messages: _Optional[_Iterable[_Union[_messages_pb2.StoredMessage, _Mapping]]] = ..., provider_call: _Optional[_Union[_messages_pb2.ProviderCall, _Mapping]] = ..., revision: _Optional[int] = ..., next_sequence: _Optional[int] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_created: _Optional[bool] = ...) -> None: ...
 
 class ExportHistoryRequest(_message.Message):
     __slots__ = ("session_id", "include_system_prompt", "from_summary", "after_sequence", "max_messages", "target")

@@ -1,0 +1,231 @@
+//! A first write is one call: AppendExchange's `create_if_missing` creates
+//! the session in the exchange's transaction, once, however many first
+//! writes race for it, and a retry answers the first result.
+
+use std::collections::BTreeMap;
+
+use sessionstore_client::v1 as pb;
+use tonic::Code;
+
+use crate::support::*;
+
+crate::backend_tests!(
+    create_if_missing_makes_a_first_write_one_call,
+    racing_first_writes_create_the_session_once,
+);
+
+/// The session an append creates if missing.
+fn new_session(title: &str) -> pb::CreateSessionRequest {
+    pb::CreateSessionRequest {
+        title: title.to_owned(),
+        system_prompt: "Be brief.".into(),
+        user: "alice".into(),
+        metadata: BTreeMap::from([("app".to_owned(), "weather".to_owned())]),
+        initial_state: BTreeMap::from([("mood".to_owned(), "calm".to_owned())]),
+        ..Default::default()
+    }
+}
+
+fn first_write(id: &str, text: &str, request_id: &str) -> pb::AppendExchangeRequest {
+    pb::AppendExchangeRequest {
+        session_id: id.to_owned(),
+        messages: vec![user(text)],
+        request_id: request_id.to_owned(),
+        create_if_missing: Some(new_session("first")),
+        ..Default::default()
+    }
+}
+
+async fn create_if_missing_makes_a_first_write_one_call(backend: Backend) {
+    let server = TestServer::start(backend).await;
+    let mut client = server.client().await;
+
+    let first = client
+        .append_exchange(first_write("ses_new", "hello", "req-1"))
+        .await
+        .expect("first write")
+        .into_inner();
+    assert!(first.session_created);
+    assert_eq!(
+        first.revision, 2,
+        "created in revision 1, the exchange in 2"
+    );
+    assert_eq!(first.next_sequence, 1);
+    let session = get(&mut client, "ses_new").await;
+    assert_eq!(
+        (
+            session.title.as_str(),
+            session.user.as_str(),
+            session.system_prompt.as_str()
+        ),
+        ("first", "alice", "Be brief.")
+    );
+    assert_eq!(
+        session.metadata.get("app").map(String::as_str),
+        Some("weather")
+    );
+    assert_eq!(session.revision, 2);
+    let mood = client
+        .get_state(pb::GetStateRequest {
+            session_id: "ses_new".into(),
+            key: "mood".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("initial state")
+        .into_inner();
+    assert_eq!(mood.value, "calm");
+
+    // A retry answers the first result and writes nothing.
+    let retry = client
+        .append_exchange(first_write("ses_new", "hello", "req-1"))
+        .await
+        .expect("retry")
+        .into_inner();
+    assert_eq!((retry.revision, retry.next_sequence), (2, 1));
+    assert!(!retry.session_created);
+    assert_eq!(retry.messages[0].id, first.messages[0].id);
+
+    // The session exists: appended to, the fields ignored.
+    let mut second = first_write("ses_new", "again", "req-2");
+    second.create_if_missing = Some(new_session("ignored"));
+    let second = client
+        .append_exchange(second)
+        .await
+        .expect("second write")
+        .into_inner();
+    assert!(!second.session_created);
+    assert_eq!((second.revision, second.next_sequence), (3, 2));
+    assert_eq!(get(&mut client, "ses_new").await.title, "first");
+
+    // Refusals name the field and write nothing.
+    let cases = [
+        (
+            pb::AppendExchangeRequest {
+                create_if_missing: Some(pb::CreateSessionRequest {
+                    session_id: "other".into(),
+                    ..new_session("x")
+                }),
+                ..first_write("ses_bad", "x", "")
+            },
+            "create_if_missing.session_id",
+        ),
+        (
+            pb::AppendExchangeRequest {
+                create_if_missing: Some(pb::CreateSessionRequest {
+                    initial_history: vec![user("earlier")],
+                    ..new_session("x")
+                }),
+                ..first_write("ses_bad", "x", "")
+            },
+            "create_if_missing.initial_history",
+        ),
+        (first_write("has space", "x", ""), "session_id"),
+    ];
+    for (request, field) in cases {
+        let status = client.append_exchange(request).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
+        assert_eq!(
+            error_details(&status).1.as_deref(),
+            Some(field),
+            "{status:?}"
+        );
+    }
+    assert_eq!(
+        client
+            .get_session(pb::GetSessionRequest {
+                session_id: "ses_bad".into(),
+            })
+            .await
+            .unwrap_err()
+            .code(),
+        Code::NotFound
+    );
+    // Without create_if_missing an unknown session is still NOT_FOUND.
+    let missing = client
+        .append_exchange(pb::AppendExchangeRequest {
+            create_if_missing: None,
+            ..first_write("ses_ghost", "x", "")
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+    server.stop().await.expect("stop");
+}
+
+/// Runs `writers` first writes at once on `endpoints` (round robin), each
+/// with its own request id: exactly one creates the session, every one is
+/// appended, the sequences gap-free.
+async fn race(endpoints: &[String], id: &str, writers: usize) {
+    let mut tasks = Vec::new();
+    for writer in 0..writers {
+        let endpoint = endpoints[writer % endpoints.len()].clone();
+        let id = id.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut client = connect(&endpoint).await;
+            client
+                .append_exchange(first_write(
+                    &id,
+                    &format!("w{writer}"),
+                    &format!("{id}-{writer}"),
+                ))
+                .await
+                .map(tonic::Response::into_inner)
+        }));
+    }
+    let mut created = 0;
+    let mut sequences = Vec::new();
+    for task in tasks {
+        let response = task
+            .await
+            .expect("writer task")
+            .expect("a racing first write");
+        created += usize::from(response.session_created);
+        sequences.extend(response.messages.iter().map(|m| m.sequence));
+    }
+    assert_eq!(created, 1, "the session was created once");
+    sequences.sort_unstable();
+    let expected: Vec<i64> = (0..i64::try_from(writers).expect("writers")).collect();
+    assert_eq!(sequences, expected, "every write appended, gap-free");
+}
+
+async fn racing_first_writes_create_the_session_once(backend: Backend) {
+    let server = TestServer::start(backend).await;
+    race(&[server.endpoint()], "ses_raced", 16).await;
+    let mut client = server.client().await;
+    let session = get(&mut client, "ses_raced").await;
+    assert_eq!(session.revision, 17);
+    server.stop().await.expect("stop");
+}
+
+mod postgres_only {
+    use super::*;
+
+    /// Two replicas of one database: first writes racing on both create
+    /// the session once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn first_writes_racing_on_two_replicas_create_the_session_once() {
+        if !postgres_available(concat!(
+            module_path!(),
+            "::first_writes_racing_on_two_replicas"
+        ))
+        .await
+        {
+            return;
+        }
+        let storage = Storage::new(Backend::Postgres).await;
+        let url = storage.url.clone();
+        let a = TestServer::start_on(storage, |_| {}).await;
+        let b = TestServer::start_with(url, None, |_| {}).await;
+        for round in 0..5 {
+            race(
+                &[a.endpoint(), b.endpoint()],
+                &format!("ses_two_{round}"),
+                12,
+            )
+            .await;
+        }
+        b.stop().await.expect("stop b");
+        a.stop().await.expect("stop a");
+    }
+}
