@@ -1,12 +1,21 @@
 """The asyncio client (``grpc.aio``): the same methods as ``Client``, as
-coroutines; the ``iter_*`` helpers and ``watch`` are async iterators."""
+coroutines; the ``iter_*`` helpers and ``watch`` are async iterators.
+
+A ``grpc.aio`` channel belongs to the event loop it was made in, so an
+``AsyncClient`` keeps one channel per event loop it is used from, made on
+the first call in that loop: the client itself can be made anywhere (at
+module level, before any loop runs) and used from one loop after another
+(``asyncio.run`` again and again) or from several threads at once, each
+running its own loop.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, NamedTuple, TypeVar
 
 import grpc
 import grpc.aio
@@ -39,12 +48,23 @@ T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:50051"
 
 
+class _LoopChannel(NamedTuple):
+    """The channel an :class:`AsyncClient` uses in one event loop."""
+
+    channel: grpc.aio.Channel
+    stub: SessionStoreStub
+
+
 class AsyncClient:
     """An asyncio client of a sessionstore server, with the same methods,
     arguments, retries and errors as :class:`sessionstore.Client`.
 
-    Use it as an async context manager or ``await client.close()``. It is
-    bound to the event loop it is first used in.
+    It may be made outside any event loop, and used from any: one loop after
+    another (``asyncio.run`` twice, ``Runner.run_sync`` twice) or several at
+    once in different threads. It opens one ``grpc.aio`` channel per event
+    loop, on the first call in that loop; a channel whose loop has closed is
+    dropped (closing it) when the client next opens one. Use it as an async
+    context manager or ``await client.close()`` to close every channel.
 
     Args:
         url: ``http://HOST:PORT``, or ``https://HOST:PORT`` for TLS.
@@ -74,28 +94,48 @@ class AsyncClient:
         watch_retry_policy: RetryPolicy = RetryPolicy(max_attempts=30),
     ) -> None:
         target = _transport.parse_url(url)
-        options = _transport.channel_options(tls_domain_name)
         self.url = url
+        self._address = target.address
+        self._options = _transport.channel_options(tls_domain_name)
         self._metadata = _transport.call_metadata(token)
+        self._credentials: grpc.ChannelCredentials | None = None
         if target.secure:
-            creds = _transport.credentials(
+            self._credentials = _transport.credentials(
                 tls_ca_certificate, tls_client_certificate, tls_client_key
             )
-            self._channel = grpc.aio.secure_channel(target.address, creds, options=options)
-        else:
-            if tls_ca_certificate is not None or tls_client_certificate is not None:
-                raise ValueError("TLS settings need an https:// URL")
-            self._channel = grpc.aio.insecure_channel(target.address, options=options)
-        self._stub = SessionStoreStub(self._channel)  # type: ignore[no-untyped-call]
+        elif tls_ca_certificate is not None or tls_client_certificate is not None:
+            raise ValueError("TLS settings need an https:// URL")
         self._timeout = request_timeout
         self._retry = retry_policy
         self._watch_retry = watch_retry_policy
+        # One channel per event loop (a grpc.aio channel works only in its
+        # own). A channel holds its loop, so a weak map would never let go
+        # of one: entries of closed loops are dropped by _loop_channel.
+        self._channels: dict[asyncio.AbstractEventLoop, _LoopChannel] = {}
+        self._lock = threading.Lock()
+        self._closed = False
 
     # -- lifecycle ---------------------------------------------------------
 
     async def close(self) -> None:
-        """Closes the channel; calls in flight are cancelled."""
-        await self._channel.close()
+        """Closes the client's channels, one per event loop it was used in;
+        calls in flight in this loop are cancelled. A channel of a loop
+        running in another thread is closed there, without waiting; one of
+        a loop that has stopped is dropped, which closes it. Calls made
+        afterwards raise ``ValueError``."""
+        with self._lock:
+            self._closed = True
+            entries = list(self._channels.items())
+            self._channels.clear()
+        current = asyncio.get_running_loop()
+        for loop, entry in entries:
+            if loop is current:
+                await entry.channel.close()
+            elif loop.is_running():
+                try:
+                    asyncio.run_coroutine_threadsafe(entry.channel.close(), loop)
+                except RuntimeError:  # the loop closed meanwhile
+                    pass
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -113,8 +153,38 @@ class AsyncClient:
 
     # -- plumbing ----------------------------------------------------------
 
+    def _loop_channel(self) -> _LoopChannel:
+        """The channel of the running event loop, made on its first call."""
+        loop = asyncio.get_running_loop()
+        entry = self._channels.get(loop)
+        if entry is not None:
+            return entry
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"{self!r} is closed")
+            entry = self._channels.get(loop)
+            if entry is not None:
+                return entry
+            # Nothing runs on a closed loop any more: its channel has no
+            # calls left, and dropping it closes it.
+            for stale in [other for other in self._channels if other.is_closed()]:
+                del self._channels[stale]
+            if self._credentials is not None:
+                channel = grpc.aio.secure_channel(
+                    self._address, self._credentials, options=self._options
+                )
+            else:
+                channel = grpc.aio.insecure_channel(self._address, options=self._options)
+            entry = _LoopChannel(channel, SessionStoreStub(channel))  # type: ignore[no-untyped-call]
+            self._channels[loop] = entry
+            return entry
+
+    def _loop_stub(self) -> SessionStoreStub:
+        """The stub of the running event loop's channel."""
+        return self._loop_channel().stub
+
     async def _call(self, name: str, request: Any, *, retry: bool) -> Any:
-        method: Callable[..., Any] = getattr(self._stub, name)
+        method: Callable[..., Any] = getattr(self._loop_stub(), name)
         attempt = 1
         while True:
             try:
@@ -131,7 +201,7 @@ class AsyncClient:
     async def _stream(self, name: str, request: Any) -> AsyncIterator[Any]:
         """The responses of a server stream. Opening it is retried until the
         first response arrives; a failure after that ends the iteration."""
-        method: Callable[..., Any] = getattr(self._stub, name)
+        method: Callable[..., Any] = getattr(self._loop_stub(), name)
         attempt = 1
         while True:
             call = method(request, metadata=self._metadata)
@@ -173,7 +243,7 @@ class AsyncClient:
         """Whether the server's ``grpc.health.v1`` service reports ``SERVING``
         for ``service``; with ``wait_for_ready`` the call waits (up to
         ``timeout``) for the server to accept connections."""
-        check = self._channel.unary_unary(_transport.HEALTH_CHECK)
+        check = self._loop_channel().channel.unary_unary(_transport.HEALTH_CHECK)
         try:
             data = await check(
                 _transport.encode_health_request(service),
@@ -703,7 +773,7 @@ class AsyncClient:
         as an async iterator that reconnects and resumes by itself: see
         :meth:`sessionstore.Client.watch`."""
         return AsyncSessionEvents(
-            self._stub,
+            self._loop_stub,
             self._metadata,
             session_id,
             after_revision,
@@ -719,12 +789,13 @@ class AsyncSessionEvents(AsyncIterator[m.SessionEvent]):
 
     ``last_revision`` is the latest revision yielded; ``reconnects`` counts
     resumptions; :meth:`close` (or leaving an ``async with`` block) cancels
-    the stream.
+    the stream. Read on in another event loop (a later ``asyncio.run``), it
+    resumes there after ``last_revision``.
     """
 
     def __init__(
         self,
-        stub: SessionStoreStub,
+        stub: Callable[[], SessionStoreStub],
         metadata: tuple[tuple[str, str], ...],
         session_id: str,
         after_revision: int,
@@ -738,6 +809,7 @@ class AsyncSessionEvents(AsyncIterator[m.SessionEvent]):
         self._retry = retry
         self._state = WatchState(after_revision)
         self._call: Any = None
+        self._call_loop: asyncio.AbstractEventLoop | None = None
         self._fresh = False
         self._wait: float | None = None
         self._closed = False
@@ -755,8 +827,7 @@ class AsyncSessionEvents(AsyncIterator[m.SessionEvent]):
     def close(self) -> None:
         """Cancels the stream; iteration then stops."""
         self._closed = True
-        if self._call is not None:
-            self._call.cancel()
+        self._drop_call()
 
     async def __aenter__(self) -> AsyncSessionEvents:
         return self
@@ -774,9 +845,13 @@ class AsyncSessionEvents(AsyncIterator[m.SessionEvent]):
 
     async def __anext__(self) -> m.SessionEvent:
         state = self._state
+        loop = asyncio.get_running_loop()
         while True:
             if state.done or self._closed:
                 raise StopAsyncIteration
+            if self._call is not None and self._call_loop is not loop:
+                # Read before in another event loop: resume in this one.
+                self._drop_call()
             if self._call is None:
                 if self._wait is not None:
                     await asyncio.sleep(self._wait)
@@ -784,7 +859,8 @@ class AsyncSessionEvents(AsyncIterator[m.SessionEvent]):
                     if self._closed:
                         raise StopAsyncIteration
                 request = state.request(self._session_id, self._include_active_deltas)
-                self._call = self._stub.WatchSession(request, metadata=self._metadata)
+                self._call = self._stub().WatchSession(request, metadata=self._metadata)
+                self._call_loop = loop
                 self._fresh = True
             try:
                 event = await self._call.read()
@@ -814,9 +890,11 @@ class AsyncSessionEvents(AsyncIterator[m.SessionEvent]):
                 return event  # type: ignore[no-any-return]
 
     def _drop_call(self) -> None:
-        if self._call is not None:
-            self._call.cancel()
-        self._call = None
+        call, loop = self._call, self._call_loop
+        self._call = self._call_loop = None
+        # A call of a closed loop is over already (and cannot be cancelled).
+        if call is not None and loop is not None and not loop.is_closed():
+            call.cancel()
 
     def _failed(self, error: SessionstoreError, cause: BaseException | None = None) -> None:
         """Raises ``error`` if the watch gives up; else schedules a reconnection."""

@@ -15,9 +15,7 @@ import asyncio
 import importlib.util
 import os
 import sys
-import threading
 import uuid
-import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,41 +39,15 @@ def _load_server_fixtures() -> Any:
     return module
 
 
-class LoopClients:
-    """An ``AsyncClient`` per event loop, for one URL.
-
-    An ``AsyncClient`` (``grpc.aio``) is bound to the loop it is first used
-    in, and the SDK's tests use one session from several loops
-    (``Runner.run_sync`` in a thread, ``asyncio.run`` in worker threads).
-    Attribute reads go to the client of the running loop.
-    """
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._clients.get(loop)
-            if client is None:
-                client = AsyncClient(self.url)
-                self._clients[loop] = client
-        return getattr(client, name)
-
-
 _server: Any = None
-_clients: LoopClients | None = None
+_client: AsyncClient | None = None
 _stored_sessions: int | None = None
 
 
-def _client() -> LoopClients:
-    if _clients is None:
+def _the_client() -> AsyncClient:
+    if _client is None:
         raise RuntimeError("the sessionstore server of the suite is not running")
-    return _clients
+    return _client
 
 
 class SessionstoreBackedSQLiteSession(SessionstoreSession):
@@ -103,14 +75,14 @@ class SessionstoreBackedSQLiteSession(SessionstoreSession):
             store = f"file:{Path(db_path).expanduser().resolve()}:{sessions_table}:{messages_table}"
         super().__init__(
             f"{store}\n{session_id}",
-            client=_client(),  # type: ignore[arg-type]
+            client=_the_client(),
             session_settings=session_settings,
         )
         self.session_id = session_id
         self.db_path = db_path
 
     def close(self) -> None:
-        """``SQLiteSession.close``: nothing to release (the clients belong to the suite)."""
+        """``SQLiteSession.close``: nothing to release (the client belongs to the suite)."""
 
 
 agents.SQLiteSession = SessionstoreBackedSQLiteSession  # type: ignore[assignment,misc]
@@ -118,7 +90,7 @@ agents.memory.SQLiteSession = SessionstoreBackedSQLiteSession  # type: ignore[as
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _server, _clients
+    global _server, _client
     fixtures = _load_server_fixtures()
     _server = fixtures.Server()
     try:
@@ -126,7 +98,11 @@ def pytest_configure(config: pytest.Config) -> None:
     except BaseException:
         _server.kill()
         raise
-    _clients = LoopClients(_server.url)
+    # One client for the whole run, made here, outside any event loop, as
+    # a program makes it once at module level: the tests drive it from
+    # pytest-asyncio's loops, Runner.run_sync's loops and asyncio.run in
+    # worker threads.
+    _client = AsyncClient(_server.url)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -149,6 +125,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _client is not None:
+        asyncio.run(_client.close())
     if _server is not None:
         _server.kill()
 

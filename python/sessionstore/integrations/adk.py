@@ -105,7 +105,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 
 try:
     from google.adk.errors import StaleSessionError
-except ImportError:  # pragma: no cover - google-adk before StaleSessionError
+except ImportError:  # google-adk before 2.7 (whose services raise ValueError)
 
     class StaleSessionError(ValueError):  # type: ignore[no-redef]
         """A session write lost an optimistic concurrency race."""
@@ -114,6 +114,7 @@ except ImportError:  # pragma: no cover - google-adk before StaleSessionError
 __all__ = [
     "EVENT_BLOCK_TYPE",
     "SessionstoreSessionService",
+    "StaleSessionError",
     "event_message",
     "event_origin",
     "fit_to_export",
@@ -787,4 +788,8 @@ class SessionstoreSessionService(BaseSessionService):
             raise StaleSessionError(_STALE_MESSAGE) from None
         session._storage_update_marker = _marker(response.next_sequence)
         session.last_update_time = event.timestamp
-        return self._commit_event_to_session(session, event)
+        # What BaseSessionService._commit_event_to_session does (google-adk
+        # 2.0 has not got it).
+        self._update_session_state(session, event)
+        session.events.append(event)
+        return event

@@ -8,9 +8,12 @@
     from sessionstore import AsyncClient
     from sessionstore.integrations.openai_agents import SessionstoreSession
 
-    async with AsyncClient("http://127.0.0.1:50051") as client:
-        session = SessionstoreSession("user-42/chat", client=client)
-        await Runner.run(Agent(name="a"), "Hi", session=session)
+    agent = Agent(name="Assistant", instructions="Reply very concisely.")
+    session = SessionstoreSession(
+        "conversation_123", client=AsyncClient("http://127.0.0.1:50051")
+    )
+    result = Runner.run_sync(agent, "What city is the Golden Gate Bridge in?", session=session)
+    result = Runner.run_sync(agent, "What state is it in?", session=session)
 
 The adapter keeps no data of its own: each call reads or writes the server,
 and each call that is one change is one RPC:
@@ -98,10 +101,12 @@ The two forms never collide (``oa:`` vs ``oah:``).
 ``add_items``, ``pop_item`` or ``clear_session`` lets the RPC finish (so the
 change is either made or not, and known), then raises ``CancelledError``.
 
-**Event loops.** An ``AsyncClient`` is bound to the event loop it is first
-used in; use the session from that loop (``Runner.run`` /
-``Runner.run_streamed``). ``Runner.run_sync`` runs its own loop: give it a
-session whose client was made there.
+**Event loops.** As the SDK's quickstart does with ``SQLiteSession``, make
+the session once (at module level, outside any event loop) and use it from
+any loop: ``Runner.run_sync`` (the thread's loop), ``asyncio.run`` again and
+again, ``Runner.run`` / ``Runner.run_streamed`` inside a running loop, or
+several threads at once, each with its own loop. The ``AsyncClient`` opens
+a channel per loop it is used in (see :class:`sessionstore.AsyncClient`).
 """
 
 from __future__ import annotations

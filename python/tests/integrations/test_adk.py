@@ -4,6 +4,7 @@ stale sessions), what lands in sessionstore, and how many RPCs it takes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,7 +12,6 @@ import pytest
 import pytest_asyncio
 
 try:
-    from google.adk.errors import StaleSessionError
     from google.adk.errors.already_exists_error import AlreadyExistsError
     from google.adk.errors.session_not_found_error import SessionNotFoundError
     from google.adk.events.event import Event
@@ -31,6 +31,7 @@ from sessionstore.integrations import adk
 from sessionstore.integrations.adk import (
     EVENT_BLOCK_TYPE,
     SessionstoreSessionService,
+    StaleSessionError,
     parse_session_store_id,
     session_store_id,
 )
@@ -95,6 +96,18 @@ def tool_response(call_id: str, name: str, response: dict[str, Any]) -> types.Pa
 
 def delta_event(delta: dict[str, Any], **kwargs: Any) -> Event:
     return Event(invocation_id="inv", author="user", actions=EventActions(state_delta=delta), **kwargs)
+
+
+def test_stale_session_error_is_adks_own_where_adk_has_one() -> None:
+    """google-adk 2.7 brought ``StaleSessionError``; before it, the adapter
+    raises a ``ValueError`` of its own (what ADK's services raised)."""
+    try:
+        from google.adk.errors import StaleSessionError as adks
+    except ImportError:
+        assert issubclass(StaleSessionError, ValueError)
+        assert StaleSessionError.__module__ == adk.__name__
+    else:
+        assert StaleSessionError is adks
 
 
 # -- create and get ----------------------------------------------------------
@@ -603,3 +616,76 @@ async def test_a_call_without_its_response_is_dropped_for_a_model(
     assert read.events == [kept, answer]
     plain = await service.get_session(app_name=APP, user_id="u", session_id="lost")
     assert plain is not None and plain.events == [lost, answer]
+
+
+# -- one service, many event loops ------------------------------------------------
+
+
+def test_the_sync_runner_and_asyncio_run_share_one_service(server: Server) -> None:
+    """ADK's samples make the session service once, at module level
+    (``session_service = InMemorySessionService()``); ``Runner.run`` then
+    runs each turn in a thread of its own, with its own event loop, and a
+    script's ``asyncio.run`` makes yet another: the service, on an
+    ``AsyncClient`` made outside any loop, serves them all."""
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import Runner
+
+    class Canned(BaseLlm):
+        """Answers each request with the next of ``answers``."""
+
+        answers: list[str]
+
+        async def generate_content_async(  # type: ignore[override]
+            self, llm_request: Any, stream: bool = False
+        ) -> AsyncIterator[LlmResponse]:
+            yield LlmResponse(
+                content=types.Content(role="model", parts=[types.Part(text=self.answers.pop(0))]),
+                model_version=self.model,
+            )
+
+    answers = ["San Francisco", "California", "About 39 million"]
+    service = SessionstoreSessionService(client=server.async_client())
+    agent = LlmAgent(
+        name="assistant",
+        model=Canned(model="canned-1", answers=list(answers)),
+        instruction="Reply very concisely.",
+    )
+    runner = Runner(agent=agent, app_name=APP, session_service=service)
+    asyncio.run(service.create_session(app_name=APP, user_id="u", session_id="s"))
+
+    def question(text: str) -> types.Content:
+        return types.Content(role="user", parts=[types.Part(text=text)])
+
+    def answer_of(events: list[Event]) -> str:
+        return "".join(
+            part.text or ""
+            for event in events
+            if event.author == "assistant" and event.content
+            for part in event.content.parts or ()
+        )
+
+    def ask(text: str) -> str:
+        return answer_of(list(runner.run(user_id="u", session_id="s", new_message=question(text))))
+
+    async def ask_async(text: str) -> str:
+        events = [
+            event
+            async for event in runner.run_async(
+                user_id="u", session_id="s", new_message=question(text)
+            )
+        ]
+        return answer_of(events)
+
+    questions = ["What city is the Golden Gate Bridge in?", "What state is it in?", "Population?"]
+    said = [ask(questions[0]), ask(questions[1]), asyncio.run(ask_async(questions[2]))]
+    assert said == answers
+    stored = asyncio.run(service.get_session(app_name=APP, user_id="u", session_id="s"))
+    assert stored is not None
+    assert [
+        (event.author, "".join(part.text or "" for part in event.content.parts or ()))
+        for event in stored.events
+        if event.content
+    ] == [pair for q, a in zip(questions, answers) for pair in (("user", q), ("assistant", a))]
+    asyncio.run(service._client.close())

@@ -694,3 +694,63 @@ async def test_async_history_reads_for_its_model(server: Server) -> None:
         await history.aadd_messages(conversation())
         expected = [m if i == 3 else without_reasoning(m) for i, m in enumerate(conversation())]
         assert await history.aget_messages() == expected
+
+
+# -- the RunnableWithMessageHistory shape, across event loops -----------------
+
+
+def test_runnable_with_message_history_runs_sync_and_in_one_loop_after_another(
+    server: Server, client: sessionstore.Client
+) -> None:
+    """LangChain's ``RunnableWithMessageHistory`` shape: a
+    ``get_session_history`` that makes the history per session id, on
+    clients made once, outside any event loop, and the chain called with
+    ``invoke`` and in ``asyncio.run`` (a new loop each time), which goes
+    through the ``AsyncClient``."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+    from langchain_core.runnables.history import RunnableWithMessageHistory
+
+    async_client = server.async_client()  # no event loop runs here
+
+    def get_session_history(session_id: str) -> SessionstoreChatMessageHistory:
+        return SessionstoreChatMessageHistory(
+            session_id, client=client, async_client=async_client
+        )
+
+    model = FakeListChatModel(
+        responses=["San Francisco", "California", "About 39 million", "Sacramento"]
+    )
+    prompt = ChatPromptTemplate.from_messages(
+        [
+            ("system", "Reply very concisely."),
+            MessagesPlaceholder(variable_name="history"),
+            ("human", "{question}"),
+        ]
+    )
+    chain = RunnableWithMessageHistory(
+        prompt | model,
+        get_session_history,
+        input_messages_key="question",
+        history_messages_key="history",
+    )
+    config = {"configurable": {"session_id": "conversation_123"}}
+    questions = [
+        "What city is the Golden Gate Bridge in?",
+        "What state is it in?",
+        "What's the population?",
+        "And its capital?",
+    ]
+    answers = [
+        chain.invoke({"question": question}, config=config).content for question in questions[:2]
+    ]
+    for question in questions[2:]:
+        answers.append(asyncio.run(chain.ainvoke({"question": question}, config=config)).content)
+    assert answers == ["San Francisco", "California", "About 39 million", "Sacramento"]
+    stored = get_session_history("conversation_123").messages
+    assert [(m.type, m.content) for m in stored] == [
+        pair
+        for question, answer in zip(questions, answers)
+        for pair in (("human", question), ("ai", answer))
+    ]
+    asyncio.run(async_client.close())

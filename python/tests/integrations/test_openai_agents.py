@@ -8,8 +8,10 @@ import asyncio
 import copy
 import json
 import re
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, cast
 
 import pytest
@@ -140,11 +142,19 @@ class CountingStub:
 
 
 @pytest.fixture
-def rpcs(client: sessionstore.AsyncClient) -> Iterator[CountingStub]:
-    counting = CountingStub(client._stub)
-    client._stub = counting  # type: ignore[assignment]
+def rpcs(
+    client: sessionstore.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[CountingStub]:
+    """Counts the RPCs the client makes (through its running loop's stub)."""
+    stub_of_loop = client._loop_stub
+    counting = CountingStub(None)
+
+    def counted() -> Any:
+        counting._stub = stub_of_loop()
+        return counting
+
+    monkeypatch.setattr(client, "_loop_stub", counted)
     yield counting
-    client._stub = counting._stub
 
 
 def test_the_session_follows_the_sdk_protocol() -> None:
@@ -740,6 +750,78 @@ async def test_add_items_without_a_run_records_no_tokens(
     await session.add_items([user("hi"), cast(TResponseInputItem, answer)])
     (call,) = [c async for c in client.iter_provider_calls(session.store_session_id)]
     assert (call.model, call.prompt_tokens, call.completion_tokens) == ("gpt-5", 0, 0)
+
+
+# -- the SDK's quickstart shape: one session, many event loops ------------------
+
+
+def test_the_quickstart_shape_runs_in_one_event_loop_after_another(server: Server) -> None:
+    """The SDK's sessions quickstart makes its session once, at module level
+    (``session = SQLiteSession("conversation_123")``), then runs the agent
+    with ``Runner.run_sync`` (the thread's own loop) or in ``asyncio.run``
+    (a new loop each time): the same, with this session on an
+    ``AsyncClient`` made there, outside any loop."""
+    session = SessionstoreSession("conversation_123", client=server.async_client())
+    model = ScriptedModel()
+    agent = Agent(name="Assistant", instructions="Reply very concisely.", model=model)
+    config = RunConfig(tracing_disabled=True)
+
+    def run_sync(question: str, answer: str) -> Any:
+        model.enqueue([assistant_message(answer)])
+        return Runner.run_sync(agent, question, session=session, run_config=config).final_output
+
+    async def main(question: str, answer: str) -> Any:
+        model.enqueue([assistant_message(answer)])
+        result = await Runner.run(agent, question, session=session, run_config=config)
+        return result.final_output
+
+    assert run_sync("What city is the Golden Gate Bridge in?", "San Francisco") == "San Francisco"
+    assert run_sync("What state is it in?", "California") == "California"
+    assert asyncio.run(main("What's the population?", "About 39 million")) == "About 39 million"
+    assert asyncio.run(main("And its capital?", "Sacramento")) == "Sacramento"
+
+    history = asyncio.run(session.get_items())
+    assert len(history) == 8
+    assert [item.get("role") for item in cast(list[dict[str, Any]], history)] == [
+        "user", "assistant"
+    ] * 4
+    # Each turn the model saw the conversation so far.
+    assert model.calls[-1].input[:7] == history[:7]
+    asyncio.run(session.client.close())
+
+
+def test_threads_each_with_their_own_loop_share_the_client(server: Server) -> None:
+    """Sessions made up front on one ``AsyncClient``, each run with
+    ``Runner.run_sync`` from a thread of its own (a loop per thread), at
+    the same time."""
+    client = server.async_client()
+    threads = 3
+    sessions = [SessionstoreSession(f"thread-{n}", client=client) for n in range(threads)]
+    all_started = threading.Barrier(threads, timeout=60)
+
+    def conversation(n: int) -> list[Any]:
+        model = ScriptedModel()
+        agent = Agent(name="Assistant", model=model)
+        config = RunConfig(tracing_disabled=True)
+        all_started.wait()
+        answers = []
+        for turn in range(2):
+            model.enqueue([assistant_message(f"answer {n}.{turn}")])
+            result = Runner.run_sync(
+                agent, f"question {n}.{turn}", session=sessions[n], run_config=config
+            )
+            answers.append(result.final_output)
+        return answers
+
+    with ThreadPoolExecutor(threads) as pool:
+        answers = list(pool.map(conversation, range(threads)))
+    assert answers == [[f"answer {n}.0", f"answer {n}.1"] for n in range(threads)]
+
+    async def histories() -> list[int]:
+        return [len(await session.get_items()) for session in sessions]
+
+    assert asyncio.run(histories()) == [4] * threads
+    asyncio.run(client.close())
 
 
 # -- switching models ---------------------------------------------------------
