@@ -1,6 +1,8 @@
-//! A first write is one call: AppendExchange's `create_if_missing` creates
-//! the session in the exchange's transaction, once, however many first
-//! writes race for it, and a retry answers the first result.
+//! Framework calls as one RPC each. A first write: AppendExchange's
+//! `create_if_missing` creates the session in the exchange's transaction,
+//! once, however many first writes race for it, and a retry answers the
+//! first result. A pop: RollbackSession's `remove_last` with
+//! `return_removed`, no read of the session first.
 
 use std::collections::BTreeMap;
 
@@ -12,6 +14,7 @@ use crate::support::*;
 crate::backend_tests!(
     create_if_missing_makes_a_first_write_one_call,
     racing_first_writes_create_the_session_once,
+    remove_last_pops_without_a_read,
 );
 
 /// The session an append creates if missing.
@@ -228,4 +231,66 @@ mod postgres_only {
         b.stop().await.expect("stop b");
         a.stop().await.expect("stop a");
     }
+}
+
+async fn remove_last_pops_without_a_read(backend: Backend) {
+    let server = TestServer::start(backend).await;
+    let mut client = server.client().await;
+    let mut first = first_write("ses_pop", "one", "");
+    first.messages.extend([user("two"), user("three")]);
+    client.append_exchange(first).await.expect("first write");
+    let pop = |count: i64| pb::RollbackSessionRequest {
+        session_id: "ses_pop".into(),
+        remove_last: count,
+        return_removed: true,
+        ..Default::default()
+    };
+    let popped = client
+        .rollback_session(pop(1))
+        .await
+        .expect("pop")
+        .into_inner();
+    let texts: Vec<String> = popped
+        .removed_messages
+        .iter()
+        .map(|m| {
+            m.message
+                .as_ref()
+                .map(|m| m.content.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(texts, ["three"]);
+    assert_eq!((popped.next_sequence, popped.revision), (2, 3));
+    // More than it holds: all of them.
+    let rest = client
+        .rollback_session(pop(5))
+        .await
+        .expect("pop the rest")
+        .into_inner();
+    assert_eq!(rest.removed_messages.len(), 2);
+    assert_eq!(rest.next_sequence, 0);
+    // An empty session: nothing removed, the revision unchanged.
+    let empty = client
+        .rollback_session(pop(1))
+        .await
+        .expect("pop nothing")
+        .into_inner();
+    assert!(empty.removed_messages.is_empty());
+    assert_eq!(empty.revision, rest.revision);
+    for (request, field) in [
+        (pop(-1), "remove_last"),
+        (
+            pb::RollbackSessionRequest {
+                after_sequence: 3,
+                ..pop(1)
+            },
+            "after_sequence",
+        ),
+    ] {
+        let status = client.rollback_session(request).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert_eq!(error_details(&status).1.as_deref(), Some(field));
+    }
+    server.stop().await.expect("stop");
 }

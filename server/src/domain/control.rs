@@ -91,6 +91,20 @@ pub struct Rollback {
     pub run_id: String,
     pub expected_next_sequence: Option<i64>,
     pub return_removed: bool,
+    /// Instead of `after_sequence` (then 0): the last this many messages.
+    pub remove_last: i64,
+}
+
+impl Rollback {
+    /// The sequence after which messages go, for a session whose next
+    /// sequence is `next_sequence`.
+    pub fn after(&self, next_sequence: i64) -> i64 {
+        if self.remove_last > 0 {
+            next_sequence.saturating_sub(self.remove_last).max(0) - 1
+        } else {
+            self.after_sequence
+        }
+    }
 }
 
 /// What a rollback left.
@@ -201,6 +215,15 @@ impl ControlOp for Rollback {
     fn validate(&self) -> Result<()> {
         if self.after_sequence < -1 {
             return Err(Error::invalid("after_sequence", "must be at least -1"));
+        }
+        if self.remove_last < 0 {
+            return Err(Error::invalid("remove_last", "must not be negative"));
+        }
+        if self.remove_last > 0 && self.after_sequence != 0 {
+            return Err(Error::invalid(
+                "after_sequence",
+                "must be 0 with remove_last: give one or the other",
+            ));
         }
         if self.expected_next_sequence.is_some_and(|e| e < 0) {
             return Err(Error::invalid(

@@ -785,6 +785,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 run_id: req.run_id.clone(),
                 expected_next_sequence: req.expected_next_sequence,
                 return_removed: req.return_removed,
+                remove_last: req.remove_last,
             };
             let rolled = self.control(&tenant, &req.session_id, control).await?;
             Ok(pb::RollbackSessionResponse {

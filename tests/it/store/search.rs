@@ -114,6 +114,7 @@ async fn search_finds_every_word_in_the_current_view(backend: Backend) {
                 run_id: String::new(),
                 expected_next_sequence: None,
                 return_removed: false,
+                remove_last: 0,
             },
         )
         .await

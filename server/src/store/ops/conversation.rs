@@ -176,8 +176,8 @@ impl Tx<'_> {
         row: &mut SessionRow,
         rollback: Rollback,
     ) -> Result<RolledBack> {
+        let after_sequence = rollback.after(row.session.next_sequence);
         let Rollback {
-            after_sequence,
             expected_next_sequence,
             return_removed,
             ..

@@ -313,18 +313,20 @@ class EndRunResponse(_message.Message):
     def __init__(self, revision: _Optional[int] = ...) -> None: ...
 
 class RollbackSessionRequest(_message.Message):
-    __slots__ = ("session_id", "after_sequence", "run_id", "expected_next_sequence", "return_removed")
+    __slots__ = ("session_id", "after_sequence", "run_id", "expected_next_sequence", "return_removed", "remove_last")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_NEXT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RETURN_REMOVED_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_LAST_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     after_sequence: int
     run_id: str
     expected_next_sequence: int
     return_removed: bool
-    def __init__(self, session_id: _Optional[str] = ..., after_sequence: _Optional[int] = ..., run_id: _Optional[str] = ..., expected_next_sequence: _Optional[int] = ..., return_removed: _Optional[bool] = ...) -> None: ...
+    remove_last: int
+    def __init__(self, session_id: _Optional[str] = ..., after_sequence: _Optional[int] = ..., run_id: _Optional[str] = ..., expected_next_sequence: _Optional[int] = ..., return_removed: _Optional[bool] = ..., remove_last: _Optional[int] = ...) -> None: ...
 
 class RollbackSessionResponse(_message.Message):
     __slots__ = ("revision", "next_sequence", "removed_messages")
