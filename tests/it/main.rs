@@ -34,6 +34,7 @@ mod live;
 mod migrations;
 mod newcomer;
 mod ops;
+mod power_loss;
 mod provider_bodies;
 mod python;
 mod python_package;

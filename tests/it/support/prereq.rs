@@ -33,15 +33,22 @@ pub enum Prerequisite {
     Browser,
     /// Mounting a small tmpfs (needs root), for the disk-full test.
     DiskFull,
+    /// Mounting a FUSE filesystem: `/dev/fuse`, and `fusermount3` (Debian's
+    /// `fuse3`), for the power-loss test.
+    Fuse,
+    /// podman and runc, to build and run the container image.
+    Container,
 }
 
 impl Prerequisite {
-    pub const ALL: [Prerequisite; 5] = [
+    pub const ALL: [Prerequisite; 7] = [
         Prerequisite::Postgres,
         Prerequisite::Python,
         Prerequisite::Jq,
         Prerequisite::Browser,
         Prerequisite::DiskFull,
+        Prerequisite::Fuse,
+        Prerequisite::Container,
     ];
 
     /// Its name in `SESSIONSTORE_TEST_SKIP`.
@@ -52,6 +59,8 @@ impl Prerequisite {
             Prerequisite::Jq => "jq",
             Prerequisite::Browser => "browser",
             Prerequisite::DiskFull => "disk-full",
+            Prerequisite::Fuse => "fuse",
+            Prerequisite::Container => "container",
         }
     }
 
@@ -67,6 +76,10 @@ impl Prerequisite {
                 "run `bash .ci/browser.sh` (Debian's chromium, Node.js and npm, the web example built)"
             }
             Prerequisite::DiskFull => "run the tests as root (the test mounts a small tmpfs)",
+            Prerequisite::Fuse => "run `bash .ci/fuse.sh`",
+            Prerequisite::Container => {
+                "run `bash .ci/container.sh` (installs Debian's podman and runc)"
+            }
         }
     }
 
@@ -106,6 +119,12 @@ impl Prerequisite {
             Prerequisite::DiskFull => tokio::task::spawn_blocking(tmpfs_missing)
                 .await
                 .expect("probe mounting a tmpfs"),
+            Prerequisite::Fuse => tokio::task::spawn_blocking(fuse_missing)
+                .await
+                .expect("probe FUSE"),
+            Prerequisite::Container => tokio::task::spawn_blocking(container_missing)
+                .await
+                .expect("probe podman"),
         }
     }
 }
@@ -204,6 +223,34 @@ fn tmpfs_missing() -> Option<String> {
         )),
         Err(error) => Some(format!("cannot mount a small tmpfs (needs root): {error}")),
     }
+}
+
+/// What mounting a FUSE filesystem lacks here, if anything: the kernel's
+/// `/dev/fuse`, readable and writable, and `fusermount3` (the power-loss
+/// test mounts with `auto_unmount`, which goes through it).
+pub fn fuse_missing() -> Option<String> {
+    let mut missing = Vec::new();
+    if let Err(error) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        missing.push(format!("/dev/fuse cannot be opened ({error})"));
+    }
+    if !succeeds("fusermount3", &["--version"]) {
+        missing.push("fusermount3 is not installed".to_owned());
+    }
+    (!missing.is_empty()).then(|| missing.join(", "))
+}
+
+/// What building and running the container image lacks here: podman, and
+/// runc (the OCI runtime the test runs it with).
+pub fn container_missing() -> Option<String> {
+    let missing: Vec<&str> = ["podman", "runc"]
+        .into_iter()
+        .filter(|program| !succeeds(program, &["--version"]))
+        .collect();
+    (!missing.is_empty()).then(|| format!("{} not installed", missing.join(" and ")))
 }
 
 /// The end-of-run summary (`zz_skipped_prerequisites`): fails on a name
