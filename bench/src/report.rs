@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::results::RunInfo;
 use crate::stats::{Latency, Spread};
 
 /// One measured figure.
@@ -18,6 +19,12 @@ pub struct Figure {
     pub subject: String,
     /// The case: clients and spread, session size, page, watchers.
     pub case: String,
+    /// What this run saw beside the figure that varies from run to run
+    /// (a memory case's RSS, the calls that failed): printed after the
+    /// case, but not part of what names the figure, so `--compare` pairs
+    /// it with the same figure of another run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
     /// The unit of `value`.
     pub unit: String,
     pub value: Spread,
@@ -51,6 +58,7 @@ impl Figure {
             backend: backend.to_owned(),
             subject: subject.to_owned(),
             case: case.to_owned(),
+            detail: None,
             unit: unit.to_owned(),
             value,
             latency: None,
@@ -58,6 +66,20 @@ impl Figure {
             baseline: None,
             target: None,
             met: None,
+        }
+    }
+
+    /// Sets `detail`; an empty `detail` leaves it unset.
+    pub fn detail(mut self, detail: &str) -> Figure {
+        self.detail = (!detail.is_empty()).then(|| detail.to_owned());
+        self
+    }
+
+    /// The case, with the detail after it in brackets.
+    fn case_shown(&self) -> String {
+        match &self.detail {
+            Some(detail) => format!("{} ({detail})", self.case),
+            None => self.case.clone(),
         }
     }
 
@@ -82,6 +104,7 @@ impl Figure {
 /// Everything one run measured, and where.
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
+    pub run: RunInfo,
     pub machine: Machine,
     pub settings: serde_json::Value,
     pub figures: Vec<Figure>,
@@ -159,6 +182,18 @@ impl Report {
                 .map(|v| format!(", {v}"))
                 .unwrap_or_default(),
         ));
+        if !self.run.commit.is_empty() {
+            out.push_str(&format!(
+                "commit {}{}, started {}\n",
+                self.run.commit,
+                if self.run.dirty_paths.is_empty() {
+                    ""
+                } else {
+                    " (with uncommitted changes)"
+                },
+                self.run.started
+            ));
+        }
         let mut benchmarks: Vec<&str> = Vec::new();
         for figure in &self.figures {
             if !benchmarks.contains(&figure.benchmark.as_str()) {
@@ -175,7 +210,7 @@ impl Report {
                 out.push_str(&format!(
                     "| {} | {} | {} | {} {} | {} | {} | {} | {} |\n",
                     f.backend,
-                    f.case,
+                    f.case_shown(),
                     f.subject,
                     f.value.show(decimals(&f.unit)),
                     f.unit,
@@ -220,7 +255,7 @@ fn line(f: &Figure) -> String {
         "{} {} · {} · {}: {} {}",
         f.benchmark,
         f.backend,
-        f.case,
+        f.case_shown(),
         f.subject,
         f.value.show(decimals(&f.unit)),
         f.unit
