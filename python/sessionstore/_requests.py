@@ -36,6 +36,11 @@ ReasoningPolicyLike = Union[int, str]
 #: A point in time: a ``datetime`` (naive ones are taken as UTC) or a
 #: ``Timestamp``.
 TimeLike = Union[datetime.datetime, timestamp_pb2.Timestamp]
+#: The session an ``append_exchange`` creates if it does not exist: ``True``
+#: (no fields), a dict of ``CreateSessionRequest``'s fields (``title``,
+#: ``system_prompt``, ``user``, ``metadata``, ``initial_state``,
+#: ``expire_time`` as a ``datetime`` or ``Timestamp``), or the request itself.
+NewSessionLike = Union[bool, s.CreateSessionRequest, Mapping[str, Any]]
 
 
 def new_request_id() -> str:
@@ -101,6 +106,7 @@ def append_exchange(
     request_id: str | None,
     run_id: str,
     state_changes: Iterable[StateChangeLike],
+    create_if_missing: NewSessionLike | None = None,
 ) -> s.AppendExchangeRequest:
     request = s.AppendExchangeRequest(
         session_id=session_id,
@@ -120,6 +126,30 @@ def append_exchange(
             request.provider_call.CopyFrom(m.ProviderCall(**provider_call))
     if expected_next_sequence is not None:
         request.expected_next_sequence = expected_next_sequence
+    new_session = _new_session(create_if_missing)
+    if new_session is not None:
+        request.create_if_missing.CopyFrom(new_session)
+    return request
+
+
+def _new_session(value: NewSessionLike | None) -> s.CreateSessionRequest | None:
+    """``create_if_missing`` as the request it stands for (``None``: none)."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return s.CreateSessionRequest()
+    if isinstance(value, s.CreateSessionRequest):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            "create_if_missing takes True, a dict of CreateSessionRequest fields or a "
+            f"CreateSessionRequest, not {type(value).__name__}"
+        )
+    fields = dict(value)
+    expire_time = fields.pop("expire_time", None)
+    request = s.CreateSessionRequest(**fields)
+    if expire_time is not None:
+        _set_time(request.expire_time, expire_time)
     return request
 
 
@@ -224,16 +254,23 @@ def begin_run(session_id: str, run_id: str, lease: LeaseLike) -> s.BeginRunReque
 
 def rollback_session(
     session_id: str,
-    after_sequence: int,
+    after_sequence: int | None,
     run_id: str,
     expected_next_sequence: int | None,
     return_removed: bool,
+    remove_last: int = 0,
 ) -> s.RollbackSessionRequest:
+    if remove_last:
+        if after_sequence is not None:
+            raise ValueError("rollback_session takes after_sequence or remove_last, not both")
+    elif after_sequence is None:
+        raise ValueError("rollback_session needs after_sequence (-1: all) or remove_last")
     request = s.RollbackSessionRequest(
         session_id=session_id,
-        after_sequence=after_sequence,
+        after_sequence=after_sequence or 0,
         run_id=run_id,
         return_removed=return_removed,
+        remove_last=remove_last,
     )
     if expected_next_sequence is not None:
         request.expected_next_sequence = expected_next_sequence

@@ -20,6 +20,7 @@ from ._requests import (
     ContentBlockLike,
     LeaseLike,
     MessageLike,
+    NewSessionLike,
     ProviderCallLike,
     ReasoningPolicyLike,
     StateChangeLike,
@@ -315,6 +316,7 @@ class Client:
         request_id: str | None = None,
         run_id: str = "",
         state_changes: Iterable[StateChangeLike] = (),
+        create_if_missing: NewSessionLike | None = None,
     ) -> s.AppendExchangeResponse:
         """Appends input messages, a provider call and its response messages
         (and ``state_changes``) in one transaction; returns the stored
@@ -325,6 +327,16 @@ class Client:
         ``full_history`` instead of ``messages`` to send the whole history
         (only the new tail is stored). With ``expected_next_sequence`` the
         call fails ``SequenceMismatch`` if another writer got there first.
+
+        ``create_if_missing`` makes a first write one call: when
+        ``session_id`` names no session, the server creates it (revision 1)
+        in the same transaction as the exchange (revision 2), with the
+        fields given: ``True`` for none, a dict of ``CreateSessionRequest``
+        fields (``title``, ``system_prompt``, ``user``, ``metadata``,
+        ``initial_state``, ``expire_time``; no ``initial_history``) or a
+        ``CreateSessionRequest``. A session that exists is appended to and
+        the fields are ignored; the response's ``session_created`` says
+        which happened. Racing first writers create it once.
 
         Retried: every attempt carries ``request_id`` (a fresh UUID when not
         given), so the server stores the exchange at most once. Pass your own
@@ -340,6 +352,7 @@ class Client:
             request_id,
             run_id,
             state_changes,
+            create_if_missing,
         )
         return self._call("AppendExchange", request, retry=True)  # type: ignore[no-any-return]
 
@@ -472,14 +485,24 @@ class Client:
         self,
         session_id: str,
         *,
-        after_sequence: int,
+        after_sequence: int | None = None,
         run_id: str = "",
         expected_next_sequence: int | None = None,
         return_removed: bool = False,
+        remove_last: int = 0,
     ) -> s.RollbackSessionResponse:
-        """Removes the messages after ``after_sequence`` (-1: all). Not retried."""
+        """Removes the messages after ``after_sequence`` (-1: all), or the
+        session's last ``remove_last`` messages (all if it has fewer): give
+        one of the two. With ``return_removed`` the response holds the
+        removed messages, so ``remove_last=1, return_removed=True`` pops the
+        last message in one call, with no read first. Not retried."""
         request = req.rollback_session(
-            session_id, after_sequence, run_id, expected_next_sequence, return_removed
+            session_id,
+            after_sequence,
+            run_id,
+            expected_next_sequence,
+            return_removed,
+            remove_last,
         )
         return self._call("RollbackSession", request, retry=False)  # type: ignore[no-any-return]
 

@@ -1,8 +1,11 @@
 """Fixtures: the real ``sessionstore`` server binary (``SESSIONSTORE_BIN``) on
-an ephemeral port, plain, with bearer tokens, or behind TLS."""
+an ephemeral port, plain, with bearer tokens, behind TLS, or serving its
+Prometheus metrics, whose call counts say what a piece of code cost in RPCs
+(:class:`RpcMeter`)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import logging
@@ -12,6 +15,9 @@ import signal
 import socket
 import subprocess
 import threading
+import time
+import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +29,13 @@ import sessionstore
 
 REPO = Path(__file__).resolve().parents[2]
 READY = re.compile(r"sessionstore serving address=(\S+):(\d+)")
+METRICS = re.compile(r"metrics serving at /metrics address=(\S+):(\d+)")
+#: The service whose calls :meth:`Server.rpcs` counts.
+SERVICE = "sessionstore.v1.SessionStore"
+_SAMPLE = re.compile(
+    r'^(grpc_server_started_total|grpc_server_handled_total)\{grpc_service="([^"]*)",'
+    r'grpc_method="([^"]*)"(?:,grpc_code="([^"]*)")?\} (\S+)$'
+)
 
 
 def server_binary() -> str:
@@ -137,18 +150,22 @@ def make_tls(directory: Path) -> Tls:
 class Server:
     """A ``sessionstore serve`` child process. ``start`` returns once the
     process logged the address it bound and its health service answers
-    ``SERVING``."""
+    ``SERVING``. With ``metrics`` it serves Prometheus metrics on an
+    ephemeral port too (``--metrics-listen``), read by :meth:`rpcs`."""
 
     def __init__(
         self,
         database_url: str = "sqlite::memory:",
         args: tuple[str, ...] = (),
         tls: Tls | None = None,
+        metrics: bool = False,
     ) -> None:
         self.database_url = database_url
         self.args = args
         self.tls = tls
+        self.metrics = metrics
         self.port: int | None = None
+        self.metrics_port: int | None = None
         self.proc: subprocess.Popen[str] | None = None
         self.log: list[str] = []
 
@@ -182,6 +199,8 @@ class Server:
         ]
         if self.tls is not None:
             argv += ["--tls-cert", str(self.tls.cert_path), "--tls-key", str(self.tls.key_path)]
+        if self.metrics:
+            argv += ["--metrics-listen", "127.0.0.1:0"]
         env = {**os.environ, "NO_COLOR": "1", "SESSIONSTORE_LOG": "info"}
         env.pop("SESSIONSTORE_AUTH_TOKENS", None)
         self.proc = subprocess.Popen(
@@ -200,6 +219,9 @@ class Server:
             assert proc.stdout is not None
             for line in proc.stdout:
                 self.log.append(line)
+                metrics = METRICS.search(line)
+                if metrics:  # logged before the gRPC address
+                    bound["metrics"] = int(metrics.group(2))
                 found = READY.search(line)
                 if found and not ready.is_set():
                     bound["port"] = int(found.group(2))
@@ -211,9 +233,40 @@ class Server:
             self.kill()
             pytest.fail("sessionstore did not start:\n" + "".join(self.log))
         self.port = bound["port"]
+        if self.metrics:
+            assert "metrics" in bound, "no metrics address logged:\n" + "".join(self.log)
+            self.metrics_port = bound["metrics"]
         with self.client(request_timeout=30) as client:
             assert client.health_check(wait_for_ready=True, timeout=30), "".join(self.log)
         return self
+
+    def rpcs(self) -> Counter[str]:
+        """The calls of ``sessionstore.v1.SessionStore`` the server has
+        handled so far, from its ``grpc_server_handled_total``: by method
+        (``"AppendExchange"``) for those that ended ``OK``, by method and
+        code (``"AppendExchange NotFound"``) for the others. Read once no
+        call is in flight (as many started as handled), so a call whose
+        answer the client has seen is counted."""
+        assert self.metrics_port is not None, "start the server with metrics=True"
+        deadline = time.monotonic() + 10
+        while True:
+            url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=10) as response:
+                text = response.read().decode("utf-8")
+            started = 0.0
+            handled: Counter[str] = Counter()
+            for line in text.splitlines():
+                sample = _SAMPLE.match(line)
+                if sample is None or sample.group(2) != SERVICE:
+                    continue
+                name, _, method, code, value = sample.groups()
+                if name == "grpc_server_started_total":
+                    started += float(value)
+                else:
+                    handled[method if code == "OK" else f"{method} {code}"] += int(float(value))
+            if started == sum(handled.values()) or time.monotonic() > deadline:
+                return handled
+            time.sleep(0.01)
 
     def terminate(self) -> None:
         """SIGTERM (graceful shutdown), and wait for the exit."""
@@ -248,6 +301,38 @@ def make_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
 def server(make_server: Callable[..., Server]) -> Server:
     """A server on an in-memory SQLite database."""
     return make_server()
+
+
+@pytest.fixture
+def metered_server(make_server: Callable[..., Server]) -> Server:
+    """A server on an in-memory SQLite database serving its metrics."""
+    return make_server(metrics=True)
+
+
+class RpcMeter:
+    """What a block of code costs in RPCs, as the server counts them
+    (:meth:`Server.rpcs`)::
+
+        with meter() as cost:
+            await session.add_items(items)
+        assert cost == {"AppendExchange": 1}
+    """
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[Counter[str]]:
+        before = self.server.rpcs()
+        cost: Counter[str] = Counter()
+        yield cost
+        cost.update(self.server.rpcs() - before)
+
+
+@pytest.fixture
+def meter(metered_server: Server) -> RpcMeter:
+    """Counts RPCs on ``metered_server``."""
+    return RpcMeter(metered_server)
 
 
 @pytest.fixture

@@ -174,3 +174,26 @@ async def test_export_for_a_model_async(server: Server) -> None:
         assert for_gpt[1].content_blocks == []
         same = await client.export_for("py-switch-async", "anthropic", "claude-sonnet-4-5")
         assert same[1].content_blocks[0].thinking.signature == "s"
+
+
+@pytest.mark.asyncio
+async def test_first_append_and_pop_in_one_call_each(server: Server) -> None:
+    async with server.async_client() as client:
+        first = await client.append_exchange(
+            "py-async-first",
+            messages=[user("a"), user("b")],
+            create_if_missing={"title": "async first", "metadata": {"k": "v"}},
+        )
+        assert first.session_created and first.revision == 2
+        session = await client.get_session("py-async-first")
+        assert (session.title, dict(session.metadata)) == ("async first", {"k": "v"})
+        later = await client.append_exchange(
+            "py-async-first", messages=[user("c")], create_if_missing=True
+        )
+        assert not later.session_created
+        popped = await client.rollback_session(
+            "py-async-first", remove_last=1, return_removed=True
+        )
+        assert [m.message.content for m in popped.removed_messages] == ["c"]
+        with pytest.raises(ValueError):
+            await client.rollback_session("py-async-first")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import threading
 import uuid
 from pathlib import Path
@@ -475,6 +476,82 @@ def test_framework_adapter_calls(client: sessionstore.Client) -> None:
     with pytest.raises(sessionstore.SequenceMismatch) as stale:
         client.rollback_session(session.id, after_sequence=-1, expected_next_sequence=1)
     assert stale.value.actual_next_sequence == 0
+
+
+def test_a_first_append_creates_its_session(client: sessionstore.Client) -> None:
+    """``create_if_missing``: the session made in the append's own call and
+    transaction, with the fields given; an existing one appended to."""
+    expire = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
+    fields = {
+        "title": "made by its first append",
+        "user": "alice",
+        "metadata": {"app": "weather"},
+        "initial_state": {"mode": "brief"},
+        "expire_time": expire,
+    }
+    first = client.append_exchange(
+        "py-first", messages=[user("hi")], request_id="first", create_if_missing=fields
+    )
+    assert first.session_created and (first.revision, first.next_sequence) == (2, 1)
+    session = client.get_session("py-first")
+    assert (session.title, session.user, dict(session.metadata)) == (
+        "made by its first append",
+        "alice",
+        {"app": "weather"},
+    )
+    expires = session.expire_time.ToDatetime(tzinfo=datetime.timezone.utc)
+    assert abs(expires - expire) < datetime.timedelta(seconds=1)
+    assert client.get_state("py-first", key="mode").version == 1
+    # A retry answers the first result; a later append finds the session.
+    again = client.append_exchange(
+        "py-first", messages=[user("hi")], request_id="first", create_if_missing=fields
+    )
+    assert not again.session_created and again.revision == 2  # it says so once
+    later = client.append_exchange(
+        "py-first", messages=[user("again")], create_if_missing={"title": "ignored"}
+    )
+    assert not later.session_created and later.revision == 3
+    assert client.get_session("py-first").title == "made by its first append"
+    # True: a session with no fields; a request as it is.
+    bare = client.append_exchange("py-bare", messages=[user("x")], create_if_missing=True)
+    assert bare.session_created
+    request = v1.CreateSessionRequest(title="from a request")
+    made = client.append_exchange("py-req", messages=[user("x")], create_if_missing=request)
+    assert made.session_created and client.get_session("py-req").title == "from a request"
+    # Without it, an unknown session is still an error.
+    with pytest.raises(sessionstore.SessionNotFound):
+        client.append_exchange("py-absent", messages=[user("x")])
+    with pytest.raises(sessionstore.InvalidArgument):
+        client.append_exchange(
+            "py-other", messages=[user("x")], create_if_missing={"session_id": "py-else"}
+        )
+    with pytest.raises(TypeError):
+        client.append_exchange(
+            "py-other", messages=[user("x")], create_if_missing="yes"  # type: ignore[arg-type]
+        )
+
+
+def test_rollback_removes_the_last_messages(client: sessionstore.Client) -> None:
+    """``remove_last``: a pop in one call, with no read of the session first."""
+    session = client.create_session()
+    client.append_exchange(session.id, messages=[user(str(i)) for i in range(4)])
+    popped = client.rollback_session(session.id, remove_last=1, return_removed=True)
+    assert [m.message.content for m in popped.removed_messages] == ["3"]
+    assert popped.next_sequence == 3
+    two = client.rollback_session(session.id, remove_last=2, return_removed=True)
+    assert [m.message.content for m in two.removed_messages] == ["1", "2"]
+    rest = client.rollback_session(session.id, remove_last=5, return_removed=True)
+    assert [m.message.content for m in rest.removed_messages] == ["0"]  # all there were
+    empty = client.rollback_session(session.id, remove_last=1, return_removed=True)
+    assert (list(empty.removed_messages), empty.next_sequence, empty.revision) == (
+        [],
+        0,
+        rest.revision,
+    )
+    with pytest.raises(ValueError, match="needs after_sequence"):
+        client.rollback_session(session.id)  # never "keep only the first message" by default
+    with pytest.raises(ValueError, match="not both"):
+        client.rollback_session(session.id, after_sequence=0, remove_last=1)
 
 
 def test_export_for_a_model(client: sessionstore.Client) -> None:

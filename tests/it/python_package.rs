@@ -1,7 +1,9 @@
 //! The Python client package (`python/`, distribution `sessionstore-client`)
 //! installs with pip and passes its own pytest suite against the real
 //! `sessionstore` binary: plain, with bearer tokens, behind TLS, across
-//! server restarts, sync and asyncio. It does so twice: with the newest
+//! server restarts, sync and asyncio, and with the RPCs each framework
+//! call costs counted by the server's own metrics (`--metrics-listen`,
+//! `grpc_server_handled_total`). It does so twice: with the newest
 //! releases its ranges allow (the frameworks' own session suites run there
 //! too), and with the oldest (`python/constraints-oldest.txt`), so the
 //! floors `pyproject.toml` declares (but the `suites` tools') are tested

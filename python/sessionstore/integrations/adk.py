@@ -63,7 +63,17 @@ How ADK maps onto sessionstore:
   is stored once. ``create_session`` is one ``CreateSession`` (with the
   session's keys as ``initial_state``), plus one ``SetState`` per ``app:`` or
   ``user:`` key given, sent together once the session exists (sessionstore
-  has no way to write shared scopes in the ``CreateSession`` itself).
+  has no way to write shared scopes in the ``CreateSession`` itself, and an
+  ``AppendExchange``, which could, needs a message), and one ``ListState``
+  each of the app's and the user's scope for the merged state it returns:
+  5 RPCs with one ``app:`` and one ``user:`` key, 3 with none.
+- **Reads.** ``get_session`` is one newest-first ``ListMessages`` page
+  (more only for long histories read whole), which gives the events and
+  the stale check's next sequence, and one ``ListState`` each of the
+  session's own state, the app's and the user's, all at once: 4 RPCs. A
+  session with no event yet adds a ``GetSession`` (its creation time is
+  its ``last_update_time``), and so does a service with ``model`` (its
+  export carries no sequences).
 - **Times.** ``last_update_time`` is the timestamp of the newest stored event
   (the session's creation time before the first), as ADK's services report.
 """
@@ -250,6 +260,10 @@ def _merged(
     state.update({State.APP_PREFIX + key: _load_value(v) for key, v in app.items()})
     state.update({State.USER_PREFIX + key: _load_value(v) for key, v in user.items()})
     return state
+
+
+async def _none() -> None:
+    return None
 
 
 def _seconds(timestamp: Any) -> float:
@@ -490,46 +504,50 @@ class SessionstoreSessionService(BaseSessionService):
     async def _events(
         self,
         store_id: str,
-        next_sequence: int,
         limit: int | None,
         after_timestamp: float | None,
-    ) -> tuple[list[Event], float | None]:
-        """The events ``get_session`` returns, and the newest event's timestamp.
+    ) -> tuple[list[Event], float | None, int]:
+        """The events ``get_session`` returns, the newest event's timestamp,
+        and the session's next sequence.
 
-        Reads backwards from ``next_sequence`` in pages of sequences, and stops
-        as soon as it has ``limit`` events or one older than
+        Reads newest first (``ListMessages`` by ``sequence desc``) in pages,
+        and stops as soon as it has ``limit`` events or one older than
         ``after_timestamp`` (as ``InMemorySessionService`` filters: the
         ``limit`` most recent, then those from the newest one before
         ``after_timestamp`` on), so a bounded read costs a bounded number of
         messages. ``limit`` 0 reads just far enough for the newest timestamp.
+        The first page gives the next sequence too (the newest message's
+        plus one, as sequences run from 0 without gaps and only the tail is
+        ever removed; 0 without messages), so the events and the stale check
+        come from the same read, with no ``GetSession``.
         """
         chunk = _PAGE if limit is None else max(1, min(limit, _PAGE))
-        newest: dict[str, float] = {}
+        newest: float | None = None
+        next_sequence: int | None = None
         picked: list[Event] = []  # newest first
-        end = next_sequence
-        while end > 0:
-            start = max(0, end - chunk)
+        token = ""
+        while True:
             page = await self._client.list_messages(
-                store_id,
-                after_sequence=start - 1 if start > 0 else None,
-                page_size=end - start,
+                store_id, order_by="sequence desc", page_size=chunk, page_token=token
             )
-            for stored in reversed(page.messages):
-                if stored.sequence >= end:
-                    continue
+            for stored in page.messages:
+                if next_sequence is None:
+                    next_sequence = stored.sequence + 1
                 event = stored_event(stored.message)
                 if event is None:
                     continue
-                newest.setdefault("t", event.timestamp)
+                if newest is None:
+                    newest = event.timestamp
                 if limit is not None and len(picked) >= limit:
-                    return picked[::-1], newest["t"]
+                    return picked[::-1], newest, next_sequence
                 if after_timestamp is not None and event.timestamp < after_timestamp:
-                    return picked[::-1], newest["t"]
+                    return picked[::-1], newest, next_sequence
                 picked.append(event)
                 if limit is not None and len(picked) >= limit:
-                    return picked[::-1], newest["t"]
-            end = start
-        return picked[::-1], newest.get("t")
+                    return picked[::-1], newest, next_sequence
+            token = page.next_page_token
+            if not token or not page.messages:
+                return picked[::-1], newest, next_sequence or 0
 
     async def _events_for(
         self, model: str, store_id: str, limit: int | None, after_timestamp: float | None
@@ -633,35 +651,63 @@ class SessionstoreSessionService(BaseSessionService):
         ``after_timestamp`` read only the tail of the history they need."""
         session_id = session_id.strip() if session_id else session_id
         store_id = session_store_id(app_name, user_id, session_id)
-        try:
-            stored = await self._client.get_session(store_id)
-        except SessionNotFound:
-            return None
         limit = config.num_recent_events if config is not None else None
         after = config.after_timestamp if config is not None else None
-        if self.model is None:
-            reading = self._events(store_id, stored.next_sequence, limit, after)
-        else:
-            reading = self._events_for(self.model, store_id, limit, after)
+        stored: v1.Session | None
         try:
-            (events, newest), own, app, user = await asyncio.gather(
-                reading,
-                self._entries(store_id),
-                self._entries(scope=_app_scope(app_name)),
-                self._entries(scope=_user_scope(app_name, user_id)),
-            )
-        except SessionNotFound:  # deleted meanwhile
+            if self.model is None:
+                # The newest-first read of the events says whether the
+                # session exists and gives its next sequence too: no
+                # GetSession while it has events.
+                events, newest, next_sequence = await self._events(store_id, limit, after)
+                # With no event yet, its creation time is its update time.
+                created = self._client.get_session(store_id) if newest is None else _none()
+                (own, app, user), stored = await asyncio.gather(
+                    self._state(store_id, app_name, user_id), created
+                )
+            else:
+                # An export has no sequences: the next sequence is read
+                # first, so a write after it makes the session stale.
+                stored = await self._client.get_session(store_id)
+                next_sequence = stored.next_sequence
+                (events, newest), (own, app, user) = await asyncio.gather(
+                    self._events_for(self.model, store_id, limit, after),
+                    self._state(store_id, app_name, user_id),
+                )
+        except SessionNotFound:  # none, or deleted meanwhile
             return None
+        if newest is None:
+            assert stored is not None
+            newest = _seconds(stored.create_time)
         session = Session(
             id=session_id,
             app_name=app_name,
             user_id=user_id,
             state=_merged(own, app, user),
             events=events,
-            last_update_time=newest if newest is not None else _seconds(stored.create_time),
+            last_update_time=newest,
         )
-        session._storage_update_marker = _marker(stored.next_sequence)
+        session._storage_update_marker = _marker(next_sequence)
         return session
+
+    async def _newest_time(self, stored: v1.Session) -> float | None:
+        """The timestamp of a session's newest event (``None`` without one):
+        no read for a session without messages."""
+        if stored.next_sequence == 0:
+            return None
+        _, newest, _ = await self._events(stored.id, 0, None)
+        return newest
+
+    async def _state(
+        self, store_id: str, app_name: str, user_id: str
+    ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+        """A session's own, app and user state entries, read at once."""
+        own, app, user = await asyncio.gather(
+            self._entries(store_id),
+            self._entries(scope=_app_scope(app_name)),
+            self._entries(scope=_user_scope(app_name, user_id)),
+        )
+        return own, app, user
 
     async def list_sessions(
         self, *, app_name: str, user_id: Optional[str] = None
@@ -693,15 +739,13 @@ class SessionstoreSessionService(BaseSessionService):
             self._entries(scope=_user_scope(app_name, user)) for user in users
         )
         own_states = self._bounded(self._entries(stored.id) for stored, *_ in found)
-        newest = self._bounded(
-            self._events(stored.id, stored.next_sequence, 0, None) for stored, *_ in found
-        )
+        newest = self._bounded(self._newest_time(stored) for stored, *_ in found)
         app_entries, user_entries, owns, times = await asyncio.gather(
             app_state, user_states, own_states, newest
         )
         by_user = dict(zip(users, user_entries))
         sessions = []
-        for (stored, app, user, sid), own, (_, latest) in zip(found, owns, times):
+        for (stored, app, user, sid), own, latest in zip(found, owns, times):
             sessions.append(
                 Session(
                     id=sid,

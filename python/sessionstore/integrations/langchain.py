@@ -19,9 +19,10 @@ framework call that is one change is one RPC:
   base class) is one ``AppendExchange`` carrying all the messages, with a
   ``request_id`` so the client's retries store them once (a batch holding
   several model answers is one per answer, below). The session is made
-  lazily: when the append finds no session, ``CreateSession`` makes it
-  (``AlreadyExists`` from a concurrent writer is fine) and the same append is
-  sent again, with the same ``request_id``.
+  lazily, by the append itself: it carries ``create_if_missing`` (the
+  session's metadata, see *Session ids*), so the server creates a missing
+  session in the same call and transaction, once however many writers race
+  to make it.
 - ``clear`` is one ``RollbackSession(after_sequence=-1)``; the session itself
   stays (clearing a session that does not exist does nothing).
 - ``messages`` is one ``ExportHistory`` stream; a session that does not exist
@@ -124,8 +125,9 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         'pip install "sessionstore-client[langchain]"'
     ) from error
 
-from .._errors import AlreadyExists, SessionNotFound
+from .._errors import SessionNotFound
 from .._proto.sessionstore.v1 import messages_pb2 as m
+from .._proto.sessionstore.v1 import sessionstore_pb2 as s
 from .._requests import ReasoningPolicyLike, reasoning_policy
 from ._models import has_reasoning, provider_of_model
 from ..aio import AsyncClient
@@ -631,8 +633,10 @@ class SessionstoreChatMessageHistory(BaseChatMessageHistory):
             )
         return self.client
 
-    def _session_metadata(self) -> dict[str, str]:
-        return {SESSION_ID_METADATA_KEY: self.session_id}
+    def _new_session(self) -> s.CreateSessionRequest:
+        """The session an append creates when there is none (its
+        ``create_if_missing``): the LangChain id kept in its metadata."""
+        return s.CreateSessionRequest(metadata={SESSION_ID_METADATA_KEY: self.session_id})
 
     def _read(self, stored: list[m.Message]) -> list[BaseMessage]:
         if self.target is None:
@@ -666,6 +670,10 @@ class SessionstoreChatMessageHistory(BaseChatMessageHistory):
             exchanges.append({"messages": inputs})
         for index, exchange in enumerate(exchanges):
             exchange["request_id"] = request_id if index == 0 else f"{request_id}:{index}"
+        if exchanges:
+            # The first write makes the session if there is none (the later
+            # ones find it).
+            exchanges[0]["create_if_missing"] = self._new_session()
         return exchanges
 
     # -- reads ------------------------------------------------------------
@@ -707,25 +715,15 @@ class SessionstoreChatMessageHistory(BaseChatMessageHistory):
     # -- writes -----------------------------------------------------------
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Appends ``messages``, creating the session first if it does not
-        exist: one ``AppendExchange`` (one revision), or, when the batch
-        holds several answers of known models, one per answer, in order."""
+        """Appends ``messages``: one ``AppendExchange`` (one revision), which
+        creates the session if it does not exist (in the same call), or, when
+        the batch holds several answers of known models, one per answer, in
+        order."""
         exchanges = self._exchanges(messages)
         if not exchanges:
             return
         client = self._sync()
-        first, *rest = exchanges
-        try:
-            client.append_exchange(self.store_session_id, **first)
-        except SessionNotFound:
-            try:
-                client.create_session(
-                    session_id=self.store_session_id, metadata=self._session_metadata()
-                )
-            except AlreadyExists:
-                pass  # another writer made it first
-            client.append_exchange(self.store_session_id, **first)
-        for exchange in rest:
+        for exchange in exchanges:
             client.append_exchange(self.store_session_id, **exchange)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
@@ -736,20 +734,8 @@ class SessionstoreChatMessageHistory(BaseChatMessageHistory):
         exchanges = self._exchanges(messages)
         if not exchanges:
             return
-        client = self.async_client
-        first, *rest = exchanges
-        try:
-            await client.append_exchange(self.store_session_id, **first)
-        except SessionNotFound:
-            try:
-                await client.create_session(
-                    session_id=self.store_session_id, metadata=self._session_metadata()
-                )
-            except AlreadyExists:
-                pass
-            await client.append_exchange(self.store_session_id, **first)
-        for exchange in rest:
-            await client.append_exchange(self.store_session_id, **exchange)
+        for exchange in exchanges:
+            await self.async_client.append_exchange(self.store_session_id, **exchange)
 
     def clear(self) -> None:
         """Removes every message in one ``RollbackSession(after_sequence=-1)``.

@@ -19,21 +19,24 @@ The adapter keeps no data of its own: each call reads or writes the server,
 and each call that is one change is one RPC:
 
 - ``add_items`` is one ``AppendExchange`` carrying every item, with a
-  ``request_id``, so the client's retry of it is stored once. The first
-  ``add_items`` of a new conversation creates the session (``CreateSession``
-  under the mapped id, see below) and appends again with the same
-  ``request_id``. The items are stored all or none: more items than the
-  server's ``--max-messages-per-exchange`` (1000 by default) in one call is
-  refused with ``LimitExceeded`` and nothing is stored.
+  ``request_id``, so the client's retry of it is stored once. It carries
+  ``create_if_missing`` too, so the first ``add_items`` of a new
+  conversation creates the session (under the mapped id, see below) in the
+  same call and transaction; racing first writers create it once. The
+  items are stored all or none: more items than the server's
+  ``--max-messages-per-exchange`` (1000 by default) in one call is refused
+  with ``LimitExceeded`` and nothing is stored.
 - ``clear_session`` is one ``RollbackSession(after_sequence=-1)``; the
   session itself stays.
-- ``pop_item`` reads the session's ``next_sequence`` (``GetSession``) and
-  makes one ``RollbackSession(after_sequence=next-2,
-  expected_next_sequence=next, return_removed=True)``. If another writer
-  appended in between, the server refuses with ``SequenceMismatch`` and the
-  pop retries on the new tail, so a concurrent append is never removed.
-- ``get_items(limit)`` reads ``next_sequence`` and pages ``ListMessages``
-  after ``next - limit - 1``; ``get_items()`` pages through all messages.
+- ``pop_item`` is one ``RollbackSession(remove_last=1,
+  return_removed=True)``: the server removes whatever message is last when
+  the call runs, with no read first, so a concurrent append is never lost
+  (it is either popped and returned, or stays). Popping an empty or unknown
+  session returns ``None``.
+- ``get_items(limit)`` is one newest-first ``ListMessages`` page of
+  ``limit`` (paging on only past messages that hold no item);
+  ``get_items()`` pages through all messages (one ``ListMessages`` per
+  1000), and with ``model`` either is one ``ExportHistory``.
 
 **Items.** Each Responses API input item is one stored message. The item is
 kept verbatim as JSON text (``json.dumps``, as the SDK's ``SQLiteSession``
@@ -119,7 +122,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from .. import v1
-from .._errors import AlreadyExists, SequenceMismatch, SessionNotFound
+from .._errors import SessionNotFound
 from .._requests import ReasoningPolicyLike, new_request_id
 from ..aio import AsyncClient
 from ._models import checked_provider
@@ -607,12 +610,12 @@ class SessionstoreSession(SessionABC):
     # -- changes -------------------------------------------------------------
 
     async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
-        """Appends ``items`` in one ``AppendExchange`` (all or none), creating
-        the session first if it does not exist. ``TypeError`` before any RPC
-        if an item is not JSON-serializable. ``wrapper`` is the run's context
-        (``RunContextWrapper``), which the SDK passes: with ``model`` set, the
-        provider call carries the tokens of the requests it holds that this
-        session has not recorded yet."""
+        """Appends ``items`` in one ``AppendExchange`` (all or none), which
+        creates the session if it does not exist (``create_if_missing``).
+        ``TypeError`` before any RPC if an item is not JSON-serializable.
+        ``wrapper`` is the run's context (``RunContextWrapper``), which the
+        SDK passes: with ``model`` set, the provider call carries the tokens
+        of the requests it holds that this session has not recorded yet."""
         batch = [cast(Mapping[str, Any], item) for item in items]
         if not batch:
             return
@@ -635,62 +638,44 @@ class SessionstoreSession(SessionABC):
             recorded.mark_recorded()
 
     async def _append(self, exchange: dict[str, Any]) -> None:
-        request_id = new_request_id()
-        for _ in range(3):
-            try:
-                await self.client.append_exchange(
-                    self.store_session_id, request_id=request_id, **exchange
-                )
-                return
-            except SessionNotFound:
-                await self._create()
-        raise SessionNotFound(  # pragma: no cover - the session was deleted again and again
-            f"session {self.store_session_id!r} vanished while appending"
+        await self.client.append_exchange(
+            self.store_session_id,
+            request_id=new_request_id(),
+            create_if_missing=self._new_session(),
+            **exchange,
         )
 
-    async def _create(self) -> None:
-        try:
-            await self.client.create_session(
-                session_id=self.store_session_id,
-                title=self.session_id[:200],
-                metadata={SESSION_ID_METADATA_KEY: self.session_id},
-            )
-        except AlreadyExists:
-            pass  # another writer created it first
+    def _new_session(self) -> v1.CreateSessionRequest:
+        """The session the first ``add_items`` creates: titled with the SDK's
+        id, which its metadata keeps whole (:data:`SESSION_ID_METADATA_KEY`)."""
+        return v1.CreateSessionRequest(
+            title=self.session_id[:200],
+            metadata={SESSION_ID_METADATA_KEY: self.session_id},
+        )
 
     async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
         """Removes the latest item and returns it (``None`` if there is
-        none): one ``RollbackSession`` guarded by ``expected_next_sequence``,
-        retried on the new tail if another writer got there first."""
+        none): one ``RollbackSession(remove_last=1, return_removed=True)``,
+        which takes whatever message is last when it runs."""
         return await _settle(self._pop())
 
     async def _pop(self) -> TResponseInputItem | None:
-        try:
-            next_sequence = (await self.client.get_session(self.store_session_id)).next_sequence
-        except SessionNotFound:
-            return None
-        while next_sequence > 0:
+        while True:
             try:
                 response = await self.client.rollback_session(
-                    self.store_session_id,
-                    after_sequence=next_sequence - 2,
-                    expected_next_sequence=next_sequence,
-                    return_removed=True,
+                    self.store_session_id, remove_last=1, return_removed=True
                 )
-            except SequenceMismatch as mismatch:
-                actual = mismatch.actual_next_sequence
-                if actual is None:
-                    actual = (await self.client.get_session(self.store_session_id)).next_sequence
-                next_sequence = actual
-                continue
             except SessionNotFound:
                 return None
+            if not response.removed_messages:
+                return None  # the session is empty
             for removed in response.removed_messages:
                 items = items_from_message(removed.message)
                 if items:
                     return items[-1]
-            next_sequence = response.next_sequence  # it held no item: pop the next one
-        return None
+            if response.next_sequence <= 0:
+                return None
+            # It held no item (another client's message): pop the next one.
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Removes every item (one ``RollbackSession(after_sequence=-1)``);

@@ -36,7 +36,7 @@ from sessionstore.integrations.adk import (
     session_store_id,
 )
 
-from ..conftest import Server
+from ..conftest import RpcMeter, Server
 
 APP = "weather"
 
@@ -47,13 +47,13 @@ class CountingClient(sessionstore.AsyncClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.calls: list[str] = []
-        self.message_reads: list[tuple[int | None, int]] = []
+        #: Each ListMessages's order and page size.
+        self.message_reads: list[tuple[str, int]] = []
 
     async def _call(self, name: str, request: Any, *, retry: bool) -> Any:
         self.calls.append(name)
         if name == "ListMessages":
-            after = request.after_sequence if request.HasField("after_sequence") else None
-            self.message_reads.append((after, request.page_size))
+            self.message_reads.append((request.order_by, request.page_size))
         return await super()._call(name, request, retry=retry)
 
     def count(self) -> dict[str, int]:
@@ -150,6 +150,70 @@ async def test_create_without_shared_keys_is_one_write(
     assert calls.get("CreateSession") == 1 and "SetState" not in calls
     assert session.id  # a fresh uuid
     assert await service.get_session(app_name=APP, user_id="ada", session_id="nope") is None
+
+
+@pytest.mark.asyncio
+async def test_rpc_costs_as_the_server_counts_them(
+    metered_server: Server, meter: RpcMeter
+) -> None:
+    """What each ADK call costs, from the server's own count of the calls
+    it handled (``grpc_server_handled_total``). Only ``append_event`` is
+    one RPC: ``create_session`` writes shared state one ``SetState`` a key
+    (``CreateSession`` cannot, ``AppendExchange`` needs a message) and reads
+    the app's and the user's scopes (one ``ListState`` each) for the merged
+    state; ``get_session`` reads the events (which give the next sequence,
+    and say whether there is a session), then the three scopes of its
+    state, and the session itself only for its creation time (no event
+    yet) or its next sequence (an export has none)."""
+    costs: dict[str, dict[str, int]] = {}
+    async with metered_server.async_client() as client:
+        service = SessionstoreSessionService(client=client)
+        with meter() as costs["create_session (app:, user:, own)"]:
+            session = await service.create_session(
+                app_name=APP,
+                user_id="ada",
+                session_id="s1",
+                state={"app:units": "metric", "user:name": "Ada", "city": "Oslo"},
+            )
+        with meter() as costs["create_session (own state only)"]:
+            await service.create_session(
+                app_name=APP, user_id="ada", session_id="s2", state={"city": "Oslo"}
+            )
+        with meter() as costs["get_session (no event yet)"]:
+            fresh = await service.get_session(app_name=APP, user_id="ada", session_id="s1")
+        assert fresh == session
+        with meter() as costs["append_event"]:
+            await service.append_event(
+                session, delta_event({"app:hits": 1, "user:seen": True, "n": 1})
+            )
+        with meter() as costs["get_session"]:
+            got = await service.get_session(app_name=APP, user_id="ada", session_id="s1")
+        assert got == session
+        with meter() as costs["get_session (num_recent_events=1)"]:
+            await service.get_session(
+                app_name=APP, user_id="ada", session_id="s1",
+                config=GetSessionConfig(num_recent_events=1),
+            )
+        with meter() as costs["get_session (no session)"]:
+            assert await service.get_session(app_name=APP, user_id="ada", session_id="no") is None
+        for_model = SessionstoreSessionService(client=client, model="gemini-3-pro")
+        with meter() as costs["get_session (model)"]:
+            got = await for_model.get_session(app_name=APP, user_id="ada", session_id="s1")
+        assert got is not None and got.events == session.events
+        with meter() as costs["append_event (after get_session)"]:
+            await service.append_event(got, delta_event({"n": 2}))  # not stale
+    print("ADK RPC costs:", {call: dict(cost) for call, cost in costs.items()})
+    assert costs == {
+        "create_session (app:, user:, own)": {"CreateSession": 1, "SetState": 2, "ListState": 2},
+        "create_session (own state only)": {"CreateSession": 1, "ListState": 2},
+        "get_session (no event yet)": {"ListMessages": 1, "ListState": 3, "GetSession": 1},
+        "append_event": {"AppendExchange": 1},
+        "get_session": {"ListMessages": 1, "ListState": 3},
+        "get_session (num_recent_events=1)": {"ListMessages": 1, "ListState": 3},
+        "get_session (no session)": {"ListMessages NotFound": 1},
+        "get_session (model)": {"GetSession": 1, "ExportHistory": 1, "ListState": 3},
+        "append_event (after get_session)": {"AppendExchange": 1},
+    }
 
 
 # -- append_event ------------------------------------------------------------
@@ -406,9 +470,10 @@ async def test_get_session_config_reads_only_the_tail(
 
     assert await get() == [float(i) for i in range(1, 41)]
     assert await get(num_recent_events=0) == []
-    assert adk_client.message_reads == [(38, 1)]  # just the newest message, for the time
+    # Just the newest message, for the time.
+    assert adk_client.message_reads == [("sequence desc", 1)]
     assert await get(num_recent_events=3) == [38.0, 39.0, 40.0]
-    assert adk_client.message_reads == [(36, 3)]
+    assert adk_client.message_reads == [("sequence desc", 3)]
     assert await get(after_timestamp=37.0) == [37.0, 38.0, 39.0, 40.0]
     assert sum(size for _, size in adk_client.message_reads) <= 1000
     assert await get(after_timestamp=400.0) == []
@@ -431,7 +496,8 @@ async def test_after_timestamp_pages_backwards(
         app_name=APP, user_id="u", session_id="s", config=GetSessionConfig(after_timestamp=15.0)
     )
     assert got is not None and [e.timestamp for e in got.events] == [15.0, 16.0, 17.0, 18.0, 19.0, 20.0]
-    assert adk_client.message_reads == [(15, 4), (11, 4)]  # two pages from the end, not twenty
+    # Two pages from the end, not twenty.
+    assert adk_client.message_reads == [("sequence desc", 4), ("sequence desc", 4)]
 
 
 # -- names ---------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """SessionstoreChatMessageHistory (LangChain) against a real server: exact
 round trips of every message kind, sync and async, clear, isolation, several
 histories and concurrent writers on one server, the session id map, and one
-revision per ``add_messages``."""
+revision (and one RPC) per ``add_messages``."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from sessionstore.integrations.langchain import (
     to_store_session_id,
 )
 
-from ..conftest import Server
+from ..conftest import RpcMeter, Server
 
 
 def every_kind() -> list[BaseMessage]:
@@ -322,6 +322,54 @@ async def test_one_revision_per_aadd_messages(server: Server) -> None:
             assert revision(client, history) == before + 1
             await history.aclear()
             assert revision(client, history) == before + 2
+
+
+def test_rpc_costs_as_the_server_counts_them(metered_server: Server, meter: RpcMeter) -> None:
+    """What each LangChain call costs, from the server's own count of the
+    calls it handled (``grpc_server_handled_total``)."""
+    costs: dict[str, dict[str, int]] = {}
+    with metered_server.client() as client:
+        history = SessionstoreChatMessageHistory("metered", client=client)
+        with meter() as costs["add_messages (first)"]:
+            history.add_messages([HumanMessage("a"), AIMessage("b")])
+        with meter() as costs["add_messages (later)"]:
+            history.add_messages([HumanMessage("c")])
+        with meter() as costs["messages"]:
+            assert history.messages == [HumanMessage("a"), AIMessage("b"), HumanMessage("c")]
+        with meter() as costs["messages (no session)"]:
+            assert SessionstoreChatMessageHistory("none", client=client).messages == []
+        with meter() as costs["add_messages (two answers)"]:
+            history.add_messages(every_kind())  # one exchange per model's answer
+        with meter() as costs["clear"]:
+            history.clear()
+        session = client.get_session(history.store_session_id)
+        assert dict(session.metadata) == {SESSION_ID_METADATA_KEY: "metered"}
+        # Created (1) with the first exchange (2), then one per exchange and the clear.
+        assert session.revision == 6
+
+    async def asynchronous() -> None:
+        async with metered_server.async_client() as aclient:
+            history = SessionstoreChatMessageHistory("ametered", async_client=aclient)
+            with meter() as costs["aadd_messages (first)"]:
+                await history.aadd_messages([HumanMessage("a")])
+            with meter() as costs["aadd_messages (later)"]:
+                await history.aadd_messages([HumanMessage("b")])
+            with meter() as costs["aget_messages"]:
+                assert await history.aget_messages() == [HumanMessage("a"), HumanMessage("b")]
+
+    asyncio.run(asynchronous())
+    print("LangChain RPC costs:", {call: dict(cost) for call, cost in costs.items()})
+    assert costs == {
+        "add_messages (first)": {"AppendExchange": 1},  # the session made in the same call
+        "add_messages (later)": {"AppendExchange": 1},
+        "messages": {"ExportHistory": 1},
+        "messages (no session)": {"ExportHistory NotFound": 1},
+        "add_messages (two answers)": {"AppendExchange": 2},
+        "clear": {"RollbackSession": 1},
+        "aadd_messages (first)": {"AppendExchange": 1},
+        "aadd_messages (later)": {"AppendExchange": 1},
+        "aget_messages": {"ExportHistory": 1},
+    }
 
 
 def test_session_is_created_with_its_langchain_id(client: sessionstore.Client) -> None:

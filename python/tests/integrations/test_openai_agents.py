@@ -40,7 +40,7 @@ from sessionstore.integrations.openai_agents import (
     store_session_id,
 )
 
-from ..conftest import Server
+from ..conftest import RpcMeter, Server
 
 ALLOWED_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 
@@ -420,28 +420,27 @@ async def test_ten_concurrent_writers(make_session: Callable[..., SessionstoreSe
 
 
 @pytest.mark.asyncio
-async def test_pop_never_deletes_an_append_that_lands_in_between(
+async def test_pop_takes_the_tail_as_it_is_when_the_pop_runs(
     client: sessionstore.AsyncClient, make_session: Callable[..., SessionstoreSession]
 ) -> None:
     session = make_session("race")
     writer = make_session("race")
     await session.add_items([user("a"), user("b")])
-    real_get_session = client.get_session
+    real_rollback = client.rollback_session
     appended = False
 
-    async def get_session_then_append(session_id: str) -> v1.Session:
+    async def append_then_rollback(session_id: str, **kwargs: Any) -> Any:
         nonlocal appended
-        read = await real_get_session(session_id)
-        if not appended:  # another writer appends after the pop read the tail
+        if not appended:  # another writer appends just before the pop reaches the server
             appended = True
             await writer.add_items([user("c")])
-        return read
+        return await real_rollback(session_id, **kwargs)
 
-    client.get_session = get_session_then_append  # type: ignore[method-assign]
+    client.rollback_session = append_then_rollback  # type: ignore[method-assign]
     try:
         popped = await session.pop_item()
     finally:
-        client.get_session = real_get_session  # type: ignore[method-assign]
+        client.rollback_session = real_rollback  # type: ignore[method-assign]
     assert appended
     assert popped == user("c")  # the latest item, returned: nothing lost
     assert await session.get_items() == [user("a"), user("b")]
@@ -501,13 +500,15 @@ async def test_one_rpc_per_change(
     async def revision() -> int:
         return (await client.get_session(session.store_session_id)).revision
 
-    # The first add creates the session: the append fails NOT_FOUND, the
-    # create, the same append again (same request_id).
+    # The first add creates the session in the same append.
     await session.add_items([user("a"), user("b"), user("c")])
-    assert rpcs.names() == ["AppendExchange", "CreateSession", "AppendExchange"]
-    first, retried = rpcs.calls[0][1], rpcs.calls[2][1]
-    assert first.request_id and first.request_id == retried.request_id
-    assert len(first.messages) == 3
+    assert rpcs.names() == ["AppendExchange"]
+    first = rpcs.calls[0][1]
+    assert first.request_id and len(first.messages) == 3
+    assert first.create_if_missing == v1.CreateSessionRequest(
+        title="counted", metadata={SESSION_ID_METADATA_KEY: "counted"}
+    )
+    assert await revision() == 2  # created (1), then the exchange (2)
 
     before = await revision()
     rpcs.reset()
@@ -519,13 +520,10 @@ async def test_one_rpc_per_change(
     before = await revision()
     rpcs.reset()
     assert await session.pop_item() == user("e")
-    assert rpcs.names() == ["GetSession", "RollbackSession"]
-    rollback = rpcs.calls[1][1]
-    assert (rollback.after_sequence, rollback.expected_next_sequence, rollback.return_removed) == (
-        3,
-        5,
-        True,
-    )
+    assert rpcs.names() == ["RollbackSession"]  # no read first
+    rollback = rpcs.calls[0][1]
+    assert (rollback.remove_last, rollback.after_sequence, rollback.return_removed) == (1, 0, True)
+    assert not rollback.HasField("expected_next_sequence")
     assert await revision() == before + 1
 
     before = await revision()
@@ -539,6 +537,53 @@ async def test_one_rpc_per_change(
     assert await session.get_items() == []
     assert await session.get_items(limit=2) == []
     assert rpcs.names() == ["ListMessages", "ListMessages"]  # a window is one newest-first page
+
+
+@pytest.mark.asyncio
+async def test_rpc_costs_as_the_server_counts_them(
+    metered_server: Server, meter: RpcMeter
+) -> None:
+    """What each SDK call costs, from the server's own count of the calls
+    it handled (``grpc_server_handled_total``)."""
+    costs: dict[str, dict[str, int]] = {}
+    async with metered_server.async_client() as client:
+        session = SessionstoreSession("metered", client=client)
+        with meter() as costs["add_items (first)"]:
+            await session.add_items([user("a"), user("b")])
+        with meter() as costs["add_items (later)"]:
+            await session.add_items([user("c")])
+        with meter() as costs["get_items()"]:
+            assert await session.get_items() == [user("a"), user("b"), user("c")]
+        with meter() as costs["get_items(limit=2)"]:
+            assert await session.get_items(limit=2) == [user("b"), user("c")]
+        with meter() as costs["pop_item"]:
+            assert await session.pop_item() == user("c")
+        with meter() as costs["clear_session"]:
+            await session.clear_session()
+        with meter() as costs["pop_item (empty)"]:
+            assert await session.pop_item() is None
+        with meter() as costs["pop_item (no session)"]:
+            assert await SessionstoreSession("none", client=client).pop_item() is None
+        on_gpt5 = SessionstoreSession("metered", client=client, model="gpt-5")
+        with meter() as costs["get_items() (model)"]:
+            assert await on_gpt5.get_items() == []
+        stored = await client.get_session(session.store_session_id)
+        assert (stored.title, dict(stored.metadata)) == (
+            "metered",
+            {SESSION_ID_METADATA_KEY: "metered"},
+        )
+    print("OpenAI Agents RPC costs:", {call: dict(cost) for call, cost in costs.items()})
+    assert costs == {
+        "add_items (first)": {"AppendExchange": 1},  # the session made in the same call
+        "add_items (later)": {"AppendExchange": 1},
+        "get_items()": {"ListMessages": 1},
+        "get_items(limit=2)": {"ListMessages": 1},
+        "pop_item": {"RollbackSession": 1},  # no read first
+        "clear_session": {"RollbackSession": 1},
+        "pop_item (empty)": {"RollbackSession": 1},
+        "pop_item (no session)": {"RollbackSession NotFound": 1},
+        "get_items() (model)": {"ExportHistory": 1},
+    }
 
 
 # -- session ids -----------------------------------------------------------------------
