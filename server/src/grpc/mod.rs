@@ -2,7 +2,6 @@
 //! store or domain operation, and converts the answer (through
 //! [`crate::wire`], which the store shares for the event log).
 
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -23,10 +22,10 @@ use crate::domain::fields::{check_state_entry, check_state_key, require_session_
 use crate::domain::filter::SessionFilter;
 use crate::domain::paging::{Pages, token_int};
 use crate::domain::target::ExportTarget;
-use crate::domain::usage::{UsageGroup, UsageQuery};
+use crate::domain::usage::UsageQuery;
 use crate::domain::{
-    ControlOp, Ephemeral, EphemeralKind, Error, Fork, Message, NewExchange, Result, Role,
-    SessionCursor, SessionPatch, SessionQuery, StoredMessage, Timestamp,
+    ControlOp, Ephemeral, EphemeralKind, Error, Fork, Message, Result, Role, SessionCursor,
+    SessionPatch, SessionQuery, StoredMessage, Timestamp,
 };
 use crate::metrics::Metrics;
 use crate::read_ahead::{ReadAhead, ReadPage, Share, StreamBudget};
@@ -167,7 +166,7 @@ impl<S: Store> SessionStoreService<S> {
             let request = WatchRequest {
                 after_revision: req.after_revision,
                 include_active_deltas: req.include_active_deltas,
-                delta_cursors: delta_cursors(&req.delta_cursors)?,
+                delta_cursors: wire::delta_cursors_from_pb(&req.delta_cursors)?,
             };
             let events = watch::watch(
                 self.store.clone(),
@@ -189,55 +188,6 @@ impl<S: Store> SessionStoreService<S> {
             item.map_err(Status::from)
         }))
     }
-}
-
-/// An expiry field: unset (or the epoch) is never; a time in the past is
-/// allowed (the session is gone at once, and swept).
-fn expire_time(field: &str, time: Option<&prost_types::Timestamp>) -> Result<Timestamp> {
-    match time {
-        None => Ok(Timestamp(0)),
-        Some(time) => {
-            let micros = wire::timestamp_micros(field, time)?;
-            if micros < 0 {
-                return Err(Error::invalid(field, "must not be before 1970"));
-            }
-            Ok(Timestamp(micros))
-        }
-    }
-}
-
-/// The most delta cursors one WatchSession may carry.
-const MAX_DELTA_CURSORS: usize = 256;
-
-/// A watch request's delta cursors, checked, by run id.
-fn delta_cursors(cursors: &[pb::DeltaCursor]) -> Result<HashMap<String, i64>> {
-    if cursors.len() > MAX_DELTA_CURSORS {
-        return Err(Error::invalid(
-            "delta_cursors",
-            format!("at most {MAX_DELTA_CURSORS} cursors (one per active run)"),
-        ));
-    }
-    let mut by_run = HashMap::with_capacity(cursors.len());
-    for (i, cursor) in cursors.iter().enumerate() {
-        control::require_run_id(&cursor.run_id)
-            .map_err(|_| Error::invalid(format!("delta_cursors[{i}].run_id"), "is required"))?;
-        if cursor.after_index < -1 {
-            return Err(Error::invalid(
-                format!("delta_cursors[{i}].after_index"),
-                "must be at least -1 (-1: no delta received yet)",
-            ));
-        }
-        if by_run
-            .insert(cursor.run_id.clone(), cursor.after_index)
-            .is_some()
-        {
-            return Err(Error::invalid(
-                format!("delta_cursors[{i}].run_id"),
-                "names a run a cursor before it already named",
-            ));
-        }
-    }
-    Ok(by_run)
 }
 
 /// One watch stream item as the protocol's `SessionEvent`.
@@ -465,7 +415,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 system_prompt: Some(session.system_prompt),
                 metadata: Some(session.metadata),
                 summary_message_id: Some(session.summary_message_id),
-                expire_time: Some(expire_time(
+                expire_time: Some(wire::expire_time_from_pb(
                     "session.expire_time",
                     session.expire_time.as_ref(),
                 )?),
@@ -506,28 +456,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         unary("AppendExchange", &req.session_id.clone(), async {
             require_session_id("session_id", &req.session_id)?;
             limits::check_exchange(&self.options.limits, &req)?;
-            let exchange = NewExchange {
-                session_id: req.session_id,
-                messages: wire::messages_from_pb(req.messages, "messages")?,
-                full_history: wire::messages_from_pb(req.full_history, "full_history")?,
-                provider_call: req.provider_call.map(wire::provider_call_from_pb),
-                response_messages: wire::messages_from_pb(
-                    req.response_messages,
-                    "response_messages",
-                )?,
-                expected_next_sequence: req.expected_next_sequence,
-                request_id: req.request_id,
-                run_id: req.run_id,
-                state_changes: req
-                    .state_changes
-                    .into_iter()
-                    .map(wire::state_change_from_pb)
-                    .collect(),
-                create_if_missing: req
-                    .create_if_missing
-                    .map(|new| wire::new_session_from_pb(new, "create_if_missing"))
-                    .transpose()?,
-            };
+            let exchange = wire::new_exchange_from_pb(req)?;
             exchange.validate()?;
             let (revision, appended) = self.store.append_exchange(&tenant, exchange).await?;
             if !appended.replayed {
@@ -560,22 +489,9 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         unary("ListMessages", &req.session_id, async {
             require_session_id("session_id", &req.session_id)?;
-            if req.after_sequence.is_some_and(|a| a < -1) {
-                return Err(Error::invalid("after_sequence", "must be at least -1"));
-            }
-            if req.before_sequence.is_some_and(|b| b < 0) {
-                return Err(Error::invalid("before_sequence", "must not be negative"));
-            }
-            let newest_first = match req.order_by.trim() {
-                "" | "sequence" => false,
-                "sequence desc" => true,
-                _ => {
-                    return Err(Error::invalid(
-                        "order_by",
-                        "must be \"sequence\" (oldest first) or \"sequence desc\" (newest first)",
-                    ));
-                }
-            };
+            let (after, before) =
+                wire::sequence_bounds_from_pb(req.after_sequence, req.before_sequence)?;
+            let newest_first = wire::newest_first_from_pb(&req.order_by)?;
             // Each order has tokens of its own: a page token is for the
             // order it was made in.
             let kind = if newest_first {
@@ -590,8 +506,6 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 self.options.limits.max_page_size,
             )?;
             let cursor = pages.after_int(&req.page_token)?;
-            let after = req.after_sequence.unwrap_or(-1);
-            let before = req.before_sequence.unwrap_or(i64::MAX);
             let session = self.store.resolve(&tenant, &req.session_id).await?;
             // Keyset pages over the (session, sequence) index from the end
             // the order starts at; the other bound cuts the page short.
@@ -1068,24 +982,9 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let tenant = tenant_of(&request);
         let req = request.into_inner();
         unary("SummarizeUsage", &req.session_id.clone(), async {
-            let group = match pb::UsageGroupBy::try_from(req.group_by) {
-                Ok(pb::UsageGroupBy::Unspecified) => UsageGroup::Total,
-                Ok(pb::UsageGroupBy::Session) => UsageGroup::Session,
-                Ok(pb::UsageGroupBy::User) => UsageGroup::User,
-                Ok(pb::UsageGroupBy::Model) => UsageGroup::Model,
-                Ok(pb::UsageGroupBy::Day) => UsageGroup::Day,
-                Err(_) => return Err(Error::invalid("group_by", "is not a UsageGroupBy value")),
-            };
-            let micros = |field: &str, time: Option<&prost_types::Timestamp>| {
-                time.map(|t| wire::timestamp_micros(field, t)).transpose()
-            };
-            let start = micros("start_time", req.start_time.as_ref())?;
-            let end = micros("end_time", req.end_time.as_ref())?;
-            if let (Some(start), Some(end)) = (start, end)
-                && end < start
-            {
-                return Err(Error::invalid("end_time", "must not be before start_time"));
-            }
+            let group = wire::usage_group_from_pb(req.group_by)?;
+            let (start, end) =
+                wire::time_range_from_pb(req.start_time.as_ref(), req.end_time.as_ref())?;
             let session_key = if req.session_id.is_empty() {
                 None
             } else {

@@ -13,10 +13,11 @@ use sessionstore_client::v1 as pb;
 use sessionstore_client::v1::content_block::Block;
 
 use crate::domain::target::{ExportTarget, ReasoningPolicy};
+use crate::domain::usage::UsageGroup;
 use crate::domain::{
     AppendedExchange, Change, ContentBlock, DeltaContent, Ephemeral, EphemeralKind, Error, Message,
-    NewSession, ProviderCall, Result, Role, SearchHit, Session, SessionEvent, SessionSummary,
-    StateChange, StateEntry, StoredMessage, Timestamp, ToolCall,
+    NewExchange, NewSession, ProviderCall, Result, Role, SearchHit, Session, SessionEvent,
+    SessionSummary, StateChange, StateEntry, StoredMessage, Timestamp, ToolCall,
 };
 
 pub fn timestamp(t: Timestamp) -> prost_types::Timestamp {
@@ -609,16 +610,141 @@ pub fn new_session_from_pb(req: pb::CreateSessionRequest, field: &str) -> Result
             &format!("{prefix}initial_history"),
         )?,
         initial_state: req.initial_state.into_iter().collect(),
-        expire_time: match req.expire_time.as_ref() {
-            Some(time) => {
-                let field = format!("{prefix}expire_time");
-                let micros = timestamp_micros(&field, time)?;
-                if micros < 0 {
-                    return Err(Error::invalid(&field, "must not be before 1970"));
-                }
-                Timestamp(micros)
-            }
-            None => Timestamp(0),
-        },
+        expire_time: expire_time_from_pb(
+            &format!("{prefix}expire_time"),
+            req.expire_time.as_ref(),
+        )?,
     })
+}
+
+/// An AppendExchange request as the domain's new exchange (each message
+/// checked as it converts, naming its field).
+pub fn new_exchange_from_pb(req: pb::AppendExchangeRequest) -> Result<NewExchange> {
+    Ok(NewExchange {
+        session_id: req.session_id,
+        messages: messages_from_pb(req.messages, "messages")?,
+        full_history: messages_from_pb(req.full_history, "full_history")?,
+        provider_call: req.provider_call.map(provider_call_from_pb),
+        response_messages: messages_from_pb(req.response_messages, "response_messages")?,
+        expected_next_sequence: req.expected_next_sequence,
+        request_id: req.request_id,
+        run_id: req.run_id,
+        state_changes: req
+            .state_changes
+            .into_iter()
+            .map(state_change_from_pb)
+            .collect(),
+        create_if_missing: req
+            .create_if_missing
+            .map(|new| new_session_from_pb(new, "create_if_missing"))
+            .transpose()?,
+    })
+}
+
+/// SummarizeUsage's `group_by`.
+pub fn usage_group_from_pb(group_by: i32) -> Result<UsageGroup> {
+    Ok(match pb::UsageGroupBy::try_from(group_by) {
+        Ok(pb::UsageGroupBy::Unspecified) => UsageGroup::Total,
+        Ok(pb::UsageGroupBy::Session) => UsageGroup::Session,
+        Ok(pb::UsageGroupBy::User) => UsageGroup::User,
+        Ok(pb::UsageGroupBy::Model) => UsageGroup::Model,
+        Ok(pb::UsageGroupBy::Day) => UsageGroup::Day,
+        Err(_) => return Err(Error::invalid("group_by", "is not a UsageGroupBy value")),
+    })
+}
+
+/// A `start_time`/`end_time` pair in microseconds, each optional, the end
+/// not before the start.
+pub fn time_range_from_pb(
+    start: Option<&prost_types::Timestamp>,
+    end: Option<&prost_types::Timestamp>,
+) -> Result<(Option<i64>, Option<i64>)> {
+    let start = start
+        .map(|t| timestamp_micros("start_time", t))
+        .transpose()?;
+    let end = end.map(|t| timestamp_micros("end_time", t)).transpose()?;
+    if let (Some(start), Some(end)) = (start, end)
+        && end < start
+    {
+        return Err(Error::invalid("end_time", "must not be before start_time"));
+    }
+    Ok((start, end))
+}
+
+/// ListMessages' bounds: (`after_sequence`, -1 if unset; `before_sequence`,
+/// none if unset).
+pub fn sequence_bounds_from_pb(after: Option<i64>, before: Option<i64>) -> Result<(i64, i64)> {
+    if after.is_some_and(|a| a < -1) {
+        return Err(Error::invalid("after_sequence", "must be at least -1"));
+    }
+    if before.is_some_and(|b| b < 0) {
+        return Err(Error::invalid("before_sequence", "must not be negative"));
+    }
+    Ok((after.unwrap_or(-1), before.unwrap_or(i64::MAX)))
+}
+
+/// ListMessages' `order_by`: whether newest first.
+pub fn newest_first_from_pb(order_by: &str) -> Result<bool> {
+    match order_by.trim() {
+        "" | "sequence" => Ok(false),
+        "sequence desc" => Ok(true),
+        _ => Err(Error::invalid(
+            "order_by",
+            "must be \"sequence\" (oldest first) or \"sequence desc\" (newest first)",
+        )),
+    }
+}
+
+/// An expiry field: unset (or the epoch) is never; a time in the past is
+/// allowed (the session is gone at once, and swept).
+pub fn expire_time_from_pb(
+    field: &str,
+    time: Option<&prost_types::Timestamp>,
+) -> Result<Timestamp> {
+    match time {
+        None => Ok(Timestamp(0)),
+        Some(time) => {
+            let micros = timestamp_micros(field, time)?;
+            if micros < 0 {
+                return Err(Error::invalid(field, "must not be before 1970"));
+            }
+            Ok(Timestamp(micros))
+        }
+    }
+}
+
+/// The most delta cursors one WatchSession may carry.
+const MAX_DELTA_CURSORS: usize = 256;
+
+/// A watch request's delta cursors, checked, by run id.
+pub fn delta_cursors_from_pb(
+    cursors: &[pb::DeltaCursor],
+) -> Result<std::collections::HashMap<String, i64>> {
+    if cursors.len() > MAX_DELTA_CURSORS {
+        return Err(Error::invalid(
+            "delta_cursors",
+            format!("at most {MAX_DELTA_CURSORS} cursors (one per active run)"),
+        ));
+    }
+    let mut by_run = std::collections::HashMap::with_capacity(cursors.len());
+    for (i, cursor) in cursors.iter().enumerate() {
+        crate::domain::control::require_run_id(&cursor.run_id)
+            .map_err(|_| Error::invalid(format!("delta_cursors[{i}].run_id"), "is required"))?;
+        if cursor.after_index < -1 {
+            return Err(Error::invalid(
+                format!("delta_cursors[{i}].after_index"),
+                "must be at least -1 (-1: no delta received yet)",
+            ));
+        }
+        if by_run
+            .insert(cursor.run_id.clone(), cursor.after_index)
+            .is_some()
+        {
+            return Err(Error::invalid(
+                format!("delta_cursors[{i}].run_id"),
+                "names a run a cursor before it already named",
+            ));
+        }
+    }
+    Ok(by_run)
 }
