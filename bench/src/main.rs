@@ -86,6 +86,11 @@ struct Args {
     #[arg(long)]
     samples: Option<usize>,
 
+    /// Messages in the session `--only delete` deletes (default 200,000;
+    /// 4,000 with --quick); even, two per exchange.
+    #[arg(long)]
+    delete_messages: Option<usize>,
+
     /// Concurrent clients for the append runs (default 1,16,64; 1,4 with --quick).
     #[arg(long, value_delimiter = ',')]
     clients: Vec<usize>,
@@ -316,7 +321,11 @@ impl Plan {
                     baseline: Duration::from_secs(10),
                 }
             },
-            delete_exchanges: if quick { 2_000 } else { 100_000 },
+            delete_exchanges: args
+                .delete_messages
+                .map_or(if quick { 2_000 } else { 100_000 }, |messages| {
+                    (messages / 2).max(1)
+                }),
             scale: if quick {
                 scale::Shape {
                     long_messages: 10_000,
