@@ -137,6 +137,14 @@ impl<'a> Pages<'a> {
         self.after(token)?.map(|part| token_int(&part)).transpose()
     }
 
+    /// A (time, id) cursor: a list ordered by a time, ties by id.
+    pub fn after_time_and_id(&self, token: &str) -> Result<Option<(i64, String)>> {
+        match self.after_parts(token, 2)?.as_deref() {
+            Some([time, id]) => Ok(Some((token_int(time)?, id.clone()))),
+            _ => Ok(None),
+        }
+    }
+
     /// An offset cursor: 0 without a token.
     pub fn after_offset(&self, token: &str) -> Result<usize> {
         match self.after_int(token)? {

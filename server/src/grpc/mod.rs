@@ -20,7 +20,7 @@ use crate::domain::control::{
 use crate::domain::erase::Erasure;
 use crate::domain::fields::{check_state_entry, check_state_key, require_session_id};
 use crate::domain::filter::SessionFilter;
-use crate::domain::paging::{Pages, token_int};
+use crate::domain::paging::Pages;
 use crate::domain::target::ExportTarget;
 use crate::domain::usage::UsageQuery;
 use crate::domain::{
@@ -365,13 +365,9 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                     ));
                 }
             };
-            let after = match pages.after_parts(&req.page_token, 2)?.as_deref() {
-                Some([update_time, id]) => Some(SessionCursor {
-                    update_time: token_int(update_time)?,
-                    id: id.clone(),
-                }),
-                _ => None,
-            };
+            let after = pages
+                .after_time_and_id(&req.page_token)?
+                .map(|(update_time, id)| SessionCursor { update_time, id });
             let query = SessionQuery {
                 user,
                 metadata: filter.metadata,
