@@ -200,17 +200,18 @@ mod tests {
     }
 
     #[test]
-    fn pages_refuse_tokens_for_other_filters_and_cut_pages() {
-        let pages = Pages::new("state", vec!["ses_1", ""], "other", 2, 1000).expect("pages");
+    fn pages_refuse_tokens_for_other_filters_and_cut_pages() -> Result<()> {
+        let pages = Pages::new("state", vec!["ses_1", ""], "other", 2, 1000)?;
         assert_eq!(pages.fetch(), 3);
         let mut items = vec![1, 2, 3];
         let token = pages.next(&mut items, |last| vec![last.to_string()]);
         assert_eq!(items, vec![1, 2]);
         assert_eq!(pages.after_int(&token).ok().flatten(), Some(2));
-        let other = Pages::new("state", vec!["ses_2", ""], "other", 2, 1000).expect("pages");
+        let other = Pages::new("state", vec!["ses_2", ""], "other", 2, 1000)?;
         assert!(other.after(&token).is_err());
         let mut short = vec![1];
         assert_eq!(pages.next(&mut short, |last| vec![last.to_string()]), "");
         assert!(matches!(pages.after(""), Ok(None)));
+        Ok(())
     }
 }

@@ -294,7 +294,9 @@ mod tests {
         );
         assert_eq!(plan.status(), CheckStatus::FinalizedPast);
         assert_eq!(plan.status().exit_code(), 12);
-        let refusal = plan.refusal().expect("refused");
+        let Some(refusal) = plan.refusal() else {
+            panic!("a database finalized past this binary is refused");
+        };
         assert!(matches!(
             refusal,
             Refusal::FinalizedPast {

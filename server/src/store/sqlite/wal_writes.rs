@@ -668,6 +668,13 @@ mod tests {
         Ok(())
     }
 
+    #[test]
+    fn gathered_with_the_sqlite_it_was_tested_with() {
+        assert!(TESTED.contains(&rusqlite::version_number()));
+        assert_eq!(available(WalWrites::Gathered), WalWrites::Gathered);
+        assert_eq!(available(WalWrites::Direct), WalWrites::Direct);
+    }
+
     fn flushes(why: Flush) -> u64 {
         FLUSHES[why as usize].load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -774,7 +781,10 @@ mod tests {
         }
         done.store(true, Ordering::Release);
         for reader in readers {
-            let reads = reader.join().expect("a reader panicked")?;
+            let Ok(reads) = reader.join() else {
+                panic!("a reader panicked");
+            };
+            let reads = reads?;
             assert!(reads > 0, "a reader never read");
         }
         assert_eq!(rows(&writer)?.0, total);
