@@ -573,6 +573,7 @@ pub async fn check_writers(
         let session = client
             .get_session(pb::GetSessionRequest {
                 session_id: id.clone(),
+                ..Default::default()
             })
             .await
             .with_context(|| format!("GetSession {id}"))?

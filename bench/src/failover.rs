@@ -558,6 +558,7 @@ async fn run(
         let session = reader
             .get_session(pb::GetSessionRequest {
                 session_id: id.clone(),
+                ..Default::default()
             })
             .await
             .with_context(|| format!("GetSession {id}"))?

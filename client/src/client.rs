@@ -457,9 +457,11 @@ impl Client {
 
     /// Creates a session; returns it with its id and revision 1.
     ///
-    /// Not retried: a retry of a create that reached the server would fail
-    /// [`Error::AlreadyExists`] (with a chosen id) or make a second
-    /// session (without).
+    /// Retried on transient failures only when the request carries a
+    /// `request_id` (a retry then returns the session the first call
+    /// created): without one, a retry of a create that reached the server
+    /// would fail [`Error::AlreadyExists`] (with a chosen id) or make a
+    /// second session (without).
     ///
     /// ```no_run
     /// use sessionstore_client::{Client, NewSession};
@@ -473,15 +475,22 @@ impl Client {
         &self,
         session: impl Into<v1::CreateSessionRequest>,
     ) -> Result<v1::Session> {
-        let request = self.request(session.into());
-        let mut raw = self.raw.clone();
-        let response = within(
-            self.settings.request_timeout,
-            "CreateSession",
-            raw.create_session(request),
-        )
-        .await?;
-        Ok(response.into_inner())
+        let message = session.into();
+        let attempt = || {
+            let request = self.request(message.clone());
+            let mut raw = self.raw.clone();
+            let timeout = self.settings.request_timeout;
+            async move {
+                within(timeout, "CreateSession", raw.create_session(request))
+                    .await
+                    .map(tonic::Response::into_inner)
+            }
+        };
+        if message.request_id.is_empty() {
+            Ok(attempt().await?)
+        } else {
+            retrying(&self.settings.retry, attempt).await
+        }
     }
 
     /// The session's fields and revision ([`Error::NotFound`] if there is
@@ -499,8 +508,31 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn get_session(&self, session_id: impl Into<String>) -> Result<v1::Session> {
+        self.get_session_with_state(session_id, Vec::<String>::new())
+            .await
+    }
+
+    /// The session with the state entries of `scopes` (`""`: the session's
+    /// own; else a shared scope such as `app:weather`) in
+    /// [`v1::Session::state`], all read in one snapshot: a session and the
+    /// state it runs with in one call. Retried on transient failures.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: sessionstore_client::Client) -> Result<(), sessionstore_client::Error> {
+    /// let session = client.get_session_with_state("ses_1", ["", "app:weather"]).await?;
+    /// for entry in &session.state {
+    ///     println!("{}/{} = {}", entry.scope, entry.key, entry.value);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_session_with_state(
+        &self,
+        session_id: impl Into<String>,
+        scopes: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<v1::Session> {
         let message = v1::GetSessionRequest {
             session_id: session_id.into(),
+            state_scopes: scopes.into_iter().map(Into::into).collect(),
         };
         retrying(&self.settings.retry, || {
             let request = self.request(message.clone());

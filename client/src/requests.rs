@@ -210,6 +210,40 @@ impl NewSession {
         self
     }
 
+    /// One entry of the session's own state, written with it (version 1).
+    pub fn state(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.request.initial_state.insert(key.into(), value.into());
+        self
+    }
+
+    /// One entry of a shared state scope of the tenant (such as
+    /// `app:weather`), written in the same transaction as the session: the
+    /// session and the shared state it starts with are created together or
+    /// not at all.
+    pub fn shared_state(
+        mut self,
+        scope: impl Into<String>,
+        key: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Self {
+        self.request.state_changes.push(v1::StateChange {
+            scope: scope.into(),
+            key: key.into(),
+            value: value.into(),
+            delete: false,
+        });
+        self
+    }
+
+    /// An idempotency key: a retry with the same key and fields returns the
+    /// session the first call created, so
+    /// [`Client::create_session`](crate::Client::create_session) retries
+    /// such a request on transient failures.
+    pub fn request_id(mut self, request_id: impl Into<String>) -> Self {
+        self.request.request_id = request_id.into();
+        self
+    }
+
     /// The wire request.
     pub fn into_request(self) -> v1::CreateSessionRequest {
         self.request

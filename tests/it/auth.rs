@@ -32,6 +32,7 @@ async fn start(backend: Backend, tokens: &Path) -> TestServer {
 fn get(id: &str) -> pb::GetSessionRequest {
     pb::GetSessionRequest {
         session_id: id.to_owned(),
+        ..Default::default()
     }
 }
 

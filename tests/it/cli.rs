@@ -478,6 +478,7 @@ mod sessions {
         let gone = client
             .get_session(pb::GetSessionRequest {
                 session_id: "cli-2".into(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -588,6 +589,7 @@ mod sessions {
         let status = client
             .get_session(pb::GetSessionRequest {
                 session_id: "franks".into(),
+                ..Default::default()
             })
             .await
             .unwrap_err();

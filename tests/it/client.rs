@@ -457,6 +457,7 @@ async fn bearer_tokens_are_sent_and_refusals_are_typed() {
     acme.raw()
         .get_session(pb::GetSessionRequest {
             session_id: "ses_a".into(),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -18,6 +18,7 @@ async fn revision(client: &mut SessionStoreClient<Channel>, id: &str) -> i64 {
     client
         .get_session(pb::GetSessionRequest {
             session_id: id.to_owned(),
+            ..Default::default()
         })
         .await
         .expect("get session")

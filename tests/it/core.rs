@@ -47,6 +47,7 @@ async fn create_get_and_caller_ids(backend: Backend) {
     let got = client
         .get_session(pb::GetSessionRequest {
             session_id: made.id.clone(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -81,6 +82,7 @@ async fn create_get_and_caller_ids(backend: Backend) {
     let missing = client
         .get_session(pb::GetSessionRequest {
             session_id: "nope".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -472,6 +474,7 @@ async fn update_session_honours_the_mask(backend: Backend) {
     let after = client
         .get_session(pb::GetSessionRequest {
             session_id: "upd".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -507,6 +510,7 @@ async fn delete_session_cascades_and_frees_the_id(backend: Backend) {
         client
             .get_session(pb::GetSessionRequest {
                 session_id: "gone".into(),
+                ..Default::default()
             })
             .await
             .unwrap_err(),
@@ -704,6 +708,7 @@ async fn append_rejects_bad_requests_and_writes_nothing(backend: Backend) {
     let session = client
         .get_session(pb::GetSessionRequest {
             session_id: "strict".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -792,6 +797,7 @@ async fn full_history_appends_only_what_is_new(backend: Backend) {
     let session = client
         .get_session(pb::GetSessionRequest {
             session_id: "sdk".into(),
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -159,6 +159,7 @@ async fn sigkill_keeps_every_acknowledged_exchange() {
     let session = client
         .get_session(pb::GetSessionRequest {
             session_id: session_id.clone(),
+            ..Default::default()
         })
         .await
         .unwrap()

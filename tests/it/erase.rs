@@ -172,6 +172,7 @@ async fn erase_user_deletes_everything_of_the_user(backend: Backend) {
     let head = client
         .get_session(pb::GetSessionRequest {
             session_id: watched.clone(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -206,7 +207,10 @@ async fn erase_user_deletes_everything_of_the_user(backend: Backend) {
     for i in ["0", "1", "gone"] {
         let id = format!("chat-{CANARY}-{i}");
         let status = client
-            .get_session(pb::GetSessionRequest { session_id: id })
+            .get_session(pb::GetSessionRequest {
+                session_id: id,
+                ..Default::default()
+            })
             .await
             .unwrap_err();
         assert_eq!(status.code(), Code::NotFound);

@@ -514,6 +514,7 @@ async fn round_trip(backend: Backend) {
     let missing = client
         .get_session(pb::GetSessionRequest {
             session_id: "broken".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -195,6 +195,7 @@ async fn a_postgres_outage_is_unavailable_and_health_follows_it() {
     let status = raw
         .get_session(pb::GetSessionRequest {
             session_id: "ses_outage".into(),
+            ..Default::default()
         })
         .await
         .expect_err("no read while the database is away");

@@ -297,6 +297,7 @@ async fn broken_grpc_framing_is_invalid_argument() {
     let addr = server.addr;
     let valid = pb::GetSessionRequest {
         session_id: "nope".into(),
+        ..Default::default()
     }
     .encode_to_vec();
     let cases = [
@@ -515,6 +516,7 @@ async fn request_bytes_in_flight_are_bounded_server_wide() {
         .get_session(authed(
             pb::GetSessionRequest {
                 session_id: "ses_none".into(),
+                ..Default::default()
             },
             "tok",
         ))

@@ -138,6 +138,7 @@ async fn create_if_missing_makes_a_first_write_one_call(backend: Backend) {
         client
             .get_session(pb::GetSessionRequest {
                 session_id: "ses_bad".into(),
+                ..Default::default()
             })
             .await
             .unwrap_err()

@@ -207,6 +207,7 @@ async fn initial_state_is_written_in_revision_one(backend: Backend) {
     let missing = client
         .get_session(pb::GetSessionRequest {
             session_id: "bad".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

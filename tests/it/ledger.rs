@@ -10,10 +10,10 @@ use sqlx::Connection as _;
 use crate::support::{PgDatabase, ServerProcess, sessionstore_binary};
 
 /// PostgreSQL's schema (the highest version the binary ships): sqlx's
-/// 1–19, then the ledger's 20 (the replica registry).
-const POSTGRES_SCHEMA: i64 = 20;
-/// SQLite's: sqlx's up to 19, nothing in its ledger yet.
-const SQLITE_SCHEMA: i64 = 19;
+/// 1–19, then the ledger's 20 (the replica registry) and 21.
+const POSTGRES_SCHEMA: i64 = 21;
+/// SQLite's: sqlx's up to 19, then the ledger's 21 (20 is PostgreSQL's).
+const SQLITE_SCHEMA: i64 = 21;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Dialect {
@@ -158,8 +158,7 @@ async fn check_then_migrate(dialect: Dialect) {
     let lines: Vec<&str> = before.stdout.lines().collect();
     assert_eq!(lines.first().copied(), Some("1 expand core"), "{before:?}");
     let last = match dialect {
-        Dialect::Sqlite => "19 expand idempotency keys found through events",
-        Dialect::Postgres => "20 expand replica registry",
+        Dialect::Sqlite | Dialect::Postgres => "21 expand idempotent replies",
     };
     assert_eq!(lines.last().copied(), Some(last), "{before:?}");
     for line in &lines {
@@ -192,13 +191,19 @@ async fn check_then_migrate(dialect: Dialect) {
         .integers("SELECT version FROM sessionstore_migrations ORDER BY version")
         .await;
     match dialect {
-        Dialect::Sqlite => assert!(ledger.is_empty(), "{ledger:?}"),
+        Dialect::Sqlite => assert_eq!(ledger, [21]),
         Dialect::Postgres => {
-            assert_eq!(ledger, [20]);
+            assert_eq!(ledger, [20, 21]);
             let kinds = db
-                .texts("SELECT kind || ' ' || description FROM sessionstore_migrations")
+                .texts(
+                    "SELECT kind || ' ' || description FROM sessionstore_migrations \
+                     ORDER BY version",
+                )
                 .await;
-            assert_eq!(kinds, ["expand replica registry"]);
+            assert_eq!(
+                kinds,
+                ["expand replica registry", "expand idempotent replies"]
+            );
         }
     }
 
@@ -485,7 +490,7 @@ async fn finalize_waits_for_older_replicas() {
         "INSERT INTO sessionstore_replicas (replica_id, version, schema, address, heartbeat_time) \
          VALUES ('old-replica', 'sessionstore 0.0.9 (0123abc)', 19, '10.1.2.3:50051', \
                  now() + interval '1 minute'), \
-                ('same-replica', 'sessionstore 0.2.0', 20, '10.1.2.4:50051', \
+                ('same-replica', 'sessionstore 0.2.0', 21, '10.1.2.4:50051', \
                  now() + interval '1 minute'), \
                 ('gone-replica', 'sessionstore 0.0.8', 18, '10.1.2.5:50051', \
                  now() - interval '30 seconds')",
@@ -545,7 +550,7 @@ async fn concurrent_migrates_apply_each_version_once() {
     let ledger = db
         .integers("SELECT version FROM sessionstore_migrations ORDER BY version")
         .await;
-    assert_eq!(ledger, [20]);
+    assert_eq!(ledger, [20, 21]);
     assert_eq!(check(&db).await.code, Some(0));
 }
 

@@ -46,6 +46,7 @@ async fn get(client: &mut Client, id: &str) -> Result<pb::Session, tonic::Status
     client
         .get_session(pb::GetSessionRequest {
             session_id: id.into(),
+            ..Default::default()
         })
         .await
         .map(tonic::Response::into_inner)

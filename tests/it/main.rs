@@ -27,6 +27,7 @@ mod first_write;
 mod framework;
 mod history;
 mod hostile;
+mod keyed_calls;
 mod large;
 mod ledger;
 mod lifecycle;

@@ -1012,6 +1012,7 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
         let got = client
             .get_session(pb::GetSessionRequest {
                 session_id: expected.id.clone(),
+                ..Default::default()
             })
             .await
             .expect("GetSession")
@@ -1022,6 +1023,7 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
     let status = client
         .get_session(pb::GetSessionRequest {
             session_id: "mig-charlie".into(),
+            ..Default::default()
         })
         .await
         .expect_err("mig-charlie was deleted");

@@ -268,6 +268,7 @@ async fn each_call_logs_one_debug_line() {
     let missing = client
         .get_session(pb::GetSessionRequest {
             session_id: "ses_nope".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

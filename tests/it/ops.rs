@@ -139,6 +139,7 @@ async fn tls_serves_with_a_certificate_made_at_test_time() {
         let refused = SessionStoreClient::new(channel)
             .get_session(pb::GetSessionRequest {
                 session_id: "over-tls".into(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -185,6 +186,7 @@ async fn mutual_tls_requires_a_certificate_from_the_client_ca() {
     let get = alice
         .get_session(pb::GetSessionRequest {
             session_id: "intruder".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -334,6 +336,7 @@ async fn limits_name_themselves_and_write_nothing(backend: Backend) {
         let missing = client
             .get_session(pb::GetSessionRequest {
                 session_id: id.into(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -450,6 +453,7 @@ async fn request_rate_is_limited_per_tenant() {
         crate::support::authed(
             pb::GetSessionRequest {
                 session_id: "none".into(),
+                ..Default::default()
             },
             token,
         )
@@ -613,6 +617,7 @@ async fn metrics_count_calls_by_method_and_code() {
         let missing = client
             .get_session(pb::GetSessionRequest {
                 session_id: "absent".into(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -788,6 +793,7 @@ async fn traces_reach_an_otlp_collector() {
     let missing = client
         .get_session(pb::GetSessionRequest {
             session_id: "traced-session".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

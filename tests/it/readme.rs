@@ -535,6 +535,7 @@ async fn live_session(
         match client
             .get_session(pb::GetSessionRequest {
                 session_id: id.clone(),
+                ..Default::default()
             })
             .await
         {

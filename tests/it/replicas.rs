@@ -781,6 +781,7 @@ async fn delete_through_a_ends_watch_on_b() {
     let status = b
         .get_session(pb::GetSessionRequest {
             session_id: created.id.clone(),
+            ..Default::default()
         })
         .await
         .expect_err("deleted session");

@@ -202,6 +202,7 @@ async fn bucket_figures_are_checked(backend: Backend) {
     let session = client
         .get_session(pb::GetSessionRequest {
             session_id: "ses_bad".into(),
+            ..Default::default()
         })
         .await
         .unwrap()

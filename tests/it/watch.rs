@@ -211,6 +211,7 @@ async fn watch_errors(backend: Backend) {
     let session = client
         .get_session(pb::GetSessionRequest {
             session_id: created.id.clone(),
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -2,8 +2,11 @@
 //! per-session state and live deltas. The requests and the rules that need
 //! no stored state; storage applies them.
 
+use serde::Serialize;
+
+use super::digest::RequestKey;
 use super::fields::{
-    MAX_KEY_LEN, check_len, check_scope_name, check_state_entry, check_state_key,
+    MAX_KEY_LEN, check_len, check_request_id, check_scope_name, check_state_entry, check_state_key,
     validate_new_session_id,
 };
 use super::{DeltaContent, Error, Message, Result, StateEntry, StoredMessage, Timestamp};
@@ -31,9 +34,33 @@ pub trait ControlOp: Clone + Send + Sync + 'static {
         None
     }
 
+    /// Its idempotency key, for a control that takes a `request_id`: a
+    /// retry with the same key and body gets the first answer, kept with
+    /// the key.
+    fn request_key(&self) -> Option<RequestKey> {
+        None
+    }
+
+    /// The answer to keep with the control's idempotency key, when the
+    /// event log cannot give it back (a rollback's removed messages).
+    fn keep(_reply: &Self::Reply) -> Option<KeptReply> {
+        None
+    }
+
+    /// The first answer, from what its key kept (`None`: nothing was).
+    fn kept(_reply: KeptReply) -> Option<Self::Reply> {
+        None
+    }
+
     /// Applies the control through `applier`'s step for it.
     fn apply<A: Applier>(self, applier: &mut A)
     -> impl Future<Output = Result<Self::Reply>> + Send;
+}
+
+/// A control's answer as its idempotency key keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeptReply {
+    RolledBack(RolledBack),
 }
 
 /// Storage's step for each control, on a session it has loaded.
@@ -85,7 +112,7 @@ pub struct CancelRun {
 /// Remove messages with a greater sequence (-1: all of them), if the
 /// session's next sequence is `expected_next_sequence` (when given);
 /// answer the removed messages if `return_removed`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Rollback {
     pub after_sequence: i64,
     pub run_id: String,
@@ -93,6 +120,9 @@ pub struct Rollback {
     pub return_removed: bool,
     /// Instead of `after_sequence` (then 0): the last this many messages.
     pub remove_last: i64,
+    /// Idempotency key (empty: none). Not part of the fingerprint.
+    #[serde(skip)]
+    pub request_id: String,
 }
 
 impl Rollback {
@@ -231,11 +261,25 @@ impl ControlOp for Rollback {
                 "must not be negative",
             ));
         }
+        check_request_id("request_id", &self.request_id)?;
         optional_run_id(&self.run_id)
     }
 
     fn transcript_run(&self) -> Option<&str> {
         Some(&self.run_id)
+    }
+
+    fn request_key(&self) -> Option<RequestKey> {
+        RequestKey::of("RollbackSession", &self.request_id, self)
+    }
+
+    fn keep(reply: &RolledBack) -> Option<KeptReply> {
+        Some(KeptReply::RolledBack(reply.clone()))
+    }
+
+    fn kept(reply: KeptReply) -> Option<RolledBack> {
+        let KeptReply::RolledBack(rolled) = reply;
+        Some(rolled)
     }
 
     fn apply<A: Applier>(self, applier: &mut A) -> impl Future<Output = Result<RolledBack>> + Send {

@@ -20,6 +20,39 @@ pub fn sha256<T: Serialize + ?Sized>(value: &T) -> Option<[u8; 32]> {
     Some(digest.sha.finalize().into())
 }
 
+/// The first byte of a fingerprint of today's form: the SHA-256 of the
+/// request's serde form ([`sha256`]) follows it.
+pub const FINGERPRINT_FORM: u8 = 2;
+
+/// The idempotency key of a call other than AppendExchange (whose
+/// fingerprint is its own, [`super::exchange::NewExchange::fingerprint`]):
+/// the caller's `request_id` and a fingerprint of the call's body, made
+/// with the call's name, so one key sent to two kinds of call never
+/// matches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestKey {
+    pub request_id: String,
+    pub fingerprint: Vec<u8>,
+}
+
+impl RequestKey {
+    /// The key of `call` (e.g. `"CreateSession"`) with `body`, whose serde
+    /// form must leave out `request_id`; `None` without a `request_id`.
+    pub fn of<T: Serialize + ?Sized>(call: &str, request_id: &str, body: &T) -> Option<RequestKey> {
+        if request_id.is_empty() {
+            return None;
+        }
+        let sha = sha256(&(call, body)).unwrap_or_default();
+        let mut fingerprint = Vec::with_capacity(1 + sha.len());
+        fingerprint.push(FINGERPRINT_FORM);
+        fingerprint.extend_from_slice(&sha);
+        Some(RequestKey {
+            request_id: request_id.to_owned(),
+            fingerprint,
+        })
+    }
+}
+
 /// Small pieces gather in `staged` and reach the hash together; a long
 /// string goes to it directly.
 struct Digester {

@@ -5,15 +5,10 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::digest;
-use super::fields::{
-    MAX_KEY_LEN, MAX_STATE_ENTRIES, check_scope_name, check_state_entry, is_system_prompt,
-    validate_new_session_id,
-};
+use super::fields::{MAX_KEY_LEN, check_state_changes, is_system_prompt, validate_new_session_id};
 use super::{Error, Message, NewSession, ProviderCall, Result, StateChange};
 
-/// The first byte of a fingerprint of today's form: the SHA-256 of the
-/// request's serde form ([`digest::sha256`]) follows it.
-pub const FINGERPRINT_FORM: u8 = 2;
+pub use super::digest::FINGERPRINT_FORM;
 
 /// The length of a fingerprint of the earlier form, the SHA-256 of the
 /// request's JSON, which keys stored by earlier servers hold.
@@ -133,25 +128,7 @@ impl NewExchange {
         if let Some(call) = &self.provider_call {
             check_call(call)?;
         }
-        if self.state_changes.len() > usize::try_from(MAX_STATE_ENTRIES).unwrap_or(usize::MAX) {
-            return Err(Error::LimitExceeded {
-                field: "state_changes".into(),
-                limit: "max_state_entries",
-                description: format!("must hold at most {MAX_STATE_ENTRIES} changes"),
-            });
-        }
-        for (i, change) in self.state_changes.iter().enumerate() {
-            if !change.scope.is_empty() {
-                check_scope_name(&format!("state_changes[{i}].scope"), &change.scope)?;
-            }
-            let value = if change.delete { "" } else { &change.value };
-            check_state_entry(
-                &format!("state_changes[{i}].key"),
-                &change.key,
-                &format!("state_changes[{i}].value"),
-                value,
-            )?;
-        }
+        check_state_changes("state_changes", &self.state_changes)?;
         if self.expected_next_sequence.is_some_and(|e| e < 0) {
             return Err(Error::invalid(
                 "expected_next_sequence",

@@ -1,7 +1,7 @@
 //! Field rules and fixed limits that several requests share: ids, state
 //! entries, scope names. A leaf: it needs only the domain's types.
 
-use super::{Error, Message, Result, Role};
+use super::{Error, Message, Result, Role, StateChange};
 
 /// The longest caller-chosen session id.
 pub const MAX_SESSION_ID_LEN: usize = 128;
@@ -13,6 +13,57 @@ pub const MAX_STATE_KEY_LEN: usize = 256;
 pub const MAX_STATE_VALUE_LEN: usize = 64 * 1024;
 /// The most state entries one session may hold.
 pub const MAX_STATE_ENTRIES: i64 = 1000;
+
+/// Checks the state changes of a request's `field` (AppendExchange's or
+/// CreateSession's `state_changes`): at most [`MAX_STATE_ENTRIES`], each
+/// scope a valid name or `""`, each key and value within bounds.
+pub fn check_state_changes(field: &str, changes: &[StateChange]) -> Result<()> {
+    if changes.len() > usize::try_from(MAX_STATE_ENTRIES).unwrap_or(usize::MAX) {
+        return Err(Error::LimitExceeded {
+            field: field.into(),
+            limit: "max_state_entries",
+            description: format!("must hold at most {MAX_STATE_ENTRIES} changes"),
+        });
+    }
+    for (i, change) in changes.iter().enumerate() {
+        if !change.scope.is_empty() {
+            check_scope_name(&format!("{field}[{i}].scope"), &change.scope)?;
+        }
+        let value = if change.delete { "" } else { &change.value };
+        check_state_entry(
+            &format!("{field}[{i}].key"),
+            &change.key,
+            &format!("{field}[{i}].value"),
+            value,
+        )?;
+    }
+    Ok(())
+}
+
+/// The most state scopes one GetSession may name.
+pub const MAX_STATE_SCOPES: usize = 16;
+
+/// Checks GetSession's `state_scopes`: at most [`MAX_STATE_SCOPES`], each
+/// `""` (the session's own state) or a valid shared scope name.
+pub fn check_state_scopes(field: &str, scopes: &[String]) -> Result<()> {
+    if scopes.len() > MAX_STATE_SCOPES {
+        return Err(Error::invalid(
+            field,
+            format!("names {} scopes; at most {MAX_STATE_SCOPES}", scopes.len()),
+        ));
+    }
+    for (i, scope) in scopes.iter().enumerate() {
+        if !scope.is_empty() {
+            check_scope_name(&format!("{field}[{i}]"), scope)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks an idempotency key's length (it may be empty: none).
+pub fn check_request_id(field: &str, request_id: &str) -> Result<()> {
+    check_len(field, request_id, MAX_KEY_LEN, false)
+}
 
 /// Checks a field's length, and that it is present when `required`.
 pub fn check_len(field: &str, value: &str, max: usize, required: bool) -> Result<()> {

@@ -1,12 +1,16 @@
 //! Session-level requests and their rules.
 
+use serde::Serialize;
+
+use super::digest::RequestKey;
 use super::fields::{
-    MAX_STATE_ENTRIES, check_state_entry, is_system_prompt, validate_new_session_id,
+    MAX_STATE_ENTRIES, check_request_id, check_state_changes, check_state_entry, is_system_prompt,
+    validate_new_session_id,
 };
-use super::{Error, Message, Metadata, Result, Timestamp};
+use super::{Error, Message, Metadata, Result, StateChange, Timestamp};
 
 /// A CreateSession request.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct NewSession {
     /// The caller's chosen id, if any.
     pub id: Option<String>,
@@ -19,9 +23,39 @@ pub struct NewSession {
     pub initial_state: Metadata,
     /// When it expires (0: never).
     pub expire_time: Timestamp,
+    /// Idempotency key (empty: none). Not part of the fingerprint.
+    #[serde(skip)]
+    pub request_id: String,
+    /// State changes written in revision 1: scope `""` adds to
+    /// `initial_state`, any other writes that shared scope.
+    pub state_changes: Vec<StateChange>,
 }
 
 impl NewSession {
+    /// The request's idempotency key, if it has a `request_id`.
+    pub fn request_key(&self) -> Option<RequestKey> {
+        RequestKey::of("CreateSession", &self.request_id, self)
+    }
+
+    /// The session's own state in revision 1: `initial_state` with the
+    /// changes of scope `""` (a deletion of a key nobody set is nothing).
+    pub fn own_state(&self) -> Metadata {
+        let mut state = self.initial_state.clone();
+        for change in self.state_changes.iter().filter(|c| c.scope.is_empty()) {
+            if change.delete {
+                state.remove(&change.key);
+            } else {
+                state.insert(change.key.clone(), change.value.clone());
+            }
+        }
+        state
+    }
+
+    /// The changes to shared scopes.
+    pub fn shared_state_changes(&self) -> impl Iterator<Item = &StateChange> {
+        self.state_changes.iter().filter(|c| !c.scope.is_empty())
+    }
+
     /// Checks the request's own fields.
     pub fn validate(&self) -> Result<()> {
         self.validate_as("")
@@ -46,6 +80,41 @@ impl NewSession {
         for (key, value) in &self.initial_state {
             let field = format!("{prefix}initial_state[{key:?}]");
             check_state_entry(&format!("{prefix}initial_state"), key, &field, value)?;
+        }
+        if !prefix.is_empty() {
+            // Held in another request, whose own fields carry these.
+            for (field, empty) in [
+                ("request_id", self.request_id.is_empty()),
+                ("state_changes", self.state_changes.is_empty()),
+            ] {
+                if !empty {
+                    return Err(Error::invalid(
+                        format!("{prefix}{field}"),
+                        format!("must be empty here: use the enclosing request's {field}"),
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        check_request_id("request_id", &self.request_id)?;
+        check_state_changes("state_changes", &self.state_changes)?;
+        for (i, change) in self.state_changes.iter().enumerate() {
+            if change.scope.is_empty() && self.initial_state.contains_key(&change.key) {
+                return Err(Error::invalid(
+                    format!("state_changes[{i}].key"),
+                    format!("{:?} is in initial_state too: give it once", change.key),
+                ));
+            }
+        }
+        let entries = self.own_state().len();
+        if entries > usize::try_from(MAX_STATE_ENTRIES).unwrap_or(usize::MAX) {
+            return Err(Error::LimitExceeded {
+                field: "state_changes".into(),
+                limit: "max_state_entries",
+                description: format!(
+                    "with initial_state makes {entries} entries; a session holds at most {MAX_STATE_ENTRIES}"
+                ),
+            });
         }
         Ok(())
     }
@@ -198,6 +267,8 @@ mod tests {
                 Message::text(Role::User, "hi"),
             ],
             initial_state: Default::default(),
+            request_id: String::new(),
+            state_changes: Vec::new(),
         };
         assert_eq!(new.history_to_store().len(), 2);
     }

@@ -18,7 +18,9 @@ use crate::domain::control::{
     self, check_expected_version, check_shared_scope, require_run_id, validate_delta,
 };
 use crate::domain::erase::Erasure;
-use crate::domain::fields::{check_state_entry, check_state_key, require_session_id};
+use crate::domain::fields::{
+    check_state_entry, check_state_key, check_state_scopes, require_session_id,
+};
 use crate::domain::filter::SessionFilter;
 use crate::domain::paging::Pages;
 use crate::domain::target::ExportTarget;
@@ -334,8 +336,19 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
         let req = request.into_inner();
         unary("GetSession", &req.session_id, async {
             require_session_id("session_id", &req.session_id)?;
-            let session = self.store.get_session(&tenant, &req.session_id).await?;
-            Ok(wire::session_to_pb(session))
+            if req.state_scopes.is_empty() {
+                let session = self.store.get_session(&tenant, &req.session_id).await?;
+                return Ok(wire::session_to_pb(session));
+            }
+            check_state_scopes("state_scopes", &req.state_scopes)?;
+            let (session, state) = self
+                .store
+                .get_session_with_state(&tenant, &req.session_id, &req.state_scopes)
+                .await?;
+            Ok(pb::Session {
+                state: state.into_iter().map(wire::state_entry_to_pb).collect(),
+                ..wire::session_to_pb(session)
+            })
         })
         .await
     }
@@ -696,6 +709,7 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 expected_next_sequence: req.expected_next_sequence,
                 return_removed: req.return_removed,
                 remove_last: req.remove_last,
+                request_id: req.request_id,
             };
             let rolled = self.control(&tenant, &req.session_id, control).await?;
             Ok(pb::RollbackSessionResponse {

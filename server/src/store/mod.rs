@@ -419,6 +419,15 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Returns a live session.
     fn get_session(&self, tenant: &str, id: &str) -> impl Future<Output = Result<Session>> + Send;
 
+    /// Returns a live session with the state entries of `scopes` (`""`:
+    /// its own), each scope's in key order, all read in one snapshot.
+    fn get_session_with_state(
+        &self,
+        tenant: &str,
+        id: &str,
+        scopes: &[String],
+    ) -> impl Future<Output = Result<(Session, Vec<StateEntry>)>> + Send;
+
     /// Lists live sessions, newest `update_time` first, then id descending.
     fn list_sessions(
         &self,

@@ -134,6 +134,14 @@ pub(super) trait Backend: Send + Sync + 'static {
     /// `filters`), and the words as it binds them.
     fn search_statement(&self, filters: &str, words: &[String]) -> (String, String);
 
+    /// The statement that opens a read transaction whose reads all see one
+    /// snapshot, if the database needs one (PostgreSQL's default isolation
+    /// gives each statement its own; SQLite's read transaction is one
+    /// snapshot already).
+    fn snapshot_reads(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Whether the store chooses how a listing filtered by metadata finds
     /// its sessions ([`ListPlan`]) instead of the database's planner.
     fn plans_metadata_filters(&self) -> bool {
@@ -458,6 +466,61 @@ impl Store for SqlStore {
         }
         session.hide_expired_lease(now);
         Ok(session)
+    }
+
+    async fn get_session_with_state(
+        &self,
+        tenant: &str,
+        id: &str,
+        scopes: &[String],
+    ) -> Result<(Session, Vec<StateEntry>)> {
+        let mut tx = self.inner.pool.begin().await?;
+        if let Some(sql) = self.inner.backend.snapshot_reads() {
+            sqlx::query(sql).execute(&mut *tx).await?;
+        }
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions \
+             WHERE tenant = $1 AND id = $2 AND deleted = 0"
+        );
+        let row = sqlx::query(&sql)
+            .bind(escape(tenant))
+            .bind(escape(id))
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
+        let key: i64 = row.try_get("key")?;
+        let mut session = session_from_row(&row)?;
+        let now = Timestamp::now();
+        if session.is_expired(now) {
+            return Err(Error::SessionNotFound(id.to_owned()));
+        }
+        session.hide_expired_lease(now);
+        let mut entries = Vec::new();
+        for scope in scopes {
+            let rows = if scope.is_empty() {
+                sqlx::query(
+                    "SELECT '' AS scope, key, value, version, update_time FROM session_state \
+                     WHERE session_key = $1 ORDER BY key",
+                )
+                .bind(key)
+                .fetch_all(&mut *tx)
+                .await?
+            } else {
+                sqlx::query(
+                    "SELECT scope, key, value, version, update_time FROM shared_state \
+                     WHERE tenant = $1 AND scope = $2 ORDER BY key",
+                )
+                .bind(escape(tenant))
+                .bind(escape_ordered(scope))
+                .fetch_all(&mut *tx)
+                .await?
+            };
+            for row in &rows {
+                entries.push(shared_state_from_row(row)?);
+            }
+        }
+        tx.commit().await?;
+        Ok((session, entries))
     }
 
     async fn list_sessions(

@@ -529,7 +529,9 @@ fn session_from_pb(session: Option<pb::Session>) -> Result<Session> {
     })
 }
 
-fn stored_messages_from_pb(messages: Vec<pb::StoredMessage>) -> Result<Vec<StoredMessage>> {
+pub(super) fn stored_messages_from_pb(
+    messages: Vec<pb::StoredMessage>,
+) -> Result<Vec<StoredMessage>> {
     messages.into_iter().map(stored_message_from_pb).collect()
 }
 

@@ -4,9 +4,11 @@
 
 mod event;
 mod fields;
+mod kept;
 mod outline;
 
 pub use event::{Effect, EncodedEvent, event_from_pb};
+pub use kept::{decode_kept, encode_kept};
 pub use outline::{Outline, outline, without_reasoning};
 
 use sessionstore_client::v1 as pb;
@@ -345,6 +347,7 @@ pub fn session_to_pb(session: Session) -> pb::Session {
         run_expire_time: optional_timestamp(session.run_expire_time),
         next_sequence: session.next_sequence,
         expire_time: optional_timestamp(session.expire_time),
+        state: Vec::new(),
     }
 }
 
@@ -614,6 +617,12 @@ pub fn new_session_from_pb(req: pb::CreateSessionRequest, field: &str) -> Result
             &format!("{prefix}expire_time"),
             req.expire_time.as_ref(),
         )?,
+        request_id: req.request_id,
+        state_changes: req
+            .state_changes
+            .into_iter()
+            .map(state_change_from_pb)
+            .collect(),
     })
 }
 

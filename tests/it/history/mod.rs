@@ -57,6 +57,7 @@ async fn try_get(client: &mut Client, id: &str) -> Result<pb::Session, Status> {
     client
         .get_session(pb::GetSessionRequest {
             session_id: id.to_owned(),
+            ..Default::default()
         })
         .await
         .map(tonic::Response::into_inner)

@@ -241,6 +241,7 @@ async fn round_trip_case(mut client: Client, case: RoundTrip) -> Result<(), Test
         client
             .get_session(pb::GetSessionRequest {
                 session_id: id.clone(),
+                ..Default::default()
             })
             .await,
     )?;

@@ -744,6 +744,7 @@ async fn send(client: &mut Client, live: &Live, req: &Req) -> Result<(), tonic::
             client
                 .get_session(pb::GetSessionRequest {
                     session_id: live.sid(sid),
+                    ..Default::default()
                 })
                 .await?;
         }
@@ -1070,6 +1071,7 @@ async fn snapshot(client: &mut Client, id: &str) -> Result<Option<pb::Session>, 
     match client
         .get_session(pb::GetSessionRequest {
             session_id: id.to_owned(),
+            ..Default::default()
         })
         .await
     {

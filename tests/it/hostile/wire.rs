@@ -516,6 +516,7 @@ async fn malformed_grpc(backend: Backend) {
     // any answer will do, as long as there is one.
     let valid = pb::GetSessionRequest {
         session_id: "nope".into(),
+        ..Default::default()
     }
     .encode_to_vec();
     let one = grpc_frame(0, valid.len() as u32, &valid);

@@ -864,6 +864,7 @@ async fn verify(
         let session = client
             .get_session(pb::GetSessionRequest {
                 session_id: id.clone(),
+                ..Default::default()
             })
             .await
             .unwrap_or_else(|status| panic!("{ctx}: get session {s}: {status:?}"))

@@ -118,6 +118,7 @@ async fn a_rollback_is_one_revision_and_the_log_holds_every_change(backend: Back
                 expected_next_sequence: None,
                 return_removed: false,
                 remove_last: 0,
+                request_id: String::new(),
             },
         )
         .await

@@ -115,6 +115,7 @@ async fn search_finds_every_word_in_the_current_view(backend: Backend) {
                 expected_next_sequence: None,
                 return_removed: false,
                 remove_last: 0,
+                request_id: String::new(),
             },
         )
         .await

@@ -251,6 +251,7 @@ pub async fn get(client: &mut SessionStoreClient<Channel>, id: &str) -> pb::Sess
     client
         .get_session(pb::GetSessionRequest {
             session_id: id.to_owned(),
+            ..Default::default()
         })
         .await
         .expect("get session")
@@ -262,6 +263,7 @@ pub async fn assert_gone(client: &mut SessionStoreClient<Channel>, id: &str) {
     let status = client
         .get_session(pb::GetSessionRequest {
             session_id: id.to_owned(),
+            ..Default::default()
         })
         .await
         .expect_err("the session is gone");

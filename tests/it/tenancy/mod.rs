@@ -283,6 +283,7 @@ async fn get(client: &mut Client, token: &str, id: &str) -> Result<pb::Session, 
         .get_session(authed(
             pb::GetSessionRequest {
                 session_id: id.to_owned(),
+                ..Default::default()
             },
             token,
         ))

@@ -12,6 +12,7 @@ async fn another_tenants_session_is_unknown_to_session_rpcs(backend: Backend) {
     probe!(client, "GetSession", get_session, |id| {
         pb::GetSessionRequest {
             session_id: id.to_owned(),
+            ..Default::default()
         }
     });
     probe!(client, "UpdateSession (title)", update_session, |id| {

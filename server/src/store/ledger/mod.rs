@@ -122,16 +122,31 @@ macro_rules! ledger_migration {
 }
 
 /// PostgreSQL's migrations after sqlx's, in version order.
-pub(super) static POSTGRES: &[LedgerMigration] = &[ledger_migration!(
-    "postgres",
-    "0020_expand_replica_registry.sql",
-    20,
-    Kind::Expand,
-    "replica registry"
-)];
+pub(super) static POSTGRES: &[LedgerMigration] = &[
+    ledger_migration!(
+        "postgres",
+        "0020_expand_replica_registry.sql",
+        20,
+        Kind::Expand,
+        "replica registry"
+    ),
+    ledger_migration!(
+        "postgres",
+        "0021_expand_idempotent_replies.sql",
+        21,
+        Kind::Expand,
+        "idempotent replies"
+    ),
+];
 
 /// SQLite's migrations after sqlx's, in version order.
-pub(super) static SQLITE: &[LedgerMigration] = &[];
+pub(super) static SQLITE: &[LedgerMigration] = &[ledger_migration!(
+    "sqlite",
+    "0021_expand_idempotent_replies.sql",
+    21,
+    Kind::Expand,
+    "idempotent replies"
+)];
 
 /// The last version sqlx's migrator may apply, on either dialect: later
 /// ones go through the ledger.

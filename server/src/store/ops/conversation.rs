@@ -10,17 +10,41 @@ use crate::domain::{
 };
 use crate::store::rows::{MESSAGE_COLUMNS, stored_message_from_row};
 use crate::store::text::escape;
-use crate::wire::EncodedEvent;
+use crate::wire::{self, EncodedEvent};
 
 impl<C: ControlOp> Write for ControlSession<C> {
     type Reply = C::Reply;
 
+    /// With a request id, a retry answers the first call's answer (kept
+    /// with its key) before any other check, and writes nothing.
     async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<C::Reply> {
+        let key = self.control.request_key();
+        if let Some(key) = &key
+            && let Some(earlier) = tx.earlier_call(tenant, key).await?
+        {
+            let kept = earlier
+                .reply
+                .as_deref()
+                .map(wire::decode_kept)
+                .transpose()?;
+            return kept.and_then(C::kept).ok_or_else(|| {
+                Error::storage(std::io::Error::other("idempotency key without its answer"))
+            });
+        }
         let row = tx.load_live(tenant, &self.id).await?;
         if let Some(run_id) = self.control.transcript_run() {
             Tx::check_lease(&row, run_id)?;
         }
-        self.control.apply(&mut OnSession { tx, row }).await
+        let mut on = OnSession { tx, row };
+        let reply = self.control.apply(&mut on).await?;
+        if let Some(key) = &key {
+            let kept = C::keep(&reply).map(|kept| wire::encode_kept(&kept));
+            let (session_key, revision) = (on.row.key, on.row.session.revision);
+            on.tx
+                .keep_key(tenant, key, session_key, revision, kept)
+                .await?;
+        }
+        Ok(reply)
     }
 }
 

@@ -21,6 +21,7 @@ use crate::wire::EncodedEvent;
 mod appends;
 mod conversation;
 mod erase;
+mod keys;
 mod sessions;
 mod state;
 mod sweeps;

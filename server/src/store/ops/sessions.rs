@@ -1,28 +1,33 @@
 //! Sessions: create (with an initial history), fork, update, delete.
 
+use super::keys::Earlier;
 use super::{
     CreateSession, DeleteExpired, DeleteIdle, DeleteSession, Dialect, ForkSession, NewRow,
     SessionRow, Tx, Unindex, UpdateSession, Write,
 };
 use crate::domain::{
-    Change, Error, Fork, Metadata, NewSession, Result, Session, SessionPatch, StateEntry,
-    StoredMessage, Timestamp, ids,
+    Change, Error, Fork, Metadata, NewSession, Result, Session, SessionPatch, StateChange,
+    StateEntry, StoredMessage, Timestamp, ids,
 };
 use crate::store::rows::{MESSAGE_COLUMNS, encode, stored_message_from_row};
 use crate::store::text::escape;
 
 impl Tx<'_> {
+    /// Creates a session with its history, its own state and its shared
+    /// state changes.
     pub(super) async fn create_session(
         &mut self,
         tenant: &str,
         new: NewSession,
-    ) -> Result<(Session, Vec<StoredMessage>)> {
+    ) -> Result<Created> {
         let history: Vec<NewRow> = new
             .history_to_store()
             .iter()
             .cloned()
             .map(NewRow::input)
             .collect();
+        let own_state = new.own_state();
+        let shared: Vec<StateChange> = new.shared_state_changes().cloned().collect();
         let session = Session {
             id: new.id.clone().unwrap_or_else(ids::session_id),
             title: new.title,
@@ -40,8 +45,38 @@ impl Tx<'_> {
             next_sequence: 0,
             expire_time: new.expire_time,
         };
-        self.insert_session(tenant, session, history, None, new.initial_state)
-            .await
+        let created = self
+            .insert_session(tenant, session, history, None, own_state)
+            .await?;
+        for change in &shared {
+            self.apply_shared_change(tenant, change).await?;
+        }
+        Ok(created)
+    }
+
+    /// CreateSession's first answer to the call that left `earlier`: the
+    /// session and history its `session_created` event recorded.
+    async fn created_before(&mut self, earlier: &Earlier) -> Result<Created> {
+        let event = self
+            .logged_event(earlier.session_key, earlier.revision, false)
+            .await?
+            .ok_or_else(|| {
+                Error::storage(std::io::Error::other("idempotency key without its event"))
+            })?
+            .decode()?;
+        let Change::SessionCreated {
+            session, messages, ..
+        } = event.change
+        else {
+            return Err(Error::storage(std::io::Error::other(
+                "a CreateSession key points at another event",
+            )));
+        };
+        Ok(Created {
+            key: earlier.session_key,
+            session,
+            messages,
+        })
     }
 
     /// Inserts a new session (revision 1) with its history, its state
@@ -55,7 +90,7 @@ impl Tx<'_> {
         history: Vec<NewRow>,
         summary_index: Option<usize>,
         state: Metadata,
-    ) -> Result<(Session, Vec<StoredMessage>)> {
+    ) -> Result<Created> {
         self.lock_session_id(tenant, &session.id).await?;
         let taken: Option<i64> = sqlx::query_scalar(
             "SELECT key FROM sessions WHERE tenant = $1 AND id = $2 AND deleted = 0",
@@ -116,14 +151,14 @@ impl Tx<'_> {
             state: entries,
         };
         self.insert_event(key, 1, change).await?;
-        Ok((session, messages))
+        Ok(Created {
+            key,
+            session,
+            messages,
+        })
     }
 
-    pub(super) async fn fork_session(
-        &mut self,
-        tenant: &str,
-        fork: Fork,
-    ) -> Result<(Session, Vec<StoredMessage>)> {
+    pub(super) async fn fork_session(&mut self, tenant: &str, fork: Fork) -> Result<Created> {
         let source = self.load_live(tenant, &fork.source_id).await?;
         let last = source.session.next_sequence - 1;
         if fork.at_sequence > last {
@@ -333,11 +368,37 @@ impl Tx<'_> {
     }
 }
 
+/// A session just inserted: its internal key, the session and its history.
+pub(super) struct Created {
+    pub key: i64,
+    pub session: Session,
+    pub messages: Vec<StoredMessage>,
+}
+
+impl Created {
+    fn reply(self) -> (Session, Vec<StoredMessage>) {
+        (self.session, self.messages)
+    }
+}
+
 impl Write for CreateSession {
     type Reply = (Session, Vec<StoredMessage>);
 
+    /// With a request id, a retry answers the first call's session and
+    /// history and writes nothing.
     async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<Self::Reply> {
-        tx.create_session(tenant, self.0).await
+        let key = self.0.request_key();
+        if let Some(key) = &key
+            && let Some(earlier) = tx.earlier_call(tenant, key).await?
+        {
+            return tx.created_before(&earlier).await.map(Created::reply);
+        }
+        let created = tx.create_session(tenant, self.0).await?;
+        if let Some(key) = &key {
+            tx.keep_key(tenant, key, created.key, created.session.revision, None)
+                .await?;
+        }
+        Ok(created.reply())
     }
 }
 
@@ -345,7 +406,7 @@ impl Write for ForkSession {
     type Reply = (Session, Vec<StoredMessage>);
 
     async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<Self::Reply> {
-        tx.fork_session(tenant, self.0).await
+        tx.fork_session(tenant, self.0).await.map(Created::reply)
     }
 }
 

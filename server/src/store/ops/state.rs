@@ -58,27 +58,35 @@ impl Tx<'_> {
                     self.put_state(row.key, &change.key, &change.value, revision)
                         .await?;
                 }
-                (false, true) => {
-                    sqlx::query(
-                        "DELETE FROM shared_state WHERE tenant = $1 AND scope = $2 AND key = $3",
-                    )
-                    .bind(escape(tenant))
-                    .bind(escape_ordered(&change.scope))
-                    .bind(escape_ordered(&change.key))
-                    .execute(&mut *self.conn)
-                    .await?;
-                }
-                (false, false) => {
-                    let write = SharedStateWrite {
-                        scope: change.scope.clone(),
-                        key: change.key.clone(),
-                        value: change.value.clone(),
-                        expected_version: None,
-                    };
-                    self.set_shared_state(tenant, write).await?;
-                }
+                (false, _) => self.apply_shared_change(tenant, change).await?,
             }
         }
+        Ok(())
+    }
+
+    /// Writes a change to a shared scope of `tenant`: the entry at its
+    /// next version, or deleted (a missing entry: nothing happens).
+    pub(super) async fn apply_shared_change(
+        &mut self,
+        tenant: &str,
+        change: &StateChange,
+    ) -> Result<()> {
+        if change.delete {
+            sqlx::query("DELETE FROM shared_state WHERE tenant = $1 AND scope = $2 AND key = $3")
+                .bind(escape(tenant))
+                .bind(escape_ordered(&change.scope))
+                .bind(escape_ordered(&change.key))
+                .execute(&mut *self.conn)
+                .await?;
+            return Ok(());
+        }
+        let write = SharedStateWrite {
+            scope: change.scope.clone(),
+            key: change.key.clone(),
+            value: change.value.clone(),
+            expected_version: None,
+        };
+        self.set_shared_state(tenant, write).await?;
         Ok(())
     }
 

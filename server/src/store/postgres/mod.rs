@@ -216,6 +216,10 @@ impl Backend for Postgres {
         Box::pin(self.appends.submit(pending))
     }
 
+    fn snapshot_reads(&self) -> Option<&'static str> {
+        Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    }
+
     fn search_statement(&self, filters: &str, words: &[String]) -> (String, String) {
         let statement = format!(
             "SELECT s.id AS session_id, s.title, m.sequence, m.id AS message_id, m.body, m.wire, \

@@ -174,7 +174,7 @@ class ToolCall(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ..., signature: _Optional[str] = ...) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("id", "title", "system_prompt", "user", "metadata", "summary_message_id", "revision", "create_time", "update_time", "parent_session_id", "parent_sequence", "active_run_id", "run_expire_time", "next_sequence", "expire_time")
+    __slots__ = ("id", "title", "system_prompt", "user", "metadata", "summary_message_id", "revision", "create_time", "update_time", "parent_session_id", "parent_sequence", "active_run_id", "run_expire_time", "next_sequence", "expire_time", "state")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -197,6 +197,7 @@ class Session(_message.Message):
     RUN_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     NEXT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
     id: str
     title: str
     system_prompt: str
@@ -212,7 +213,8 @@ class Session(_message.Message):
     run_expire_time: _timestamp_pb2.Timestamp
     next_sequence: int
     expire_time: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., system_prompt: _Optional[str] = ..., user: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., summary_message_id: _Optional[str] = ..., revision: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., parent_session_id: _Optional[str] = ..., parent_sequence: _Optional[int] = ..., active_run_id: _Optional[str] = ..., run_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_sequence: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    state: _containers.RepeatedCompositeFieldContainer[StateEntry]
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., system_prompt: _Optional[str] = ..., user: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., summary_message_id: _Optional[str] = ..., revision: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., parent_session_id: _Optional[str] = ..., parent_sequence: _Optional[int] = ..., active_run_id: _Optional[str] = ..., run_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_sequence: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Iterable[_Union[StateEntry, _Mapping]]] = ...) -> None: ...
 
 class StoredMessage(_message.Message):
     __slots__ = ("id", "session_id", "sequence", "produced_by_call_id", "message", "create_time", "redacted")

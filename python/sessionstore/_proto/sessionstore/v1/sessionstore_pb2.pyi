@@ -27,7 +27,7 @@ USAGE_GROUP_BY_MODEL: UsageGroupBy
 USAGE_GROUP_BY_DAY: UsageGroupBy
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("session_id", "title", "system_prompt", "user", "metadata", "initial_history", "initial_state", "expire_time")
+    __slots__ = ("session_id", "title", "system_prompt", "user", "metadata", "initial_history", "initial_state", "expire_time", "request_id", "state_changes")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +50,8 @@ class CreateSessionRequest(_message.Message):
     INITIAL_HISTORY_FIELD_NUMBER: _ClassVar[int]
     INITIAL_STATE_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_CHANGES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     title: str
     system_prompt: str
@@ -58,13 +60,17 @@ class CreateSessionRequest(_message.Message):
     initial_history: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
     initial_state: _containers.ScalarMap[str, str]
     expire_time: _timestamp_pb2.Timestamp
-    def __init__(self, session_id: _Optional[str] = ..., title: _Optional[str] = ..., system_prompt: _Optional[str] = ..., user: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., initial_history: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., initial_state: _Optional[_Mapping[str, str]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    request_id: str
+    state_changes: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StateChange]
+    def __init__(self, session_id: _Optional[str] = ..., title: _Optional[str] = ..., system_prompt: _Optional[str] = ..., user: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., initial_history: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., initial_state: _Optional[_Mapping[str, str]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., state_changes: _Optional[_Iterable[_Union[_messages_pb2.StateChange, _Mapping]]] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
-    __slots__ = ("session_id",)
+    __slots__ = ("session_id", "state_scopes")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_SCOPES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
-    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+    state_scopes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., state_scopes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
     __slots__ = ("page_size", "page_token", "user", "filter")
@@ -313,20 +319,22 @@ class EndRunResponse(_message.Message):
     def __init__(self, revision: _Optional[int] = ...) -> None: ...
 
 class RollbackSessionRequest(_message.Message):
-    __slots__ = ("session_id", "after_sequence", "run_id", "expected_next_sequence", "return_removed", "remove_last")
+    __slots__ = ("session_id", "after_sequence", "run_id", "expected_next_sequence", "return_removed", "remove_last", "request_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_NEXT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     RETURN_REMOVED_FIELD_NUMBER: _ClassVar[int]
     REMOVE_LAST_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     after_sequence: int
     run_id: str
     expected_next_sequence: int
     return_removed: bool
     remove_last: int
-    def __init__(self, session_id: _Optional[str] = ..., after_sequence: _Optional[int] = ..., run_id: _Optional[str] = ..., expected_next_sequence: _Optional[int] = ..., return_removed: _Optional[bool] = ..., remove_last: _Optional[int] = ...) -> None: ...
+    request_id: str
+    def __init__(self, session_id: _Optional[str] = ..., after_sequence: _Optional[int] = ..., run_id: _Optional[str] = ..., expected_next_sequence: _Optional[int] = ..., return_removed: _Optional[bool] = ..., remove_last: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class RollbackSessionResponse(_message.Message):
     __slots__ = ("revision", "next_sequence", "removed_messages")
