@@ -56,6 +56,9 @@ def create_session(
     metadata: Mapping[str, str] | None,
     initial_history: Iterable[MessageLike],
     initial_state: Mapping[str, str] | None,
+    state_changes: Iterable[StateChangeLike] = (),
+    state_scopes: Iterable[str] = (),
+    request_id: str = "",
 ) -> s.CreateSessionRequest:
     return s.CreateSessionRequest(
         session_id=session_id,
@@ -65,7 +68,14 @@ def create_session(
         metadata=dict(metadata or {}),
         initial_history=list(initial_history),
         initial_state=dict(initial_state or {}),
+        state_changes=list(state_changes),
+        state_scopes=list(state_scopes),
+        request_id=request_id,
     )
+
+
+def get_session(session_id: str, state_scopes: Iterable[str]) -> s.GetSessionRequest:
+    return s.GetSessionRequest(session_id=session_id, state_scopes=list(state_scopes))
 
 
 def update_session(
@@ -259,6 +269,7 @@ def rollback_session(
     expected_next_sequence: int | None,
     return_removed: bool,
     remove_last: int = 0,
+    request_id: str = "",
 ) -> s.RollbackSessionRequest:
     if remove_last:
         if after_sequence is not None:
@@ -271,6 +282,7 @@ def rollback_session(
         run_id=run_id,
         return_removed=return_removed,
         remove_last=remove_last,
+        request_id=request_id,
     )
     if expected_next_sequence is not None:
         request.expected_next_sequence = expected_next_sequence

@@ -208,23 +208,47 @@ class Client:
         metadata: Mapping[str, str] | None = None,
         initial_history: Iterable[MessageLike] = (),
         initial_state: Mapping[str, str] | None = None,
+        state_changes: Iterable[StateChangeLike] = (),
+        state_scopes: Iterable[str] = (),
+        request_id: str = "",
     ) -> m.Session:
         """Creates a session (revision 1) and returns it.
 
         ``session_id`` is optional (the server makes ``ses_…`` ids);
         ``AlreadyExists`` if taken. ``initial_history`` rehydrates an exported
         conversation; ``initial_state`` writes state entries in revision 1.
-        Not retried: a retry of a create that reached the server would fail
-        or make a second session.
+        ``state_changes`` (``StateChange`` or dicts with ``scope``, ``key``,
+        ``value``) write shared scopes such as ``app:weather`` in the same
+        transaction: all of it is created, or none. ``state_scopes`` fills
+        the returned ``Session.state`` with those scopes' entries (``""``:
+        the session's own), read after the writes. With a ``request_id``
+        the call is retried on transient failures (a retry answers the
+        session the first call created); without one it is not, as a retry
+        of a create that reached the server would fail or make a second
+        session.
         """
         request = req.create_session(
-            session_id, title, system_prompt, user, metadata, initial_history, initial_state
+            session_id,
+            title,
+            system_prompt,
+            user,
+            metadata,
+            initial_history,
+            initial_state,
+            state_changes,
+            state_scopes,
+            request_id,
         )
-        return self._call("CreateSession", request, retry=False)  # type: ignore[no-any-return]
+        return self._call(  # type: ignore[no-any-return]
+            "CreateSession", request, retry=bool(request_id)
+        )
 
-    def get_session(self, session_id: str) -> m.Session:
-        """The session's fields and revision (``SessionNotFound`` if none). Retried."""
-        request = s.GetSessionRequest(session_id=session_id)
+    def get_session(self, session_id: str, *, state_scopes: Iterable[str] = ()) -> m.Session:
+        """The session's fields and revision (``SessionNotFound`` if none).
+        ``state_scopes`` (``""`` for the session's own state, or shared
+        scopes such as ``app:weather``) fills ``Session.state`` with their
+        entries, read with the session in one snapshot. Retried."""
+        request = req.get_session(session_id, state_scopes)
         return self._call("GetSession", request, retry=True)  # type: ignore[no-any-return]
 
     def list_sessions(
@@ -490,12 +514,15 @@ class Client:
         expected_next_sequence: int | None = None,
         return_removed: bool = False,
         remove_last: int = 0,
+        request_id: str = "",
     ) -> s.RollbackSessionResponse:
         """Removes the messages after ``after_sequence`` (-1: all), or the
         session's last ``remove_last`` messages (all if it has fewer): give
         one of the two. With ``return_removed`` the response holds the
         removed messages, so ``remove_last=1, return_removed=True`` pops the
-        last message in one call, with no read first. Not retried."""
+        last message in one call, with no read first. With a ``request_id``
+        the call is retried on transient failures, a retry answering what
+        the first call removed; without one it is not."""
         request = req.rollback_session(
             session_id,
             after_sequence,
@@ -503,8 +530,11 @@ class Client:
             expected_next_sequence,
             return_removed,
             remove_last,
+            request_id,
         )
-        return self._call("RollbackSession", request, retry=False)  # type: ignore[no-any-return]
+        return self._call(  # type: ignore[no-any-return]
+            "RollbackSession", request, retry=bool(request_id)
+        )
 
     def edit_message(
         self,

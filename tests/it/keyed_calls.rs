@@ -177,9 +177,20 @@ async fn a_create_retried_with_its_request_id_creates_once(backend: Backend) {
 async fn a_session_and_its_shared_state_are_created_together(backend: Backend) {
     let server = TestServer::start(backend).await;
     let mut client = server.client().await;
+    // Stored before: the create answers it with what it writes.
+    client
+        .set_state(pb::SetStateRequest {
+            scope: "app:weather".into(),
+            key: "lang".into(),
+            value: "en".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("set app state");
     let created = client
         .create_session(pb::CreateSessionRequest {
             session_id: "ses_adk".into(),
+            state_scopes: vec!["app:weather".into(), "user:weather:alice".into()],
             initial_state: BTreeMap::from([("mood".to_owned(), "calm".to_owned())]),
             state_changes: vec![
                 change("", "topic", "weather"),
@@ -192,6 +203,19 @@ async fn a_session_and_its_shared_state_are_created_together(backend: Backend) {
         .expect("create with shared state")
         .into_inner();
     assert_eq!(created.revision, 1);
+    let answered: Vec<(&str, &str, &str)> = created
+        .state
+        .iter()
+        .map(|e| (e.scope.as_str(), e.key.as_str(), e.value.as_str()))
+        .collect();
+    assert_eq!(
+        answered,
+        [
+            ("app:weather", "lang", "en"),
+            ("app:weather", "units", "metric"),
+            ("user:weather:alice", "city", "Oslo"),
+        ]
+    );
     let read = client
         .get_session(pb::GetSessionRequest {
             session_id: "ses_adk".into(),
@@ -213,6 +237,7 @@ async fn a_session_and_its_shared_state_are_created_together(backend: Backend) {
         [
             entry("", "mood", "calm"),
             entry("", "topic", "weather"),
+            entry("app:weather", "lang", "en"),
             entry("app:weather", "units", "metric"),
             entry("user:weather:alice", "city", "Oslo"),
         ]

@@ -262,8 +262,14 @@ def _merged(
     return state
 
 
-async def _none() -> None:
-    return None
+def _scoped(entries: Iterable[v1.StateEntry], *scopes: str) -> list[dict[str, str]]:
+    """``entries`` (a ``Session.state``) split by scope, one dict per
+    scope of ``scopes``, in that order."""
+    by_scope: dict[str, dict[str, str]] = {scope: {} for scope in scopes}
+    for entry in entries:
+        if entry.scope in by_scope:
+            by_scope[entry.scope][entry.key] = entry.value
+    return [by_scope[scope] for scope in scopes]
 
 
 def _seconds(timestamp: Any) -> float:
@@ -592,16 +598,23 @@ class SessionstoreSessionService(BaseSessionService):
     ) -> Session:
         """Creates a session (``AlreadyExistsError`` if the id is taken).
 
-        One ``CreateSession`` carrying the session's own keys of ``state``;
-        its ``app:`` and ``user:`` keys then go to their shared scopes (one
-        ``SetState`` each, sent together), and the returned state merges in
-        every ``app:`` and ``user:`` entry already stored, as ADK's services
-        do. ``temp:`` keys are dropped.
+        One ``CreateSession``, atomic: the session with its own keys of
+        ``state``, and its ``app:`` and ``user:`` keys written to their
+        shared scopes in the same transaction; the answer carries every
+        ``app:`` and ``user:`` entry stored after those writes, which the
+        returned state merges in, as ADK's services do. ``temp:`` keys are
+        dropped. It carries a fresh request id, so the client's retries of
+        a transient failure cannot create twice.
         """
         session_id = session_id.strip() if session_id else None
         session_id = session_id or str(uuid.uuid4())
         own, app, user = _split_state(state)
         store_id = session_store_id(app_name, user_id, session_id)
+        app_scope = _app_scope(app_name)
+        user_scope = _user_scope(app_name, user_id)
+        shared = [
+            {"scope": app_scope, "key": key, "value": value} for key, value in app.items()
+        ] + [{"scope": user_scope, "key": key, "value": value} for key, value in user.items()]
         try:
             created = await self._client.create_session(
                 session_id=store_id,
@@ -612,27 +625,18 @@ class SessionstoreSessionService(BaseSessionService):
                     "adk_session_id": session_id,
                 },
                 initial_state=own,
+                state_changes=shared,
+                state_scopes=[app_scope, user_scope],
+                request_id=str(uuid.uuid4()),
             )
         except AlreadyExists:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
-        app_scope = _app_scope(app_name)
-        user_scope = _user_scope(app_name, user_id)
-        writes = [
-            self._client.set_state(key=key, value=value, scope=app_scope)
-            for key, value in app.items()
-        ] + [
-            self._client.set_state(key=key, value=value, scope=user_scope)
-            for key, value in user.items()
-        ]
-        (app_stored, user_stored), _ = await asyncio.gather(
-            asyncio.gather(self._entries(scope=app_scope), self._entries(scope=user_scope)),
-            asyncio.gather(*writes),
-        )
+        app_stored, user_stored = _scoped(created.state, app_scope, user_scope)
         session = Session(
             id=session_id,
             app_name=app_name,
             user_id=user_id,
-            state=_merged(own, {**app_stored, **app}, {**user_stored, **user}),
+            state=_merged(own, app_stored, user_stored),
             last_update_time=_seconds(created.create_time),
         )
         session._storage_update_marker = _marker(created.next_sequence)
@@ -653,31 +657,27 @@ class SessionstoreSessionService(BaseSessionService):
         store_id = session_store_id(app_name, user_id, session_id)
         limit = config.num_recent_events if config is not None else None
         after = config.after_timestamp if config is not None else None
-        stored: v1.Session | None
+        scopes = ["", _app_scope(app_name), _user_scope(app_name, user_id)]
         try:
+            # Two reads: the session with its own, app and user state in
+            # one snapshot, and its events.
             if self.model is None:
-                # The newest-first read of the events says whether the
-                # session exists and gives its next sequence too: no
-                # GetSession while it has events.
-                events, newest, next_sequence = await self._events(store_id, limit, after)
-                # With no event yet, its creation time is its update time.
-                created = self._client.get_session(store_id) if newest is None else _none()
-                (own, app, user), stored = await asyncio.gather(
-                    self._state(store_id, app_name, user_id), created
+                # The newest-first read of the events gives the session's
+                # next sequence too.
+                stored, (events, newest, next_sequence) = await asyncio.gather(
+                    self._client.get_session(store_id, state_scopes=scopes),
+                    self._events(store_id, limit, after),
                 )
             else:
                 # An export has no sequences: the next sequence is read
                 # first, so a write after it makes the session stale.
-                stored = await self._client.get_session(store_id)
+                stored = await self._client.get_session(store_id, state_scopes=scopes)
                 next_sequence = stored.next_sequence
-                (events, newest), (own, app, user) = await asyncio.gather(
-                    self._events_for(self.model, store_id, limit, after),
-                    self._state(store_id, app_name, user_id),
-                )
+                events, newest = await self._events_for(self.model, store_id, limit, after)
         except SessionNotFound:  # none, or deleted meanwhile
             return None
+        own, app, user = _scoped(stored.state, *scopes)
         if newest is None:
-            assert stored is not None
             newest = _seconds(stored.create_time)
         session = Session(
             id=session_id,
@@ -697,17 +697,6 @@ class SessionstoreSessionService(BaseSessionService):
             return None
         _, newest, _ = await self._events(stored.id, 0, None)
         return newest
-
-    async def _state(
-        self, store_id: str, app_name: str, user_id: str
-    ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-        """A session's own, app and user state entries, read at once."""
-        own, app, user = await asyncio.gather(
-            self._entries(store_id),
-            self._entries(scope=_app_scope(app_name)),
-            self._entries(scope=_user_scope(app_name, user_id)),
-        )
-        return own, app, user
 
     async def list_sessions(
         self, *, app_name: str, user_id: Optional[str] = None

@@ -118,6 +118,7 @@ import asyncio
 import hashlib
 import json
 import re
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -656,14 +657,19 @@ class SessionstoreSession(SessionABC):
     async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
         """Removes the latest item and returns it (``None`` if there is
         none): one ``RollbackSession(remove_last=1, return_removed=True)``,
-        which takes whatever message is last when it runs."""
+        which takes whatever message is last when it runs. It carries a
+        fresh request id, so the client's retry of a transient failure
+        answers what the first attempt removed instead of popping twice."""
         return await _settle(self._pop())
 
     async def _pop(self) -> TResponseInputItem | None:
         while True:
             try:
                 response = await self.client.rollback_session(
-                    self.store_session_id, remove_last=1, return_removed=True
+                    self.store_session_id,
+                    remove_last=1,
+                    return_removed=True,
+                    request_id=str(uuid.uuid4()),
                 )
             except SessionNotFound:
                 return None

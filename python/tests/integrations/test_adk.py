@@ -122,8 +122,7 @@ async def test_create_with_all_prefixes_stores_each_where_it_belongs(
         app_name=APP, user_id="ada", state=state, session_id="s1"
     )
     calls = adk_client.count()
-    assert calls["CreateSession"] == 1
-    assert calls["SetState"] == 2  # one per shared key: no shared writes in CreateSession
+    assert calls == {"CreateSession": 1}  # the shared keys written in the same call
     assert session.state == {"city": "Oslo", "app:units": "metric", "user:name": {"first": "Ada"}}
     assert session.id == "s1" and session.events == []
 
@@ -157,14 +156,13 @@ async def test_rpc_costs_as_the_server_counts_them(
     metered_server: Server, meter: RpcMeter
 ) -> None:
     """What each ADK call costs, from the server's own count of the calls
-    it handled (``grpc_server_handled_total``). Only ``append_event`` is
-    one RPC: ``create_session`` writes shared state one ``SetState`` a key
-    (``CreateSession`` cannot, ``AppendExchange`` needs a message) and reads
-    the app's and the user's scopes (one ``ListState`` each) for the merged
-    state; ``get_session`` reads the events (which give the next sequence,
-    and say whether there is a session), then the three scopes of its
-    state, and the session itself only for its creation time (no event
-    yet) or its next sequence (an export has none)."""
+    it handled (``grpc_server_handled_total``). ``create_session`` and
+    ``append_event`` are one RPC each (the session, its own state and its
+    ``app:``/``user:`` state written in one ``CreateSession``, which answers
+    the merged shared state too); ``get_session`` two, sent together: the
+    session with its own, app and user state in one ``GetSession``, and its
+    events (``ListMessages`` newest first, or ``ExportHistory`` for a
+    model, after the ``GetSession`` whose next sequence it needs)."""
     costs: dict[str, dict[str, int]] = {}
     async with metered_server.async_client() as client:
         service = SessionstoreSessionService(client=client)
@@ -204,14 +202,14 @@ async def test_rpc_costs_as_the_server_counts_them(
             await service.append_event(got, delta_event({"n": 2}))  # not stale
     print("ADK RPC costs:", {call: dict(cost) for call, cost in costs.items()})
     assert costs == {
-        "create_session (app:, user:, own)": {"CreateSession": 1, "SetState": 2, "ListState": 2},
-        "create_session (own state only)": {"CreateSession": 1, "ListState": 2},
-        "get_session (no event yet)": {"ListMessages": 1, "ListState": 3, "GetSession": 1},
+        "create_session (app:, user:, own)": {"CreateSession": 1},
+        "create_session (own state only)": {"CreateSession": 1},
+        "get_session (no event yet)": {"ListMessages": 1, "GetSession": 1},
         "append_event": {"AppendExchange": 1},
-        "get_session": {"ListMessages": 1, "ListState": 3},
-        "get_session (num_recent_events=1)": {"ListMessages": 1, "ListState": 3},
-        "get_session (no session)": {"ListMessages NotFound": 1},
-        "get_session (model)": {"GetSession": 1, "ExportHistory": 1, "ListState": 3},
+        "get_session": {"ListMessages": 1, "GetSession": 1},
+        "get_session (num_recent_events=1)": {"ListMessages": 1, "GetSession": 1},
+        "get_session (no session)": {"ListMessages NotFound": 1, "GetSession NotFound": 1},
+        "get_session (model)": {"GetSession": 1, "ExportHistory": 1},
         "append_event (after get_session)": {"AppendExchange": 1},
     }
 

@@ -4,8 +4,8 @@ use serde::Serialize;
 
 use super::digest::RequestKey;
 use super::fields::{
-    MAX_STATE_ENTRIES, check_request_id, check_state_changes, check_state_entry, is_system_prompt,
-    validate_new_session_id,
+    MAX_STATE_ENTRIES, check_request_id, check_state_changes, check_state_entry,
+    check_state_scopes, is_system_prompt, validate_new_session_id,
 };
 use super::{Error, Message, Metadata, Result, StateChange, Timestamp};
 
@@ -29,6 +29,10 @@ pub struct NewSession {
     /// State changes written in revision 1: scope `""` adds to
     /// `initial_state`, any other writes that shared scope.
     pub state_changes: Vec<StateChange>,
+    /// The scopes whose entries the answer carries (`""`: the session's
+    /// own). What is read, not written: not part of the fingerprint.
+    #[serde(skip)]
+    pub state_scopes: Vec<String>,
 }
 
 impl NewSession {
@@ -86,6 +90,7 @@ impl NewSession {
             for (field, empty) in [
                 ("request_id", self.request_id.is_empty()),
                 ("state_changes", self.state_changes.is_empty()),
+                ("state_scopes", self.state_scopes.is_empty()),
             ] {
                 if !empty {
                     return Err(Error::invalid(
@@ -98,6 +103,7 @@ impl NewSession {
         }
         check_request_id("request_id", &self.request_id)?;
         check_state_changes("state_changes", &self.state_changes)?;
+        check_state_scopes("state_scopes", &self.state_scopes)?;
         for (i, change) in self.state_changes.iter().enumerate() {
             if change.scope.is_empty() && self.initial_state.contains_key(&change.key) {
                 return Err(Error::invalid(
@@ -269,6 +275,7 @@ mod tests {
             initial_state: Default::default(),
             request_id: String::new(),
             state_changes: Vec::new(),
+            state_scopes: Vec::new(),
         };
         assert_eq!(new.history_to_store().len(), 2);
     }

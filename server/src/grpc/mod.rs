@@ -322,8 +322,11 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             limits::check_metadata(&self.options.limits, "metadata", &req.metadata)?;
             let new = wire::new_session_from_pb(req, "")?;
             new.validate()?;
-            let (session, _) = self.store.create_session(&tenant, new).await?;
-            Ok(wire::session_to_pb(session))
+            let (session, state) = self.store.create_session(&tenant, new).await?;
+            Ok(pb::Session {
+                state: state.into_iter().map(wire::state_entry_to_pb).collect(),
+                ..wire::session_to_pb(session)
+            })
         })
         .await
     }

@@ -409,12 +409,14 @@ pub struct SweepCandidate {
 /// The storage contract every backend fulfils; the shared test suite runs
 /// against each one.
 pub trait Store: Clone + Send + Sync + 'static {
-    /// Creates a session (revision 1) with its initial history.
+    /// Creates a session (revision 1) with its initial history and state;
+    /// answers it with the entries of the scopes `new.state_scopes` names,
+    /// read after its writes in the same transaction.
     fn create_session(
         &self,
         tenant: &str,
         new: NewSession,
-    ) -> impl Future<Output = Result<(Session, Vec<StoredMessage>)>> + Send;
+    ) -> impl Future<Output = Result<(Session, Vec<StateEntry>)>> + Send;
 
     /// Returns a live session.
     fn get_session(&self, tenant: &str, id: &str) -> impl Future<Output = Result<Session>> + Send;

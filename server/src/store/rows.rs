@@ -12,9 +12,11 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use sqlx::postgres::PgRow;
 
-use super::text::unescape;
+use super::text::{escape, escape_ordered, unescape, unescape_ordered};
 use super::{Page, ReadBound};
-use crate::domain::{Error, Message, Result, Session, SessionEvent, StoredMessage, Timestamp};
+use crate::domain::{
+    Error, Message, Result, Session, SessionEvent, StateEntry, StoredMessage, Timestamp,
+};
 use crate::wire::{Effect, EncodedEvent, decode_message, encode_message};
 
 pub fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
@@ -601,6 +603,61 @@ pub fn message_row(row: &impl BorrowedRow) -> Result<MessageRow<&str, &[u8]>> {
         wire: row.bytes("wire")?,
         create_time: row.int("create_time")?,
         redacted: row.int("redacted")?,
+    })
+}
+
+/// The entries of each of `scopes` (`""`: the session `session_key`'s
+/// own state; else a shared scope of `tenant`), scope by scope as named,
+/// each in key order, read on `conn`.
+pub async fn scope_entries(
+    conn: &mut sqlx::AnyConnection,
+    tenant: &str,
+    session_key: i64,
+    scopes: &[String],
+) -> Result<Vec<StateEntry>> {
+    let mut entries = Vec::new();
+    for scope in scopes {
+        let rows = if scope.is_empty() {
+            sqlx::query(
+                "SELECT '' AS scope, key, value, version, update_time FROM session_state \
+                 WHERE session_key = $1 ORDER BY key",
+            )
+            .bind(session_key)
+            .fetch_all(&mut *conn)
+            .await?
+        } else {
+            sqlx::query(
+                "SELECT scope, key, value, version, update_time FROM shared_state \
+                 WHERE tenant = $1 AND scope = $2 ORDER BY key",
+            )
+            .bind(escape(tenant))
+            .bind(escape_ordered(scope))
+            .fetch_all(&mut *conn)
+            .await?
+        };
+        for row in &rows {
+            entries.push(shared_state_from_row(row)?);
+        }
+    }
+    Ok(entries)
+}
+
+/// A shared scope's entry, its scope included.
+pub fn shared_state_from_row(row: &AnyRow) -> Result<StateEntry> {
+    Ok(StateEntry {
+        scope: unescape_ordered(row.try_get("scope")?),
+        ..state_from_row(row)?
+    })
+}
+
+/// A session's own state entry.
+pub fn state_from_row(row: &AnyRow) -> Result<StateEntry> {
+    Ok(StateEntry {
+        scope: String::new(),
+        key: unescape_ordered(row.try_get("key")?),
+        value: text_col(row, "value")?,
+        version: row.try_get("version")?,
+        update_time: Timestamp(row.try_get("update_time")?),
     })
 }
 

@@ -20,10 +20,11 @@ use super::ops::{
     ForkSession, PurgeTombstones, SetSharedState, Tombstones, Unindex, UpdateSession, Write,
 };
 use super::rows::{
-    BorrowedRow, MESSAGE_COLUMNS, SESSION_COLUMNS, message_row, session_from_row, text_col,
+    BorrowedRow, MESSAGE_COLUMNS, SESSION_COLUMNS, message_row, scope_entries, session_from_row,
+    shared_state_from_row, state_from_row, text_col,
 };
 use super::rows::{Content, EventPage, EventRow, EventRows, OwnedMessageRow, events_with_contents};
-use super::text::{escape, escape_ordered, unescape_ordered};
+use super::text::{escape, escape_ordered};
 use super::writer::{self, Job, Pending, PendingAppend};
 use super::{
     CommitSink, ListedCall, Page, ReadBound, SearchQuery, SessionHandle, SharedStateWrite, Store,
@@ -445,7 +446,7 @@ impl Store for SqlStore {
         &self,
         tenant: &str,
         new: NewSession,
-    ) -> Result<(Session, Vec<StoredMessage>)> {
+    ) -> Result<(Session, Vec<StateEntry>)> {
         self.write(tenant, CreateSession(new)).await
     }
 
@@ -495,30 +496,7 @@ impl Store for SqlStore {
             return Err(Error::SessionNotFound(id.to_owned()));
         }
         session.hide_expired_lease(now);
-        let mut entries = Vec::new();
-        for scope in scopes {
-            let rows = if scope.is_empty() {
-                sqlx::query(
-                    "SELECT '' AS scope, key, value, version, update_time FROM session_state \
-                     WHERE session_key = $1 ORDER BY key",
-                )
-                .bind(key)
-                .fetch_all(&mut *tx)
-                .await?
-            } else {
-                sqlx::query(
-                    "SELECT scope, key, value, version, update_time FROM shared_state \
-                     WHERE tenant = $1 AND scope = $2 ORDER BY key",
-                )
-                .bind(escape(tenant))
-                .bind(escape_ordered(scope))
-                .fetch_all(&mut *tx)
-                .await?
-            };
-            for row in &rows {
-                entries.push(shared_state_from_row(row)?);
-            }
-        }
+        let entries = scope_entries(&mut tx, tenant, key, scopes).await?;
         tx.commit().await?;
         Ok((session, entries))
     }
@@ -1178,23 +1156,6 @@ impl SqlStore {
             })
             .collect()
     }
-}
-
-fn shared_state_from_row(row: &AnyRow) -> Result<StateEntry> {
-    Ok(StateEntry {
-        scope: unescape_ordered(row.try_get("scope")?),
-        ..state_from_row(row)?
-    })
-}
-
-fn state_from_row(row: &AnyRow) -> Result<StateEntry> {
-    Ok(StateEntry {
-        scope: String::new(),
-        key: unescape_ordered(row.try_get("key")?),
-        value: text_col(row, "value")?,
-        version: row.try_get("version")?,
-        update_time: Timestamp(row.try_get("update_time")?),
-    })
 }
 
 /// The statement [`Backend::call_origins`] runs.

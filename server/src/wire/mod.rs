@@ -623,6 +623,7 @@ pub fn new_session_from_pb(req: pb::CreateSessionRequest, field: &str) -> Result
             .into_iter()
             .map(state_change_from_pb)
             .collect(),
+        state_scopes: req.state_scopes,
     })
 }
 

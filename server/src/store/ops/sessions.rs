@@ -9,7 +9,7 @@ use crate::domain::{
     Change, Error, Fork, Metadata, NewSession, Result, Session, SessionPatch, StateChange,
     StateEntry, StoredMessage, Timestamp, ids,
 };
-use crate::store::rows::{MESSAGE_COLUMNS, encode, stored_message_from_row};
+use crate::store::rows::{MESSAGE_COLUMNS, encode, scope_entries, stored_message_from_row};
 use crate::store::text::escape;
 
 impl Tx<'_> {
@@ -382,23 +382,33 @@ impl Created {
 }
 
 impl Write for CreateSession {
-    type Reply = (Session, Vec<StoredMessage>);
+    type Reply = (Session, Vec<StateEntry>);
 
-    /// With a request id, a retry answers the first call's session and
-    /// history and writes nothing.
+    /// With a request id, a retry answers the first call's session (and
+    /// the named scopes' entries as they are now) and writes nothing.
     async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<Self::Reply> {
         let key = self.0.request_key();
-        if let Some(key) = &key
-            && let Some(earlier) = tx.earlier_call(tenant, key).await?
-        {
-            return tx.created_before(&earlier).await.map(Created::reply);
-        }
-        let created = tx.create_session(tenant, self.0).await?;
-        if let Some(key) = &key {
-            tx.keep_key(tenant, key, created.key, created.session.revision, None)
-                .await?;
-        }
-        Ok(created.reply())
+        let scopes = self.0.state_scopes.clone();
+        let created = match &key {
+            Some(key) => match tx.earlier_call(tenant, key).await? {
+                Some(earlier) => Some(tx.created_before(&earlier).await?),
+                None => None,
+            },
+            None => None,
+        };
+        let created = match created {
+            Some(created) => created,
+            None => {
+                let created = tx.create_session(tenant, self.0).await?;
+                if let Some(key) = &key {
+                    tx.keep_key(tenant, key, created.key, created.session.revision, None)
+                        .await?;
+                }
+                created
+            }
+        };
+        let state = scope_entries(tx.conn, tenant, created.key, &scopes).await?;
+        Ok((created.session, state))
     }
 }
 

@@ -27,7 +27,7 @@ USAGE_GROUP_BY_MODEL: UsageGroupBy
 USAGE_GROUP_BY_DAY: UsageGroupBy
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("session_id", "title", "system_prompt", "user", "metadata", "initial_history", "initial_state", "expire_time", "request_id", "state_changes")
+    __slots__ = ("session_id", "title", "system_prompt", "user", "metadata", "initial_history", "initial_state", "expire_time", "request_id", "state_changes", "state_scopes")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,7 @@ class CreateSessionRequest(_message.Message):
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_CHANGES_FIELD_NUMBER: _ClassVar[int]
+    STATE_SCOPES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     title: str
     system_prompt: str
@@ -62,7 +63,8 @@ class CreateSessionRequest(_message.Message):
     expire_time: _timestamp_pb2.Timestamp
     request_id: str
     state_changes: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StateChange]
-    def __init__(self, session_id: _Optional[str] = ..., title: _Optional[str] = ..., system_prompt: _Optional[str] = ..., user: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., initial_history: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., initial_state: _Optional[_Mapping[str, str]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., state_changes: _Optional[_Iterable[_Union[_messages_pb2.StateChange, _Mapping]]] = ...) -> None: ...
+    state_scopes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., title: _Optional[str] = ..., system_prompt: _Optional[str] = ..., user: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., initial_history: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., initial_state: _Optional[_Mapping[str, str]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_id: _Optional[str] = ..., state_changes: _Optional[_Iterable[_Union[_messages_pb2.StateChange, _Mapping]]] = ..., state_scopes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
     __slots__ = ("session_id", "state_scopes")
