@@ -214,6 +214,12 @@ struct Plan {
     scale_samples: usize,
     /// The failover's warm-up and its measured windows.
     failover: failover::Shape,
+    /// The agent frameworks' round trips: per measured session, runs, and
+    /// the pre-fill of each store.
+    agents: peers::AgentsShape,
+    /// Whether the agents figures are held to their goals (not in a quick
+    /// run, whose sessions are too short to say anything).
+    agents_targets: bool,
     benches: Vec<Bench>,
 }
 
@@ -221,6 +227,7 @@ impl Plan {
     fn from(args: &Args) -> Plan {
         let quick = args.quick;
         let seconds = args.seconds.unwrap_or(if quick { 0.3 } else { 2.0 });
+        let repeat = args.repeat.unwrap_or(if quick { 1 } else { 3 });
         let benches = if args.only.is_empty() {
             let mut all = vec![
                 Bench::Append,
@@ -243,7 +250,7 @@ impl Plan {
                 warmup: Duration::from_secs_f64(seconds / 3.0),
                 measure: Duration::from_secs_f64(seconds),
             },
-            repeat: args.repeat.unwrap_or(if quick { 1 } else { 3 }),
+            repeat,
             clients: if !args.clients.is_empty() {
                 args.clients.clone()
             } else if quick {
@@ -348,6 +355,13 @@ impl Plan {
                     5.0
                 })),
             },
+            agents: peers::AgentsShape {
+                round_trips: if quick { 20 } else { 200 },
+                repeat,
+                prefill_sessions: if quick { 2 } else { 20 },
+                prefill_items: if quick { 10 } else { 100 },
+            },
+            agents_targets: !quick,
             benches,
         }
     }
@@ -533,10 +547,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         peer_benchmarks(&plan, postgres, &append_rates, &export_ms, &mut report).await?;
     }
     if plan.runs(Bench::Agents) {
-        let db = Database::sqlite("agents")?;
-        let outcome = agents_benchmark(&plan, &binary, &db, &mut report).await;
-        db.remove().await?;
-        outcome?;
+        agents_benchmark(&plan, &binary, postgres, args.backend, &mut report).await?;
     }
 
     finish(args, started, report)
@@ -2121,48 +2132,155 @@ async fn memory_benchmark(
     Ok(())
 }
 
-/// Add-then-get round trips through the OpenAI Agents SDK's own
-/// `SQLiteSession` and through sessionstore's adapter, in one Python
-/// process (`bench/agents/run.sh`), the adapter on a server on `db`.
+/// Round trips (add one item, then read the whole history back) through
+/// three agent frameworks' session APIs, one client each: sessionstore's
+/// adapters on a server on each backend, and the stores the frameworks
+/// ship, in one Python process (`bench/agents/run.sh`). The servers'
+/// databases and the PostgreSQL peers' are made here and removed after.
 async fn agents_benchmark(
     plan: &Plan,
     binary: &Path,
-    db: &Database,
+    postgres: Option<&str>,
+    only: Option<Backend>,
     report: &mut Report,
 ) -> anyhow::Result<()> {
     eprintln!("== agents (Python; first run installs a venv)");
-    let server = Server::start(binary, &db.url(), &[]).await?;
+    let mut servers_dbs = Vec::new();
+    let mut peers_db = None;
+    let outcome = agents_cases(
+        plan,
+        binary,
+        postgres,
+        only,
+        &mut servers_dbs,
+        &mut peers_db,
+        report,
+    )
+    .await;
+    for db in servers_dbs.into_iter().chain(peers_db) {
+        db.remove().await?;
+    }
+    outcome
+}
+
+async fn agents_cases(
+    plan: &Plan,
+    binary: &Path,
+    postgres: Option<&str>,
+    only: Option<Backend>,
+    servers_dbs: &mut Vec<Database>,
+    peers_db: &mut Option<Database>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    for backend in backends(only) {
+        match (backend, postgres) {
+            ("sqlite", _) => servers_dbs.push(Database::sqlite("agents")?),
+            (_, Some(url)) => servers_dbs.push(Database::postgres(url, "agents").await?),
+            (_, None) => {}
+        }
+    }
+    // The PostgreSQL peers' database, on the same server as sessionstore's.
+    if let Some(url) = postgres {
+        *peers_db = Some(Database::postgres(url, "agents_peers").await?);
+    }
+    let mut servers = Vec::new();
+    for db in servers_dbs.iter() {
+        servers.push(Server::start(binary, &db.url(), &[]).await?);
+    }
+    let places = peers::AgentsPlaces {
+        servers: servers_dbs
+            .iter()
+            .zip(&servers)
+            .map(|(db, server)| (db.backend(), server.endpoint(), db.url()))
+            .collect(),
+        peer_postgres_url: peers_db.as_ref().map(Database::url),
+    };
     let workspace = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let seconds = (plan.timing.measure.as_secs_f64() * plan.repeat as f64).max(1.0);
-    let run = peers::agents(workspace, &server.endpoint(), seconds).await;
-    server.stop().await;
+    let run = peers::agents(workspace, &places, &plan.agents).await;
+    for server in servers {
+        server.stop().await;
+    }
     let run = run?;
-    let case = format!(
-        "add one item, then get_items() (history growing), {seconds} s, openai-agents {}",
-        run.agents_version
-    );
-    let sqlite = run.sqlite_session.per_sec;
-    report.push(Figure::new(
-        "agents",
-        db.backend(),
-        "SQLiteSession (file)",
-        &case,
-        "round trips/s",
-        Spread::of(&[sqlite]),
-    ));
-    let ours = run.sessionstore_session.per_sec;
-    report.push(
+    report
+        .skipped
+        .extend(run.skipped.iter().map(|s| format!("agents: {s}")));
+    let case = |row: &peers::AgentsRow| {
+        format!(
+            "{}, {} a session from empty, 1 client",
+            row.round_trip, run.round_trips
+        )
+    };
+    let figure = |row: &peers::AgentsRow, subject: &str, case: &str| {
         Figure::new(
             "agents",
-            db.backend(),
-            "sessionstore SessionstoreSession",
-            &case,
+            &row.backend,
+            &format!("{subject} ({} {})", row.distribution, row.version),
+            case,
             "round trips/s",
-            Spread::of(&[ours]),
+            row.per_sec.spread(row.runs),
         )
-        .ratio(ours / sqlite, "÷ SQLiteSession"),
-    );
+        .latency(Latency {
+            p50_ms: row.p50_ms,
+            p99_ms: row.p99_ms,
+            max_ms: row.max_ms,
+            samples: row.samples,
+        })
+    };
+    let calls = |row: &peers::AgentsRow| {
+        format!(
+            "add p50 {:.2} ms, read p50 {:.2} ms",
+            row.add_p50_ms, row.read_p50_ms
+        )
+    };
+    let peers: Vec<&peers::AgentsRow> = run.rows.iter().filter(|r| r.role == "peer").collect();
+    for peer in &peers {
+        let mut detail = calls(peer);
+        if let Some(note) = agents_durability(peer) {
+            detail = format!("{detail}; {note}");
+        }
+        report.push(figure(peer, &peer.subject, &case(peer)).detail(&detail));
+    }
+    for ours in run.rows.iter().filter(|r| r.role == "sessionstore") {
+        for peer in peers.iter().filter(|p| p.framework == ours.framework) {
+            let ratio = ours.per_sec.median / peer.per_sec.median;
+            let mut detail = calls(ours);
+            if let Some(note) = agents_durability(peer) {
+                detail = format!("{detail}; {note}");
+            }
+            let mut row = figure(
+                ours,
+                &format!("sessionstore {}", ours.subject),
+                &format!("{}; against {}", case(ours), peer.subject),
+            )
+            .detail(&detail)
+            .ratio(ratio, &format!("÷ {} ({})", peer.subject, peer.backend));
+            if let Some(goal) = agents_goal(&peer.subject).filter(|_| plan.agents_targets) {
+                row = row.target(&format!("≥ {goal}×"), ratio >= goal);
+            }
+            report.push(row);
+        }
+    }
     Ok(())
+}
+
+/// How far ahead of a framework's own store sessionstore's adapter should
+/// be, one client each: 2× the PostgreSQL stores, 0.5× Redis (which keeps
+/// its data in memory and acknowledges before it reaches disk); none for
+/// `SQLiteSession`, an in-process file, kept as a reference.
+fn agents_goal(peer: &str) -> Option<f64> {
+    match peer {
+        "SQLAlchemySession" | "DatabaseSessionService" | "PostgresChatMessageHistory" => Some(2.0),
+        "RedisSession" => Some(0.5),
+        _ => None,
+    }
+}
+
+/// What a reader must know about a peer's acknowledgement beside its rate.
+fn agents_durability(peer: &peers::AgentsRow) -> Option<&'static str> {
+    (peer.backend == "redis").then_some(
+        "Redis (appendonly, appendfsync everysec) acknowledges before its writes reach disk, \
+         sessionstore after",
+    )
 }
 
 async fn peer_benchmarks(

@@ -61,29 +61,90 @@ impl PeerSpread {
     }
 }
 
-/// What `bench/agents/run.sh` prints.
+/// What `bench/agents/run.sh` prints: one row per framework session store
+/// measured (sessionstore's adapters on each server, and the peers).
 #[derive(Debug, Deserialize)]
 pub struct AgentsRun {
-    pub agents_version: String,
-    pub sqlite_session: AgentsRate,
-    pub sessionstore_session: AgentsRate,
+    pub rows: Vec<AgentsRow>,
+    #[serde(default)]
+    pub skipped: Vec<String>,
+    /// Round trips a measured session gets, from empty.
+    pub round_trips: usize,
 }
 
 #[derive(Debug, Deserialize)]
-pub struct AgentsRate {
-    pub per_sec: f64,
+pub struct AgentsRow {
+    /// `openai-agents`, `google-adk`, `langchain`.
+    pub framework: String,
+    /// The class: `SessionstoreSession`, `SQLAlchemySession`, …
+    pub subject: String,
+    /// `sessionstore` for sessionstore's adapters, `peer` for the others.
+    pub role: String,
+    /// Where it keeps its data: the server's backend for sessionstore;
+    /// `postgres`, `redis` or `sqlite` for a peer.
+    pub backend: String,
+    /// The distribution the class comes from (or, for sessionstore's
+    /// adapters, the framework's), and its version.
+    pub distribution: String,
+    pub version: String,
+    /// The two calls one round trip makes.
+    pub round_trip: String,
+    pub per_sec: PeerSpread,
+    pub runs: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub samples: usize,
+    pub add_p50_ms: f64,
+    pub read_p50_ms: f64,
 }
 
-/// Runs the Agents SDK round-trip script against the server at `url`.
-pub async fn agents(workspace: &Path, url: &str, seconds: f64) -> anyhow::Result<AgentsRun> {
-    let output = tokio::process::Command::new("bash")
+/// Where `bench/agents/run.sh` finds what it measures.
+pub struct AgentsPlaces<'a> {
+    /// The running servers: backend, gRPC endpoint, database URL (which
+    /// the script ANALYZEs after its pre-fill).
+    pub servers: Vec<(&'a str, String, String)>,
+    /// An empty PostgreSQL database for the PostgreSQL peers.
+    pub peer_postgres_url: Option<String>,
+}
+
+/// Sizes of the agents run.
+pub struct AgentsShape {
+    pub round_trips: usize,
+    pub repeat: usize,
+    pub prefill_sessions: usize,
+    pub prefill_items: usize,
+}
+
+/// Runs the framework round-trip script (`bench/agents/run.sh`).
+pub async fn agents(
+    workspace: &Path,
+    places: &AgentsPlaces<'_>,
+    shape: &AgentsShape,
+) -> anyhow::Result<AgentsRun> {
+    let mut command = tokio::process::Command::new("bash");
+    command
         .current_dir(workspace)
         .arg("bench/agents/run.sh")
-        .args(["--json", "--url", url, "--seconds", &seconds.to_string()])
+        .args(["--round-trips", &shape.round_trips.to_string()])
+        .args(["--repeat", &shape.repeat.to_string()])
+        .args(["--prefill-sessions", &shape.prefill_sessions.to_string()])
+        .args(["--prefill-items", &shape.prefill_items.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .output()
+        .stderr(Stdio::inherit());
+    for (backend, endpoint, database_url) in &places.servers {
+        command.args(["--server", backend, endpoint, database_url]);
+    }
+    if let Some(url) = &places.peer_postgres_url {
+        command.args(["--peer-postgres-url", url]);
+    }
+    // spawn, not output(): tokio's output() pipes stderr too, which would
+    // swallow the script's progress and its errors.
+    let output = command
+        .spawn()
+        .context("run bench/agents/run.sh")?
+        .wait_with_output()
         .await
         .context("run bench/agents/run.sh")?;
     anyhow::ensure!(
