@@ -8,6 +8,8 @@ use std::time::Duration;
 use tonic::{Code, Status};
 use tonic_types::StatusExt as _;
 
+use crate::v1;
+
 /// A `Result` whose error is the client's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -145,6 +147,78 @@ pub enum Error {
         #[source]
         status: Status,
     },
+    /// A tool approval was asked for a call that no message of the
+    /// session's current history makes (`FAILED_PRECONDITION`, reason
+    /// `UNKNOWN_TOOL_CALL`).
+    #[error("tool call {tool_call_id:?} is made by no message of the session's history")]
+    UnknownToolCall {
+        /// The tool call named.
+        tool_call_id: String,
+        /// The status as received.
+        #[source]
+        status: Status,
+    },
+    /// A tool approval was asked for a call that a message of the history
+    /// already answers (`FAILED_PRECONDITION`, reason
+    /// `TOOL_CALL_ANSWERED`).
+    #[error("tool call {tool_call_id:?} already has its result")]
+    ToolCallAnswered {
+        /// The tool call named.
+        tool_call_id: String,
+        /// The status as received.
+        #[source]
+        status: Status,
+    },
+    /// The tool call already has a pending or approved approval
+    /// (`ALREADY_EXISTS`, reason `APPROVAL_EXISTS`): wait for that one's
+    /// decision instead.
+    #[error("tool call {tool_call_id:?} already has approval {approval_id:?}")]
+    ApprovalExists {
+        /// The tool call named.
+        tool_call_id: String,
+        /// Its pending or approved approval.
+        approval_id: String,
+        /// The status as received.
+        #[source]
+        status: Status,
+    },
+    /// The session has no approval by this id (`NOT_FOUND`, reason
+    /// `APPROVAL_NOT_FOUND`).
+    #[error("approval {approval_id:?} not found")]
+    ApprovalNotFound {
+        /// The approval id the server looked for.
+        approval_id: String,
+        /// The status as received.
+        #[source]
+        status: Status,
+    },
+    /// The approval was decided before, by another call or by this request
+    /// id with another decision, reason or decider
+    /// (`FAILED_PRECONDITION`, reason `APPROVAL_ALREADY_DECIDED`). Nothing
+    /// was written.
+    #[error("approval {approval_id:?} was already decided ({}) by {decided_by:?}", state.as_str_name())]
+    ApprovalAlreadyDecided {
+        /// The approval.
+        approval_id: String,
+        /// What it was decided as (`Approved` or `Denied`).
+        state: v1::ApprovalState,
+        /// Who decided it, as they said.
+        decided_by: String,
+        /// The status as received.
+        #[source]
+        status: Status,
+    },
+    /// The approval expired before anyone decided it
+    /// (`FAILED_PRECONDITION`, reason `APPROVAL_EXPIRED`). The tool call may
+    /// be asked about again.
+    #[error("approval {approval_id:?} expired before it was decided")]
+    ApprovalExpired {
+        /// The approval.
+        approval_id: String,
+        /// The status as received.
+        #[source]
+        status: Status,
+    },
     /// A watch asked for revisions after the session's head (`OUT_OF_RANGE`,
     /// reason `REVISION_OUT_OF_RANGE`).
     #[error("revision {after_revision} is beyond the session's head {head_revision}")]
@@ -257,6 +331,12 @@ impl Error {
             | Error::HistoryMismatch { status, .. }
             | Error::SessionBusy { status, .. }
             | Error::RunNotActive { status, .. }
+            | Error::UnknownToolCall { status, .. }
+            | Error::ToolCallAnswered { status, .. }
+            | Error::ApprovalExists { status, .. }
+            | Error::ApprovalNotFound { status, .. }
+            | Error::ApprovalAlreadyDecided { status, .. }
+            | Error::ApprovalExpired { status, .. }
             | Error::RevisionOutOfRange { status, .. }
             | Error::StateVersionMismatch { status, .. }
             | Error::LimitExceeded { status, .. }
@@ -414,6 +494,46 @@ impl From<Status> for Error {
                     status,
                 };
             }
+            "UNKNOWN_TOOL_CALL" => {
+                return Error::UnknownToolCall {
+                    tool_call_id: meta(info, "tool_call_id"),
+                    status,
+                };
+            }
+            "TOOL_CALL_ANSWERED" => {
+                return Error::ToolCallAnswered {
+                    tool_call_id: meta(info, "tool_call_id"),
+                    status,
+                };
+            }
+            "APPROVAL_EXISTS" => {
+                return Error::ApprovalExists {
+                    tool_call_id: meta(info, "tool_call_id"),
+                    approval_id: meta(info, "approval_id"),
+                    status,
+                };
+            }
+            "APPROVAL_NOT_FOUND" => {
+                return Error::ApprovalNotFound {
+                    approval_id: meta(info, "approval_id"),
+                    status,
+                };
+            }
+            "APPROVAL_ALREADY_DECIDED" => {
+                return Error::ApprovalAlreadyDecided {
+                    approval_id: meta(info, "approval_id"),
+                    state: v1::ApprovalState::from_str_name(&meta(info, "state"))
+                        .unwrap_or_default(),
+                    decided_by: meta(info, "decided_by"),
+                    status,
+                };
+            }
+            "APPROVAL_EXPIRED" => {
+                return Error::ApprovalExpired {
+                    approval_id: meta(info, "approval_id"),
+                    status,
+                };
+            }
             "REVISION_OUT_OF_RANGE" => {
                 if let (Some(after_revision), Some(head_revision)) = (
                     meta_i64(info, "after_revision"),
@@ -550,6 +670,75 @@ mod tests {
             }
         ));
         assert!(error.is_transient());
+    }
+
+    #[test]
+    fn approval_reasons_carry_their_metadata() {
+        let error = Error::from(with_info(
+            Code::FailedPrecondition,
+            "APPROVAL_ALREADY_DECIDED",
+            &[
+                ("approval_id", "apr_1"),
+                ("state", "APPROVAL_STATE_DENIED"),
+                ("decided_by", "alice"),
+            ],
+        ));
+        assert!(matches!(
+            &error,
+            Error::ApprovalAlreadyDecided { approval_id, state: v1::ApprovalState::Denied, decided_by, .. }
+                if approval_id == "apr_1" && decided_by == "alice"
+        ));
+        assert_eq!(error.code(), Some(Code::FailedPrecondition));
+        assert!(!error.is_transient());
+
+        let error = Error::from(with_info(
+            Code::AlreadyExists,
+            "APPROVAL_EXISTS",
+            &[("tool_call_id", "call_1"), ("approval_id", "apr_2")],
+        ));
+        assert!(matches!(
+            &error,
+            Error::ApprovalExists { tool_call_id, approval_id, .. }
+                if tool_call_id == "call_1" && approval_id == "apr_2"
+        ));
+        for (code, reason, key) in [
+            (Code::NotFound, "APPROVAL_NOT_FOUND", "approval_id"),
+            (Code::FailedPrecondition, "APPROVAL_EXPIRED", "approval_id"),
+            (
+                Code::FailedPrecondition,
+                "UNKNOWN_TOOL_CALL",
+                "tool_call_id",
+            ),
+            (
+                Code::FailedPrecondition,
+                "TOOL_CALL_ANSWERED",
+                "tool_call_id",
+            ),
+        ] {
+            let error = Error::from(with_info(code, reason, &[(key, "x_1")]));
+            let named = match &error {
+                Error::ApprovalNotFound { approval_id, .. }
+                | Error::ApprovalExpired { approval_id, .. } => approval_id,
+                Error::UnknownToolCall { tool_call_id, .. }
+                | Error::ToolCallAnswered { tool_call_id, .. } => tool_call_id,
+                other => panic!("{reason}: got {other:?}"),
+            };
+            assert_eq!(named, "x_1", "{reason}");
+            assert_eq!(error.reason().as_deref(), Some(reason));
+        }
+        // A state this client does not know reads as unspecified.
+        let error = Error::from(with_info(
+            Code::FailedPrecondition,
+            "APPROVAL_ALREADY_DECIDED",
+            &[("approval_id", "apr_1"), ("state", "SOMETHING_NEW")],
+        ));
+        assert!(matches!(
+            error,
+            Error::ApprovalAlreadyDecided {
+                state: v1::ApprovalState::Unspecified,
+                ..
+            }
+        ));
     }
 
     #[test]

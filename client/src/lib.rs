@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+mod approvals;
 mod auth;
 mod client;
 mod error;
@@ -22,7 +23,7 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 pub use auth::{BearerAuth, RawClient};
 pub use client::{BoxStream, Client, ClientBuilder};
 pub use error::{Error, Result};
-pub use requests::{Exchange, ExportHistory, ListSessions, NewSession};
+pub use requests::{Exchange, ExportHistory, ListApprovals, ListSessions, NewApproval, NewSession};
 pub use retry::RetryPolicy;
 pub use run::Run;
 pub use v1::session_store_client::SessionStoreClient;

@@ -1,6 +1,8 @@
 //! Builders for the requests the [`Client`](crate::Client) sends, and
 //! small constructors on the generated message types.
 
+use std::time::SystemTime;
+
 use crate::v1;
 
 // ---------------------------------------------------------------------------
@@ -124,6 +126,11 @@ impl v1::SessionEvent {
             Some(Event::MessageRedacted(_)) => "message_redacted",
             Some(Event::StateChanged(_)) => "state_changed",
             Some(Event::RunCancelRequested(_)) => "run_cancel_requested",
+            Some(Event::ApprovalRequested(_)) => "approval_requested",
+            Some(Event::ApprovalDecided(_)) => "approval_decided",
+            Some(Event::InputQueued(_)) => "input_queued",
+            Some(Event::InputTaken(_)) => "input_taken",
+            Some(Event::InputWithdrawn(_)) => "input_withdrawn",
             None => "unknown",
         }
     }
@@ -406,7 +413,7 @@ impl From<Exchange> for v1::AppendExchangeRequest {
 }
 
 /// A fresh idempotency key: a UUIDv7, time-ordered and unique.
-fn new_request_id() -> String {
+pub(crate) fn new_request_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
@@ -559,5 +566,147 @@ impl ListSessions {
     pub fn page_size(mut self, size: i32) -> Self {
         self.page_size = size;
         self
+    }
+}
+
+// ---------------------------------------------------------------------------
+// RequestApproval
+
+/// A decision to ask for before a tool call of the history runs: the
+/// session, the call (an OpenAI-style `ToolCall.id` or a `tool_use` block
+/// id), and what the person deciding is shown.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use sessionstore_client::NewApproval;
+///
+/// let approval = NewApproval::new("ses_1", "call_rm_rf")
+///     .title("Delete 2 files under /tmp?")
+///     .detail_json(r#"{"paths": ["/tmp/a", "/tmp/b"]}"#)
+///     .run_id("run_42")
+///     .expire_time(SystemTime::now() + Duration::from_secs(600));
+/// assert_eq!(approval.into_request().tool_call_id, "call_rm_rf");
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NewApproval {
+    request: v1::RequestApprovalRequest,
+}
+
+impl NewApproval {
+    /// An approval of `tool_call_id` in `session_id`, with no title,
+    /// details, run or expiry.
+    pub fn new(session_id: impl Into<String>, tool_call_id: impl Into<String>) -> Self {
+        NewApproval {
+            request: v1::RequestApprovalRequest {
+                session_id: session_id.into(),
+                tool_call_id: tool_call_id.into(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// What to show the person deciding (at most 1,024 bytes).
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.request.title = title.into();
+        self
+    }
+
+    /// Details for the decider, JSON the server keeps verbatim and never
+    /// parses (at most 65,536 bytes).
+    pub fn detail_json(mut self, detail_json: impl Into<String>) -> Self {
+        self.request.detail_json = detail_json.into();
+        self
+    }
+
+    /// The run asking (needed while that run holds the session's lease;
+    /// [`Error::SessionBusy`](crate::Error::SessionBusy) while another
+    /// does).
+    pub fn run_id(mut self, run_id: impl Into<String>) -> Self {
+        self.request.run_id = run_id.into();
+        self
+    }
+
+    /// When the request expires unless decided; it must be in the future.
+    /// The server records the expiry within 10 s (`approval_decided`, state
+    /// `EXPIRED`), and the call may then be asked about again.
+    pub fn expire_time(mut self, time: SystemTime) -> Self {
+        self.request.expire_time = Some(prost_types::Timestamp::from(time));
+        self
+    }
+
+    /// The wire request.
+    pub fn into_request(self) -> v1::RequestApprovalRequest {
+        self.request
+    }
+}
+
+impl From<NewApproval> for v1::RequestApprovalRequest {
+    fn from(approval: NewApproval) -> Self {
+        approval.into_request()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// ListApprovals
+
+/// Which approvals to list: by default every approval of the caller's
+/// tenant, oldest first.
+///
+/// ```
+/// use sessionstore_client::ListApprovals;
+/// use sessionstore_client::v1::ApprovalState;
+///
+/// let waiting = ListApprovals::new().state(ApprovalState::Pending);
+/// let this_chat = ListApprovals::new().session_id("ses_1").page_size(100);
+/// let alices = ListApprovals::new().user("alice");
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListApprovals {
+    pub(crate) session_id: String,
+    pub(crate) user: String,
+    pub(crate) state: v1::ApprovalState,
+    pub(crate) page_size: i32,
+}
+
+impl ListApprovals {
+    /// All approvals, in pages of the server's default size.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only this session's.
+    pub fn session_id(mut self, session_id: impl Into<String>) -> Self {
+        self.session_id = session_id.into();
+        self
+    }
+
+    /// Only those of sessions whose `user` is this.
+    pub fn user(mut self, user: impl Into<String>) -> Self {
+        self.user = user.into();
+        self
+    }
+
+    /// Only approvals in this state (`Unspecified`: any).
+    pub fn state(mut self, state: v1::ApprovalState) -> Self {
+        self.state = state;
+        self
+    }
+
+    /// How many approvals to fetch per call (0: the server's default, 50;
+    /// the server caps it at 1000). The stream follows the pages by itself.
+    pub fn page_size(mut self, size: i32) -> Self {
+        self.page_size = size;
+        self
+    }
+
+    /// The wire request for the first page.
+    pub fn into_request(self) -> v1::ListApprovalsRequest {
+        v1::ListApprovalsRequest {
+            session_id: self.session_id,
+            user: self.user,
+            state: self.state.into(),
+            page_size: self.page_size,
+            page_token: String::new(),
+        }
     }
 }

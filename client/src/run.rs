@@ -226,6 +226,7 @@ impl Run {
         let request = v1::EndRunRequest {
             session_id: self.session_id.clone(),
             run_id: self.run_id.clone(),
+            take_next: false,
         };
         self.client
             .unary("EndRun", request, true, |mut raw, request| async move {

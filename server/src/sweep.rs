@@ -110,6 +110,16 @@ async fn sweep_pass<S: Store>(store: &S, options: &SweepOptions, look_for_idle: 
         }
         Err(error) => tracing::warn!(%error, "cannot look for expired leases"),
     }
+    match store.expired_approvals(now, BATCH).await {
+        Ok(expired) => {
+            for session in expired {
+                if let Err(error) = store.expire_approvals(&session.tenant, &session.id).await {
+                    tracing::debug!(%error, session_id = %session.id, "cannot record approvals' expiry");
+                }
+            }
+        }
+        Err(error) => tracing::warn!(%error, "cannot look for expired approvals"),
+    }
     match store.expired_sessions(now, BATCH).await {
         Ok(expired) => {
             for session in expired {

@@ -184,7 +184,7 @@ fn undecodable() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-const UNARY: [&str; 21] = [
+const UNARY: [&str; 29] = [
     "CreateSession",
     "GetSession",
     "ListSessions",
@@ -206,6 +206,14 @@ const UNARY: [&str; 21] = [
     "ListState",
     "DeleteState",
     "SearchMessages",
+    "RequestApproval",
+    "DecideApproval",
+    "GetApproval",
+    "ListApprovals",
+    "SubmitInput",
+    "TakeQueuedInput",
+    "ListQueuedInputs",
+    "WithdrawQueuedInput",
 ];
 
 const STREAMING: [&str; 3] = ["ExportHistory", "ExportTranscript", "WatchSession"];

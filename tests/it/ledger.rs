@@ -10,10 +10,11 @@ use sqlx::Connection as _;
 use crate::support::{PgDatabase, ServerProcess, sessionstore_binary};
 
 /// PostgreSQL's schema (the highest version the binary ships): sqlx's
-/// 1–19, then the ledger's 20 (the replica registry) and 21.
-const POSTGRES_SCHEMA: i64 = 21;
-/// SQLite's: sqlx's up to 19, then the ledger's 21 (20 is PostgreSQL's).
-const SQLITE_SCHEMA: i64 = 21;
+/// 1–19, then the ledger's 20 (the replica registry) to 23.
+const POSTGRES_SCHEMA: i64 = 23;
+/// SQLite's: sqlx's up to 19, then the ledger's 21 to 23 (20 is
+/// PostgreSQL's).
+const SQLITE_SCHEMA: i64 = 23;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Dialect {
@@ -158,7 +159,7 @@ async fn check_then_migrate(dialect: Dialect) {
     let lines: Vec<&str> = before.stdout.lines().collect();
     assert_eq!(lines.first().copied(), Some("1 expand core"), "{before:?}");
     let last = match dialect {
-        Dialect::Sqlite | Dialect::Postgres => "21 expand idempotent replies",
+        Dialect::Sqlite | Dialect::Postgres => "23 expand queued input",
     };
     assert_eq!(lines.last().copied(), Some(last), "{before:?}");
     for line in &lines {
@@ -191,9 +192,9 @@ async fn check_then_migrate(dialect: Dialect) {
         .integers("SELECT version FROM sessionstore_migrations ORDER BY version")
         .await;
     match dialect {
-        Dialect::Sqlite => assert_eq!(ledger, [21]),
+        Dialect::Sqlite => assert_eq!(ledger, [21, 22, 23]),
         Dialect::Postgres => {
-            assert_eq!(ledger, [20, 21]);
+            assert_eq!(ledger, [20, 21, 22, 23]);
             let kinds = db
                 .texts(
                     "SELECT kind || ' ' || description FROM sessionstore_migrations \
@@ -202,7 +203,12 @@ async fn check_then_migrate(dialect: Dialect) {
                 .await;
             assert_eq!(
                 kinds,
-                ["expand replica registry", "expand idempotent replies"]
+                [
+                    "expand replica registry",
+                    "expand idempotent replies",
+                    "expand approvals",
+                    "expand queued input"
+                ]
             );
         }
     }
@@ -490,7 +496,7 @@ async fn finalize_waits_for_older_replicas() {
         "INSERT INTO sessionstore_replicas (replica_id, version, schema, address, heartbeat_time) \
          VALUES ('old-replica', 'sessionstore 0.0.9 (0123abc)', 19, '10.1.2.3:50051', \
                  now() + interval '1 minute'), \
-                ('same-replica', 'sessionstore 0.2.0', 21, '10.1.2.4:50051', \
+                ('same-replica', 'sessionstore 0.2.0', 23, '10.1.2.4:50051', \
                  now() + interval '1 minute'), \
                 ('gone-replica', 'sessionstore 0.0.8', 18, '10.1.2.5:50051', \
                  now() - interval '30 seconds')",
@@ -550,7 +556,7 @@ async fn concurrent_migrates_apply_each_version_once() {
     let ledger = db
         .integers("SELECT version FROM sessionstore_migrations ORDER BY version")
         .await;
-    assert_eq!(ledger, [20, 21]);
+    assert_eq!(ledger, [20, 21, 22, 23]);
     assert_eq!(check(&db).await.code, Some(0));
 }
 

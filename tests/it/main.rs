@@ -5,12 +5,15 @@
 
 mod support;
 
+mod approvals;
 mod auth;
 mod backup;
 mod browser;
 mod cli;
+mod cli_approvals;
 mod cli_edges;
 mod client;
+mod client_approvals;
 mod concurrency;
 mod core;
 mod crash;
@@ -39,6 +42,7 @@ mod power_loss;
 mod provider_bodies;
 mod python;
 mod python_package;
+mod queued_input;
 mod readme;
 mod replicas;
 mod rolling_upgrade;

@@ -939,6 +939,7 @@ async fn a_writer_keeping_a_session_finds_changes_made_elsewhere() {
     b.end_run(pb::EndRunRequest {
         session_id: id.into(),
         run_id: "run-b".into(),
+        ..Default::default()
     })
     .await
     .expect("end run on B");

@@ -59,6 +59,7 @@ pub(crate) async fn end(client: &mut Client, id: &str, run: &str) -> i64 {
         .end_run(pb::EndRunRequest {
             session_id: id.to_owned(),
             run_id: run.to_owned(),
+            ..Default::default()
         })
         .await
         .unwrap_or_else(|status| panic!("end run {run}: {status:?}"))
@@ -326,6 +327,7 @@ async fn run_and_delta_argument_errors(backend: Backend) {
         .end_run(pb::EndRunRequest {
             session_id: id.clone(),
             run_id: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -334,6 +336,7 @@ async fn run_and_delta_argument_errors(backend: Backend) {
         .end_run(pb::EndRunRequest {
             session_id: "ses_runs_nobody".into(),
             run_id: "A".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -20,6 +20,7 @@ use crate::domain::calendar::rfc3339;
 use crate::domain::transcript::markdown_message;
 use crate::wire;
 
+mod approvals;
 mod backup;
 mod command;
 mod database;
@@ -161,6 +162,53 @@ pub enum SessionsCommand {
         #[arg(long, default_value = "")]
         reason: String,
     },
+    /// List tool approvals (ListApprovals), oldest first: every session's
+    /// of the tenant, or with ID only that session's.
+    ///
+    /// Text: one aligned line each under a header (ID, SESSION, TOOL CALL,
+    /// STATE, TITLE, DECIDED BY, CREATED, EXPIRES); `--format json`: one
+    /// array of objects. Decide one with `sessions approve` or `sessions
+    /// deny`.
+    Approvals {
+        /// Only this session's approvals.
+        id: Option<String>,
+        /// Only approvals in this state.
+        #[arg(long, value_enum)]
+        state: Option<ApprovalStateArg>,
+        /// Only approvals of this user's sessions.
+        #[arg(long)]
+        user: Option<String>,
+        /// `text`: aligned columns under a header. `json`: one array of
+        /// objects keyed by the approval's fields (times RFC 3339, UTC).
+        #[arg(long, value_enum, default_value_t = ApprovalsFormat::Text)]
+        format: ApprovalsFormat,
+    },
+    /// Approve a pending tool approval (DecideApproval): the tool call may
+    /// run. A decided or expired approval is an error, saying so.
+    Approve {
+        id: String,
+        /// The approval (`apr_…`, from `sessions approvals`).
+        approval: String,
+        /// Why, for the record.
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Who decided, for the record.
+        #[arg(long = "by", value_name = "NAME", default_value = "")]
+        decided_by: String,
+    },
+    /// Deny a pending tool approval (DecideApproval): the call's tool
+    /// result, a tool error saying the reason, is stored with the decision.
+    Deny {
+        id: String,
+        /// The approval (`apr_…`, from `sessions approvals`).
+        approval: String,
+        /// Why (the tool result's content, which the model reads).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Who decided, for the record.
+        #[arg(long = "by", value_name = "NAME", default_value = "")]
+        decided_by: String,
+    },
     /// Delete a session.
     Delete { id: String },
     /// Erase every session of a user, with their messages, provider calls,
@@ -240,6 +288,36 @@ pub enum UsageBy {
     Model,
     Session,
     User,
+}
+
+/// The approval states `sessions approvals --state` filters by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ApprovalStateArg {
+    Pending,
+    Approved,
+    Denied,
+    Expired,
+}
+
+impl From<ApprovalStateArg> for pb::ApprovalState {
+    fn from(state: ApprovalStateArg) -> Self {
+        match state {
+            ApprovalStateArg::Pending => pb::ApprovalState::Pending,
+            ApprovalStateArg::Approved => pb::ApprovalState::Approved,
+            ApprovalStateArg::Denied => pb::ApprovalState::Denied,
+            ApprovalStateArg::Expired => pb::ApprovalState::Expired,
+        }
+    }
+}
+
+/// How `sessions approvals` prints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum ApprovalsFormat {
+    /// One aligned line per approval, with a header.
+    #[default]
+    Text,
+    /// One JSON array of objects.
+    Json,
 }
 
 /// What `sessions export` writes.
@@ -548,6 +626,36 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
             let revision = client.cancel_run(id.clone(), run.clone(), reason).await?;
             writeln!(out, "asked run {run} of {id} to stop (revision {revision})")
                 .map_err(anyhow::Error::from)
+        }
+        SessionsCommand::Approvals {
+            id,
+            state,
+            user,
+            format,
+        } => approvals::list(&client, id, state, user, format, &mut out).await,
+        SessionsCommand::Approve {
+            id,
+            approval,
+            reason,
+            decided_by,
+        } => {
+            let decision = pb::ApprovalDecision::Approve;
+            approvals::decide(
+                &client, &id, &approval, decision, reason, decided_by, &mut out,
+            )
+            .await
+        }
+        SessionsCommand::Deny {
+            id,
+            approval,
+            reason,
+            decided_by,
+        } => {
+            let decision = pb::ApprovalDecision::Deny;
+            approvals::decide(
+                &client, &id, &approval, decision, reason, decided_by, &mut out,
+            )
+            .await
         }
         SessionsCommand::Delete { id } => {
             client.delete_session(id.clone()).await?;

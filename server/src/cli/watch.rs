@@ -108,6 +108,34 @@ pub(super) async fn watch(
                 "run_cancel_requested",
                 format!("{} {}", requested.run_id, cell(&requested.reason, 60)),
             ),
+            Event::ApprovalRequested(requested) => {
+                let approval = requested.approval.unwrap_or_default();
+                (
+                    "approval_requested",
+                    format!(
+                        "{} {} {}",
+                        approval.approval_id,
+                        approval.tool_call_id,
+                        cell(&approval.title, 60)
+                    ),
+                )
+            }
+            Event::ApprovalDecided(decided) => {
+                let approval = decided.approval.unwrap_or_default();
+                let state = approval
+                    .state()
+                    .as_str_name()
+                    .trim_start_matches("APPROVAL_STATE_")
+                    .to_lowercase();
+                let mut detail = format!("{} {state}", approval.approval_id);
+                if !approval.decided_by.is_empty() {
+                    detail.push_str(&format!(" by {}", approval.decided_by));
+                }
+                if !approval.reason.is_empty() {
+                    detail.push_str(&format!(": {}", cell(&approval.reason, 60)));
+                }
+                ("approval_decided", detail)
+            }
             other => (event_name(&other), String::new()),
         };
         writeln!(out, "{revision:>6}  {name}  {detail}")?;

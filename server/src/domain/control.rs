@@ -9,6 +9,7 @@ use super::fields::{
     MAX_KEY_LEN, check_len, check_request_id, check_scope_name, check_state_entry, check_state_key,
     validate_new_session_id,
 };
+use super::queue::Submitted;
 use super::{DeltaContent, Error, Message, Result, StateEntry, StoredMessage, Timestamp};
 
 /// The longest lease a run may take at once (it can renew).
@@ -61,6 +62,7 @@ pub trait ControlOp: Clone + Send + Sync + 'static {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeptReply {
     RolledBack(RolledBack),
+    Submitted(Submitted),
 }
 
 /// Storage's step for each control, on a session it has loaded.
@@ -278,8 +280,10 @@ impl ControlOp for Rollback {
     }
 
     fn kept(reply: KeptReply) -> Option<RolledBack> {
-        let KeptReply::RolledBack(rolled) = reply;
-        Some(rolled)
+        match reply {
+            KeptReply::RolledBack(rolled) => Some(rolled),
+            KeptReply::Submitted(_) => None,
+        }
     }
 
     fn apply<A: Applier>(self, applier: &mut A) -> impl Future<Output = Result<RolledBack>> + Send {

@@ -61,6 +61,58 @@ pub enum Error {
         actual: i64,
     },
 
+    /// A tool call named for approval is made by no message of the history.
+    #[error("tool call {0:?} is made by no message of the session's history")]
+    UnknownToolCall(String),
+
+    /// A tool call named for approval already has its result.
+    #[error("tool call {0:?} already has its result")]
+    ToolCallAnswered(String),
+
+    /// The tool call already has a pending or approved approval.
+    #[error("tool call {tool_call_id:?} already has approval {approval_id:?}")]
+    ApprovalExists {
+        tool_call_id: String,
+        approval_id: String,
+    },
+
+    /// No approval with this id in the session.
+    #[error("approval {0:?} not found in the session")]
+    ApprovalNotFound(String),
+
+    /// The approval was decided before (by another call, or this key with
+    /// another body).
+    #[error("approval {approval_id:?} was already decided: {state}")]
+    ApprovalAlreadyDecided {
+        approval_id: String,
+        state: &'static str,
+        decided_by: String,
+    },
+
+    /// The approval expired before it was decided.
+    #[error("approval {0:?} expired before it was decided")]
+    ApprovalExpired(String),
+
+    /// Only the run holding the session's lease may take its queued input.
+    #[error("run {0:?} does not hold the session's lease")]
+    LeaseNotHeld(String),
+
+    /// No input is waiting in the session's queue.
+    #[error("no input is waiting in the session's queue")]
+    QueueEmpty,
+
+    /// The session's queue holds the most waiting inputs allowed.
+    #[error("the session's queue holds {0} waiting inputs, the most it may")]
+    QueueFull(i64),
+
+    /// No queued input with this id in the session.
+    #[error("input {0:?} not found in the session")]
+    InputNotFound(String),
+
+    /// The input was taken into the history already.
+    #[error("input {0:?} was already taken")]
+    InputAlreadyTaken(String),
+
     /// A request is over a limit; `limit` names it (as its flag, in snake case).
     #[error("{field}: {description}")]
     LimitExceeded {

@@ -24,6 +24,16 @@ pub fn call_id() -> String {
     make("call_")
 }
 
+/// A new approval id (`apr_…`).
+pub fn approval_id() -> String {
+    make("apr_")
+}
+
+/// A new queued input id (`inp_…`).
+pub fn input_id() -> String {
+    make("inp_")
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -32,6 +42,8 @@ mod tests {
             (super::session_id(), "ses_"),
             (super::message_id(), "msg_"),
             (super::call_id(), "call_"),
+            (super::approval_id(), "apr_"),
+            (super::input_id(), "inp_"),
         ] {
             assert!(id.starts_with(prefix), "{id}");
             let hex = &id[prefix.len()..];

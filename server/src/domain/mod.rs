@@ -1,5 +1,6 @@
 //! The domain: types, rules and errors of sessionstore. No protobuf, no SQL.
 
+pub mod approvals;
 pub mod bodies;
 pub mod calendar;
 pub mod control;
@@ -11,6 +12,7 @@ pub mod fields;
 pub mod filter;
 pub mod ids;
 pub mod paging;
+pub mod queue;
 pub mod search;
 pub mod session;
 pub mod target;

@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::approvals::Approval;
+use super::queue::QueuedInput;
+
 /// String metadata, ordered so that encodings (and fingerprints) are stable.
 pub type Metadata = BTreeMap<String, String>;
 
@@ -343,6 +346,36 @@ pub enum Change {
         value: String,
         version: i64,
         deleted: bool,
+    },
+    /// A tool call awaits a decision.
+    ApprovalRequested {
+        approval: Approval,
+    },
+    /// An approval was decided, or expired; a denial's tool result was
+    /// appended in the same revision.
+    ApprovalDecided {
+        approval: Approval,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_result: Option<StoredMessage>,
+        next_sequence: i64,
+    },
+    /// Input was queued while the session was busy.
+    InputQueued {
+        input: QueuedInput,
+    },
+    /// A queued input was moved into the history by the run holding the
+    /// lease.
+    InputTaken {
+        input_id: String,
+        position: i64,
+        run_id: String,
+        messages: Vec<StoredMessage>,
+        next_sequence: i64,
+    },
+    /// A queued input was withdrawn.
+    InputWithdrawn {
+        input_id: String,
+        position: i64,
     },
 }
 

@@ -37,9 +37,11 @@ use crate::store::{
 use crate::watch::{self, Hub, WatchItem, WatchOptions, WatchRequest};
 use crate::wire;
 
+mod approvals;
 mod encoded_streams;
 mod export_chunks;
 mod limits;
+mod queue;
 mod targeted;
 mod transcript;
 
@@ -327,6 +329,110 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
                 state: state.into_iter().map(wire::state_entry_to_pb).collect(),
                 ..wire::session_to_pb(session)
             })
+        })
+        .await
+    }
+
+    async fn submit_input(
+        &self,
+        request: Request<pb::SubmitInputRequest>,
+    ) -> Result<Response<pb::SubmitInputResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req.session_id.clone();
+        unary("SubmitInput", &session_id, async {
+            self.submit_input_in(&tenant, req).await
+        })
+        .await
+    }
+
+    async fn take_queued_input(
+        &self,
+        request: Request<pb::TakeQueuedInputRequest>,
+    ) -> Result<Response<pb::TakeQueuedInputResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req.session_id.clone();
+        unary("TakeQueuedInput", &session_id, async {
+            self.take_queued_input_in(&tenant, req).await
+        })
+        .await
+    }
+
+    async fn list_queued_inputs(
+        &self,
+        request: Request<pb::ListQueuedInputsRequest>,
+    ) -> Result<Response<pb::ListQueuedInputsResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req.session_id.clone();
+        unary("ListQueuedInputs", &session_id, async {
+            self.list_queued_inputs_in(&tenant, req).await
+        })
+        .await
+    }
+
+    async fn withdraw_queued_input(
+        &self,
+        request: Request<pb::WithdrawQueuedInputRequest>,
+    ) -> Result<Response<pb::WithdrawQueuedInputResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req.session_id.clone();
+        unary("WithdrawQueuedInput", &session_id, async {
+            self.withdraw_queued_input_in(&tenant, req).await
+        })
+        .await
+    }
+
+    async fn request_approval(
+        &self,
+        request: Request<pb::RequestApprovalRequest>,
+    ) -> Result<Response<pb::RequestApprovalResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req.session_id.clone();
+        unary("RequestApproval", &session_id, async {
+            self.request_approval_in(&tenant, req).await
+        })
+        .await
+    }
+
+    async fn decide_approval(
+        &self,
+        request: Request<pb::DecideApprovalRequest>,
+    ) -> Result<Response<pb::DecideApprovalResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req.session_id.clone();
+        unary("DecideApproval", &session_id, async {
+            self.decide_approval_in(&tenant, req).await
+        })
+        .await
+    }
+
+    async fn get_approval(
+        &self,
+        request: Request<pb::GetApprovalRequest>,
+    ) -> Result<Response<pb::Approval>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req.session_id.clone();
+        unary("GetApproval", &session_id, async {
+            self.get_approval_in(&tenant, req).await
+        })
+        .await
+    }
+
+    async fn list_approvals(
+        &self,
+        request: Request<pb::ListApprovalsRequest>,
+    ) -> Result<Response<pb::ListApprovalsResponse>, Status> {
+        let tenant = tenant_of(&request);
+        let req = request.into_inner();
+        let session_id = req.session_id.clone();
+        unary("ListApprovals", &session_id, async {
+            self.list_approvals_in(&tenant, req).await
         })
         .await
     }
@@ -693,8 +799,14 @@ impl<S: Store> SessionStoreRpc for SessionStoreService<S> {
             let control = control::EndRun {
                 run_id: req.run_id.clone(),
             };
+            if req.take_next {
+                return self.end_run_taking_next_in(&tenant, &req, control).await;
+            }
             let revision = self.control(&tenant, &req.session_id, control).await?;
-            Ok(pb::EndRunResponse { revision })
+            Ok(pb::EndRunResponse {
+                revision,
+                taken_input: None,
+            })
         })
         .await
     }

@@ -91,6 +91,63 @@ impl From<Error> for Status {
                 Code::FailedPrecondition,
                 info("RUN_NOT_ACTIVE", &[("run_id", run_id)]),
             ),
+            Error::UnknownToolCall(id) => (
+                Code::FailedPrecondition,
+                info("UNKNOWN_TOOL_CALL", &[("tool_call_id", id)]),
+            ),
+            Error::ToolCallAnswered(id) => (
+                Code::FailedPrecondition,
+                info("TOOL_CALL_ANSWERED", &[("tool_call_id", id)]),
+            ),
+            Error::ApprovalExists {
+                tool_call_id,
+                approval_id,
+            } => (
+                Code::AlreadyExists,
+                info(
+                    "APPROVAL_EXISTS",
+                    &[("tool_call_id", tool_call_id), ("approval_id", approval_id)],
+                ),
+            ),
+            Error::ApprovalNotFound(id) => (
+                Code::NotFound,
+                info("APPROVAL_NOT_FOUND", &[("approval_id", id)]),
+            ),
+            Error::ApprovalAlreadyDecided {
+                approval_id,
+                state,
+                decided_by,
+            } => (
+                Code::FailedPrecondition,
+                info(
+                    "APPROVAL_ALREADY_DECIDED",
+                    &[
+                        ("approval_id", approval_id),
+                        ("state", state.to_string()),
+                        ("decided_by", decided_by),
+                    ],
+                ),
+            ),
+            Error::ApprovalExpired(id) => (
+                Code::FailedPrecondition,
+                info("APPROVAL_EXPIRED", &[("approval_id", id)]),
+            ),
+            Error::LeaseNotHeld(run_id) => (
+                Code::FailedPrecondition,
+                info("LEASE_NOT_HELD", &[("run_id", run_id)]),
+            ),
+            Error::QueueEmpty => (Code::NotFound, info("QUEUE_EMPTY", &[])),
+            Error::QueueFull(limit) => (
+                Code::ResourceExhausted,
+                info("QUEUE_FULL", &[("limit", limit.to_string())]),
+            ),
+            Error::InputNotFound(id) => {
+                (Code::NotFound, info("INPUT_NOT_FOUND", &[("input_id", id)]))
+            }
+            Error::InputAlreadyTaken(id) => (
+                Code::FailedPrecondition,
+                info("INPUT_ALREADY_TAKEN", &[("input_id", id)]),
+            ),
             Error::MessageNotFound(id) => (
                 Code::NotFound,
                 info("MESSAGE_NOT_FOUND", &[("message_id", id)]),

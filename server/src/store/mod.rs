@@ -8,7 +8,9 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::domain::approvals::{Approval, ApprovalQuery, DecideApproval, Decided, RequestApproval};
 use crate::domain::erase::{Erased, Erasure};
+use crate::domain::queue::{QueuedInput, SubmitInput, Submitted, Taken};
 use crate::domain::target::Origins;
 use crate::domain::usage::{UsageQuery, UsageRow};
 use crate::domain::{
@@ -420,6 +422,92 @@ pub trait Store: Clone + Send + Sync + 'static {
 
     /// Returns a live session.
     fn get_session(&self, tenant: &str, id: &str) -> impl Future<Output = Result<Session>> + Send;
+
+    /// SubmitInput: appended at once, queued, or refused as busy.
+    fn submit_input(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        input: SubmitInput,
+    ) -> impl Future<Output = Result<Submitted>> + Send;
+
+    /// TakeQueuedInput by the run holding the lease.
+    fn take_queued_input(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        run_id: &str,
+    ) -> impl Future<Output = Result<Taken>> + Send;
+
+    /// EndRun with `take_next`: the revision after, and the input taken.
+    fn end_run_taking_next(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        run_id: &str,
+    ) -> impl Future<Output = Result<(i64, Option<QueuedInput>)>> + Send;
+
+    /// A live session's waiting inputs with a position after `after`.
+    fn list_queued_inputs(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        after: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<QueuedInput>>> + Send;
+
+    /// WithdrawQueuedInput: the revision recording the withdrawal.
+    fn withdraw_queued_input(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        input_id: &str,
+    ) -> impl Future<Output = Result<i64>> + Send;
+
+    /// RequestApproval: the pending approval and the revision recording it.
+    fn request_approval(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        request: RequestApproval,
+    ) -> impl Future<Output = Result<(Approval, i64)>> + Send;
+
+    /// DecideApproval, once any expiry due in the session is recorded.
+    fn decide_approval(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        decision: DecideApproval,
+    ) -> impl Future<Output = Result<Decided>> + Send;
+
+    /// One approval of a live session, its expiry recorded first if due.
+    fn get_approval(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        approval_id: &str,
+    ) -> impl Future<Output = Result<Approval>> + Send;
+
+    /// The tenant's approvals (expiries due recorded first).
+    fn list_approvals(
+        &self,
+        tenant: &str,
+        query: ApprovalQuery,
+    ) -> impl Future<Output = Result<Vec<Approval>>> + Send;
+
+    /// Sessions with a pending approval past its expiry.
+    fn expired_approvals(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<SweepCandidate>>> + Send;
+
+    /// Records the expiries due in a session (a revision each).
+    fn expire_approvals(
+        &self,
+        tenant: &str,
+        session_id: &str,
+    ) -> impl Future<Output = Result<()>> + Send;
 
     /// Returns a live session with the state entries of `scopes` (`""`:
     /// its own), each scope's in key order, all read in one snapshot.

@@ -15,22 +15,26 @@ use sqlx::{AnyPool, Row};
 
 use super::append::Value;
 use super::ops::{
-    AppendExchange, Appended, ControlSession, CreateSession, DeleteExpired, DeleteIdle,
-    DeleteSession, DeleteSharedState, EraseFinish, EraseMark, EraseRows, EraseTombstones,
-    ForkSession, PurgeTombstones, SetSharedState, Tombstones, Unindex, UpdateSession, Write,
+    APPROVAL_COLUMNS, AppendExchange, Appended, AskApproval, ControlSession, CreateSession, Decide,
+    DeleteExpired, DeleteIdle, DeleteSession, DeleteSharedState, EndRunTakingNext, EraseFinish,
+    EraseMark, EraseRows, EraseTombstones, ExpireApprovals, ForkSession, PurgeTombstones,
+    SetSharedState, Submit, TakeInput, Tombstones, Unindex, UpdateSession, Withdraw, Write,
+    approval_from_row,
 };
 use super::rows::{
     BorrowedRow, MESSAGE_COLUMNS, SESSION_COLUMNS, message_row, scope_entries, session_from_row,
     shared_state_from_row, state_from_row, text_col,
 };
 use super::rows::{Content, EventPage, EventRow, EventRows, OwnedMessageRow, events_with_contents};
-use super::text::{escape, escape_ordered};
+use super::text::{escape, escape_ordered, unescape};
 use super::writer::{self, Job, Pending, PendingAppend};
 use super::{
     CommitSink, ListedCall, Page, ReadBound, SearchQuery, SessionHandle, SharedStateWrite, Store,
     SweepCandidate,
 };
+use crate::domain::approvals::{Approval, ApprovalQuery, DecideApproval, Decided, RequestApproval};
 use crate::domain::erase::{Erased, Erasure};
+use crate::domain::queue::{QueuedInput, SubmitInput, Submitted, Taken};
 use crate::domain::target::{Origin, Origins};
 use crate::domain::usage::{self, UsageGroup, UsageQuery, UsageRow};
 use crate::domain::{
@@ -501,6 +505,187 @@ impl Store for SqlStore {
         Ok((session, entries))
     }
 
+    async fn submit_input(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        input: SubmitInput,
+    ) -> Result<Submitted> {
+        let session_id = session_id.to_owned();
+        self.write(tenant, Submit { session_id, input }).await
+    }
+
+    async fn take_queued_input(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        run_id: &str,
+    ) -> Result<Taken> {
+        let (session_id, run_id) = (session_id.to_owned(), run_id.to_owned());
+        self.write(tenant, TakeInput { session_id, run_id }).await
+    }
+
+    async fn end_run_taking_next(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        run_id: &str,
+    ) -> Result<(i64, Option<QueuedInput>)> {
+        let (session_id, run_id) = (session_id.to_owned(), run_id.to_owned());
+        self.write(tenant, EndRunTakingNext { session_id, run_id })
+            .await
+    }
+
+    async fn list_queued_inputs(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<QueuedInput>> {
+        let session = self.resolve(tenant, session_id).await?;
+        let bodies: Vec<Vec<u8>> = sqlx::query_scalar(
+            "SELECT body FROM queued_inputs WHERE session_key = $1 AND state = 0 \
+             AND position > $2 ORDER BY position LIMIT $3",
+        )
+        .bind(session.key)
+        .bind(after)
+        .bind(limit_param(limit))
+        .fetch_all(&self.inner.pool)
+        .await?;
+        bodies
+            .iter()
+            .map(|body| crate::wire::decode_queued_input(body))
+            .collect()
+    }
+
+    async fn withdraw_queued_input(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        input_id: &str,
+    ) -> Result<i64> {
+        let (session_id, input_id) = (session_id.to_owned(), input_id.to_owned());
+        self.write(
+            tenant,
+            Withdraw {
+                session_id,
+                input_id,
+            },
+        )
+        .await
+    }
+
+    async fn request_approval(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        request: RequestApproval,
+    ) -> Result<(Approval, i64)> {
+        let session_id = session_id.to_owned();
+        self.write(
+            tenant,
+            AskApproval {
+                session_id,
+                request,
+            },
+        )
+        .await
+    }
+
+    async fn decide_approval(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        decision: DecideApproval,
+    ) -> Result<Decided> {
+        self.expire_if_due(tenant, Some(session_id)).await?;
+        let session_id = session_id.to_owned();
+        self.write(
+            tenant,
+            Decide {
+                session_id,
+                decision,
+            },
+        )
+        .await
+    }
+
+    async fn get_approval(
+        &self,
+        tenant: &str,
+        session_id: &str,
+        approval_id: &str,
+    ) -> Result<Approval> {
+        let session = self.resolve(tenant, session_id).await?;
+        self.expire_if_due(tenant, Some(session_id)).await?;
+        let row = sqlx::query(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals a JOIN sessions s ON s.key = a.session_key \
+             WHERE a.session_key = $1 AND a.approval_id = $2"
+        ))
+        .bind(session.key)
+        .bind(escape(approval_id))
+        .fetch_optional(&self.inner.pool)
+        .await?
+        .ok_or_else(|| Error::ApprovalNotFound(approval_id.to_owned()))?;
+        approval_from_row(&row)
+    }
+
+    async fn list_approvals(&self, tenant: &str, query: ApprovalQuery) -> Result<Vec<Approval>> {
+        self.expire_if_due(tenant, query.session_id.as_deref())
+            .await?;
+        let now = Timestamp::now();
+        let mut values = vec![Value::Text(escape(tenant)), Value::Int(now.0)];
+        let mut filters = String::new();
+        let mut bind = |values: &mut Vec<Value>, condition: &str, value: Value| {
+            values.push(value);
+            filters.push_str(&format!(" AND {condition} ${}", values.len()));
+        };
+        if let Some(id) = &query.session_id {
+            bind(&mut values, "s.id =", Value::Text(escape(id)));
+        }
+        if let Some(user) = &query.user {
+            bind(&mut values, "s.user_name =", Value::Text(escape(user)));
+        }
+        if let Some(state) = query.state {
+            bind(&mut values, "a.state =", Value::Int(state.code()));
+        }
+        if let Some((time, id)) = &query.after {
+            values.push(Value::Int(time.0));
+            values.push(Value::Text(escape(id)));
+            filters.push_str(&format!(
+                " AND (a.create_time > ${t} OR (a.create_time = ${t} AND a.approval_id > ${i}))",
+                t = values.len() - 1,
+                i = values.len()
+            ));
+        }
+        values.push(Value::Int(i64::try_from(query.limit).unwrap_or(i64::MAX)));
+        let sql = format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals a JOIN sessions s ON s.key = a.session_key \
+             WHERE a.tenant = $1 AND s.deleted = 0 AND (s.expire_time = 0 OR s.expire_time > $2)\
+             {filters} ORDER BY a.create_time, a.approval_id LIMIT ${}",
+            values.len()
+        );
+        let rows = bound(&sql, values).fetch_all(&self.inner.pool).await?;
+        rows.iter().map(approval_from_row).collect()
+    }
+
+    async fn expired_approvals(&self, now: Timestamp, limit: usize) -> Result<Vec<SweepCandidate>> {
+        self.candidates(
+            "SELECT DISTINCT s.tenant, s.id FROM approvals a JOIN sessions s ON s.key = a.session_key \
+             WHERE a.state = 1 AND a.expire_time > 0 AND a.expire_time <= $1 AND s.deleted = 0 \
+             LIMIT $2",
+            now,
+            limit,
+        )
+        .await
+    }
+
+    async fn expire_approvals(&self, tenant: &str, session_id: &str) -> Result<()> {
+        let session_id = session_id.to_owned();
+        self.write(tenant, ExpireApprovals { session_id }).await
+    }
+
     async fn list_sessions(
         &self,
         tenant: &str,
@@ -854,17 +1039,7 @@ impl Store for SqlStore {
                 values.len()
             )
         };
-        let mut statement = sqlx::query(&sql);
-        for value in values {
-            statement = match value {
-                Value::Int(v) => statement.bind(v),
-                Value::Text(v) => statement.bind(v),
-                Value::NullableText(v) => statement.bind(v),
-                Value::Bytes(v) => statement.bind(v),
-                Value::Words(v) => statement.bind(crate::domain::search::tsvector(&v)),
-            };
-        }
-        let rows = statement.fetch_all(&self.inner.pool).await?;
+        let rows = bound(&sql, values).fetch_all(&self.inner.pool).await?;
         rows.iter()
             .map(|row| {
                 let key = match query.group {
@@ -1136,6 +1311,29 @@ pub(super) async fn close_pool(pool: &AnyPool) {
 }
 
 impl SqlStore {
+    /// Records the expiries due in the tenant's sessions (or in one) before
+    /// a call reads or decides their approvals: a write only when one is
+    /// due.
+    async fn expire_if_due(&self, tenant: &str, session_id: Option<&str>) -> Result<()> {
+        let due: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT s.id FROM approvals a JOIN sessions s ON s.key = a.session_key \
+             WHERE a.tenant = $1 AND a.state = 1 AND a.expire_time > 0 AND a.expire_time <= $2 \
+             AND s.deleted = 0 AND ($3 = '' OR s.id = $3) LIMIT 100",
+        )
+        .bind(escape(tenant))
+        .bind(Timestamp::now().0)
+        .bind(escape(session_id.unwrap_or_default()))
+        .fetch_all(&self.inner.pool)
+        .await?;
+        for id in due {
+            match self.expire_approvals(tenant, &unescape(id)).await {
+                Ok(()) | Err(Error::SessionNotFound(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+
     async fn candidates(
         &self,
         sql: &str,
@@ -1259,4 +1457,22 @@ fn summary_from_row(row: &AnyRow, now: Timestamp) -> Result<SessionSummary> {
         total_tokens: row.try_get("total_tokens")?,
         total_cost_micros_usd: row.try_get("total_cost_micros_usd")?,
     })
+}
+
+/// `sql` with `values` bound, in order.
+fn bound(
+    sql: &str,
+    values: Vec<Value>,
+) -> sqlx::query::Query<'_, sqlx::Any, sqlx::any::AnyArguments<'_>> {
+    let mut statement = sqlx::query(sql);
+    for value in values {
+        statement = match value {
+            Value::Int(v) => statement.bind(v),
+            Value::Text(v) => statement.bind(v),
+            Value::NullableText(v) => statement.bind(v),
+            Value::Bytes(v) => statement.bind(v),
+            Value::Words(v) => statement.bind(crate::domain::search::tsvector(&v)),
+        };
+    }
+    statement
 }

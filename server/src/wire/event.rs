@@ -18,6 +18,8 @@ use super::fields::{BadField, Field, Fields, delimited_len, key_len, put_delimit
 use super::{
     event_into_pb, message_from_pb, provider_call_from_pb, state_change_from_pb, timestamp_micros,
 };
+use crate::domain::approvals::{Approval, ApprovalState};
+use crate::domain::queue::{InputMode, QueuedInput};
 use crate::domain::{
     AppendedExchange, Change, Error, ProviderCall, Result, Session, SessionEvent, StateEntry,
     StoredMessage, Timestamp,
@@ -487,6 +489,35 @@ pub fn event_from_pb(event: pb::SessionEvent) -> Result<SessionEvent> {
             version: state.version,
             deleted: state.deleted,
         },
+        Some(Event::ApprovalRequested(requested)) => Change::ApprovalRequested {
+            approval: approval_from_pb(requested.approval)?,
+        },
+        Some(Event::ApprovalDecided(decided)) => Change::ApprovalDecided {
+            approval: approval_from_pb(decided.approval)?,
+            tool_result: decided
+                .tool_result
+                .map(stored_message_from_pb)
+                .transpose()?,
+            next_sequence: decided.next_sequence,
+        },
+        Some(Event::InputQueued(queued)) => Change::InputQueued {
+            input: queued_input_from_pb(
+                queued
+                    .input
+                    .ok_or_else(|| malformed("an input event without its input"))?,
+            )?,
+        },
+        Some(Event::InputTaken(taken)) => Change::InputTaken {
+            input_id: taken.input_id,
+            position: taken.position,
+            run_id: taken.run_id,
+            messages: stored_messages_from_pb(taken.messages)?,
+            next_sequence: taken.next_sequence,
+        },
+        Some(Event::InputWithdrawn(withdrawn)) => Change::InputWithdrawn {
+            input_id: withdrawn.input_id,
+            position: withdrawn.position,
+        },
         Some(
             Event::CaughtUp(_) | Event::Progress(_) | Event::Delta(_) | Event::RunDiscarded(_),
         )
@@ -496,6 +527,43 @@ pub fn event_from_pb(event: pb::SessionEvent) -> Result<SessionEvent> {
         revision: event.revision,
         time: time_from_pb(event.time.as_ref())?,
         change,
+    })
+}
+
+/// A stored queued input.
+pub(super) fn queued_input_from_pb(input: pb::QueuedInput) -> Result<QueuedInput> {
+    Ok(QueuedInput {
+        mode: InputMode::from_code(input.mode)
+            .ok_or_else(|| malformed("an input of no known mode"))?,
+        create_time: time_from_pb(input.create_time.as_ref())?,
+        messages: input
+            .messages
+            .into_iter()
+            .map(|m| message_from_pb(m, "message").map_err(|e| malformed(e.to_string())))
+            .collect::<Result<_>>()?,
+        input_id: input.input_id,
+        session_id: input.session_id,
+        position: input.position,
+    })
+}
+
+/// A stored approval.
+fn approval_from_pb(approval: Option<pb::Approval>) -> Result<Approval> {
+    let approval = approval.ok_or_else(|| malformed("an approval event without its approval"))?;
+    Ok(Approval {
+        state: ApprovalState::from_code(i64::from(approval.state))
+            .ok_or_else(|| malformed("an approval in no known state"))?,
+        create_time: time_from_pb(approval.create_time.as_ref())?,
+        decide_time: time_from_pb(approval.decide_time.as_ref())?,
+        expire_time: time_from_pb(approval.expire_time.as_ref())?,
+        approval_id: approval.approval_id,
+        session_id: approval.session_id,
+        run_id: approval.run_id,
+        tool_call_id: approval.tool_call_id,
+        title: approval.title,
+        detail_json: approval.detail_json,
+        decided_by: approval.decided_by,
+        reason: approval.reason,
     })
 }
 
@@ -717,7 +785,53 @@ mod tests {
                 version: 4,
                 deleted: false,
             },
+            Change::ApprovalRequested {
+                approval: approval(ApprovalState::Pending),
+            },
+            Change::ApprovalDecided {
+                approval: approval(ApprovalState::Denied),
+                tool_result: Some(message("msg_t", 5)),
+                next_sequence: 6,
+            },
+            Change::InputQueued {
+                input: QueuedInput {
+                    input_id: "inp_1".into(),
+                    session_id: "s".into(),
+                    position: 3,
+                    messages: vec![message("m", 0).message],
+                    mode: InputMode::Interrupt,
+                    create_time: Timestamp(1_700_000_000_000_002),
+                },
+            },
+            Change::InputTaken {
+                input_id: "inp_1".into(),
+                position: 3,
+                run_id: "run-1".into(),
+                messages: vec![message("msg_i", 6)],
+                next_sequence: 7,
+            },
+            Change::InputWithdrawn {
+                input_id: "inp_2".into(),
+                position: 4,
+            },
         ]
+    }
+
+    fn approval(state: ApprovalState) -> Approval {
+        Approval {
+            approval_id: "apr_1".into(),
+            session_id: "s".into(),
+            run_id: "run-1".into(),
+            tool_call_id: "call_1".into(),
+            title: "Delete?".into(),
+            detail_json: "{\"path\": \"/\"}".into(),
+            state,
+            decided_by: "ada".into(),
+            reason: "no".into(),
+            create_time: Timestamp(1_700_000_000_000_000),
+            decide_time: Timestamp(1_700_000_000_000_001),
+            expire_time: Timestamp(0),
+        }
     }
 
     #[test]
@@ -760,6 +874,11 @@ mod tests {
                 Effect::SessionDeleted,
                 Effect::None,
                 Effect::ClosesRun("run-2".into()),
+                Effect::None,
+                Effect::None,
+                Effect::None,
+                Effect::None,
+                Effect::None,
                 Effect::None,
                 Effect::None,
                 Effect::None,

@@ -8,12 +8,19 @@ mod kept;
 mod outline;
 
 pub use event::{Effect, EncodedEvent, event_from_pb};
-pub use kept::{decode_kept, encode_kept};
+pub use kept::{
+    decode_kept, decode_queued_input, decode_stored_message, encode_kept, encode_queued_input,
+    encode_stored_message,
+};
 pub use outline::{Outline, outline, without_reasoning};
 
 use sessionstore_client::v1 as pb;
 use sessionstore_client::v1::content_block::Block;
 
+use crate::domain::approvals::{
+    Approval, ApprovalState, DecideApproval, Decision, RequestApproval,
+};
+use crate::domain::queue::{InputMode, QueuedInput, SubmitInput};
 use crate::domain::target::{ExportTarget, ReasoningPolicy};
 use crate::domain::usage::UsageGroup;
 use crate::domain::{
@@ -470,6 +477,37 @@ pub fn event_into_pb(event: SessionEvent) -> pb::SessionEvent {
             version,
             deleted,
         }),
+        Change::ApprovalRequested { approval } => Event::ApprovalRequested(pb::ApprovalRequested {
+            approval: Some(approval_to_pb(approval)),
+        }),
+        Change::ApprovalDecided {
+            approval,
+            tool_result,
+            next_sequence,
+        } => Event::ApprovalDecided(pb::ApprovalDecided {
+            approval: Some(approval_to_pb(approval)),
+            tool_result: tool_result.map(stored_message_to_pb),
+            next_sequence,
+        }),
+        Change::InputQueued { input } => Event::InputQueued(pb::InputQueued {
+            input: Some(queued_input_to_pb(input)),
+        }),
+        Change::InputTaken {
+            input_id,
+            position,
+            run_id,
+            messages,
+            next_sequence,
+        } => Event::InputTaken(pb::InputTaken {
+            input_id,
+            position,
+            run_id,
+            messages: messages.into_iter().map(stored_message_to_pb).collect(),
+            next_sequence,
+        }),
+        Change::InputWithdrawn { input_id, position } => {
+            Event::InputWithdrawn(pb::InputWithdrawn { input_id, position })
+        }
     };
     pb::SessionEvent {
         revision: event.revision,
@@ -757,4 +795,82 @@ pub fn delta_cursors_from_pb(
         }
     }
     Ok(by_run)
+}
+
+pub fn approval_to_pb(approval: Approval) -> pb::Approval {
+    pb::Approval {
+        approval_id: approval.approval_id,
+        session_id: approval.session_id,
+        run_id: approval.run_id,
+        tool_call_id: approval.tool_call_id,
+        title: approval.title,
+        detail_json: approval.detail_json,
+        state: i32::try_from(approval.state.code()).unwrap_or_default(),
+        decided_by: approval.decided_by,
+        reason: approval.reason,
+        create_time: Some(timestamp(approval.create_time)),
+        decide_time: optional_timestamp(approval.decide_time),
+        expire_time: optional_timestamp(approval.expire_time),
+    }
+}
+
+/// A RequestApproval request's fields.
+pub fn request_approval_from_pb(req: pb::RequestApprovalRequest) -> Result<RequestApproval> {
+    Ok(RequestApproval {
+        run_id: req.run_id,
+        tool_call_id: req.tool_call_id,
+        title: req.title,
+        detail_json: req.detail_json,
+        expire_time: expire_time_from_pb("expire_time", req.expire_time.as_ref())?,
+    })
+}
+
+/// A DecideApproval request's fields; the decision is required.
+pub fn decide_approval_from_pb(req: pb::DecideApprovalRequest) -> Result<DecideApproval> {
+    let decision = match pb::ApprovalDecision::try_from(req.decision) {
+        Ok(pb::ApprovalDecision::Approve) => Decision::Approve,
+        Ok(pb::ApprovalDecision::Deny) => Decision::Deny,
+        Ok(pb::ApprovalDecision::Unspecified) => {
+            return Err(Error::invalid("decision", "is required: APPROVE or DENY"));
+        }
+        Err(_) => return Err(Error::invalid("decision", "is not a known decision")),
+    };
+    Ok(DecideApproval {
+        approval_id: req.approval_id,
+        decision,
+        reason: req.reason,
+        decided_by: req.decided_by,
+        request_id: req.request_id,
+    })
+}
+
+/// ListApprovals' `state` filter: `None` for UNSPECIFIED (any).
+pub fn approval_state_filter_from_pb(state: i32) -> Result<Option<ApprovalState>> {
+    if state == 0 {
+        return Ok(None);
+    }
+    ApprovalState::from_code(i64::from(state))
+        .map(Some)
+        .ok_or_else(|| Error::invalid("state", "is not a known approval state"))
+}
+
+pub fn queued_input_to_pb(input: QueuedInput) -> pb::QueuedInput {
+    pb::QueuedInput {
+        input_id: input.input_id,
+        session_id: input.session_id,
+        position: input.position,
+        messages: input.messages.into_iter().map(message_to_pb).collect(),
+        mode: input.mode.code(),
+        create_time: Some(timestamp(input.create_time)),
+    }
+}
+
+/// A SubmitInput request's fields (each message checked as it converts).
+pub fn submit_input_from_pb(req: pb::SubmitInputRequest) -> Result<SubmitInput> {
+    Ok(SubmitInput {
+        mode: InputMode::from_code(req.mode)
+            .ok_or_else(|| Error::invalid("mode", "is not a known input mode"))?,
+        messages: messages_from_pb(req.messages, "messages")?,
+        request_id: req.request_id,
+    })
 }

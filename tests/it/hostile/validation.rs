@@ -941,6 +941,7 @@ async fn send(client: &mut Client, live: &Live, req: &Req) -> Result<(), tonic::
                 .end_run(pb::EndRunRequest {
                     session_id: live.sid(sid),
                     run_id: run_id.clone(),
+                    ..Default::default()
                 })
                 .await?;
         }

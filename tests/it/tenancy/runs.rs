@@ -61,12 +61,14 @@ async fn another_tenants_session_is_unknown_to_runs_and_deltas(backend: Backend)
         pb::EndRunRequest {
             session_id: id.to_owned(),
             run_id: RUN.into(),
+            ..Default::default()
         }
     });
     probe!(client, "EndRun (a run without a lease)", end_run, |id| {
         pb::EndRunRequest {
             session_id: id.to_owned(),
             run_id: "run-globex".into(),
+            ..Default::default()
         }
     });
 
@@ -92,6 +94,7 @@ async fn another_tenants_session_is_unknown_to_runs_and_deltas(backend: Backend)
             pb::EndRunRequest {
                 session_id: SHARED.into(),
                 run_id: RUN.into(),
+                ..Default::default()
             },
             OWNER,
         ))

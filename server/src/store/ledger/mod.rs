@@ -137,16 +137,46 @@ pub(super) static POSTGRES: &[LedgerMigration] = &[
         Kind::Expand,
         "idempotent replies"
     ),
+    ledger_migration!(
+        "postgres",
+        "0022_expand_approvals.sql",
+        22,
+        Kind::Expand,
+        "approvals"
+    ),
+    ledger_migration!(
+        "postgres",
+        "0023_expand_queued_input.sql",
+        23,
+        Kind::Expand,
+        "queued input"
+    ),
 ];
 
 /// SQLite's migrations after sqlx's, in version order.
-pub(super) static SQLITE: &[LedgerMigration] = &[ledger_migration!(
-    "sqlite",
-    "0021_expand_idempotent_replies.sql",
-    21,
-    Kind::Expand,
-    "idempotent replies"
-)];
+pub(super) static SQLITE: &[LedgerMigration] = &[
+    ledger_migration!(
+        "sqlite",
+        "0021_expand_idempotent_replies.sql",
+        21,
+        Kind::Expand,
+        "idempotent replies"
+    ),
+    ledger_migration!(
+        "sqlite",
+        "0022_expand_approvals.sql",
+        22,
+        Kind::Expand,
+        "approvals"
+    ),
+    ledger_migration!(
+        "sqlite",
+        "0023_expand_queued_input.sql",
+        23,
+        Kind::Expand,
+        "queued input"
+    ),
+];
 
 /// The last version sqlx's migrator may apply, on either dialect: later
 /// ones go through the ledger.

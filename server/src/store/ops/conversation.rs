@@ -20,15 +20,10 @@ impl<C: ControlOp> Write for ControlSession<C> {
     async fn apply(self, tx: &mut Tx<'_>, tenant: &str) -> Result<C::Reply> {
         let key = self.control.request_key();
         if let Some(key) = &key
-            && let Some(earlier) = tx.earlier_call(tenant, key).await?
+            && let Some(kept) = tx.kept_answer(tenant, key).await?
         {
-            let kept = earlier
-                .reply
-                .as_deref()
-                .map(wire::decode_kept)
-                .transpose()?;
-            return kept.and_then(C::kept).ok_or_else(|| {
-                Error::storage(std::io::Error::other("idempotency key without its answer"))
+            return C::kept(kept).ok_or_else(|| {
+                Error::storage(std::io::Error::other("a key holds another call's answer"))
             });
         }
         let row = tx.load_live(tenant, &self.id).await?;
@@ -117,7 +112,7 @@ impl Applier for OnSession<'_, '_> {
 }
 
 impl Tx<'_> {
-    async fn end_run(&mut self, row: &mut SessionRow, run_id: String) -> Result<i64> {
+    pub(super) async fn end_run(&mut self, row: &mut SessionRow, run_id: String) -> Result<i64> {
         if row.session.active_run_id != run_id {
             return Ok(row.session.revision);
         }
@@ -135,7 +130,11 @@ impl Tx<'_> {
     /// Records a cancel once per run: a run cancelled before answers that
     /// cancel's revision and writes nothing; otherwise the run must be
     /// active (holding the lease, or publishing deltas).
-    async fn cancel_run(&mut self, row: &mut SessionRow, cancel: CancelRun) -> Result<i64> {
+    pub(super) async fn cancel_run(
+        &mut self,
+        row: &mut SessionRow,
+        cancel: CancelRun,
+    ) -> Result<i64> {
         let CancelRun {
             run_id,
             reason,

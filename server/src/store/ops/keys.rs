@@ -8,9 +8,11 @@
 //! back.
 
 use super::{Dialect, Tx};
+use crate::domain::control::KeptReply;
 use crate::domain::digest::RequestKey;
 use crate::domain::{Error, Result};
 use crate::store::text::escape;
+use crate::wire;
 
 /// A key's row: fingerprint, session key, revision, kept answer.
 type KeyRow = (Vec<u8>, i64, i64, Option<Vec<u8>>);
@@ -61,6 +63,22 @@ impl Tx<'_> {
             revision,
             reply,
         }))
+    }
+
+    /// The answer the first call with `key` kept, or `None` for a key
+    /// not seen before ([`Self::earlier_call`]'s lock and conflict rules).
+    pub(super) async fn kept_answer(
+        &mut self,
+        tenant: &str,
+        key: &RequestKey,
+    ) -> Result<Option<KeptReply>> {
+        let Some(earlier) = self.earlier_call(tenant, key).await? else {
+            return Ok(None);
+        };
+        let reply = earlier.reply.ok_or_else(|| {
+            Error::storage(std::io::Error::other("idempotency key without its answer"))
+        })?;
+        wire::decode_kept(&reply).map(Some)
     }
 
     /// Records `key` for the call that just wrote `revision` of the

@@ -19,14 +19,18 @@ use crate::domain::{
 use crate::wire::EncodedEvent;
 
 mod appends;
+mod approvals;
 mod conversation;
 mod erase;
 mod keys;
+mod queue;
 mod sessions;
 mod state;
 mod sweeps;
 
+pub use approvals::{APPROVAL_COLUMNS, AskApproval, Decide, ExpireApprovals, approval_from_row};
 pub use erase::{EraseFinish, EraseMark, EraseRows, EraseTombstones, Tombstones};
+pub use queue::{EndRunTakingNext, Submit, TakeInput, Withdraw};
 pub use state::{DeleteSharedState, SetSharedState};
 
 /// Which SQL dialect a connection speaks.
@@ -383,6 +387,32 @@ impl Tx<'_> {
 
     /// Inserts messages at consecutive sequences from `first_sequence`, and
     /// their searchable text.
+    /// Appends `rows` to the history of `row`'s session at its next
+    /// sequence, contiguous, and moves its next sequence and message count
+    /// on (the caller records the revision).
+    async fn append_rows(
+        &mut self,
+        row: &mut SessionRow,
+        rows: impl IntoIterator<Item = NewRow>,
+    ) -> Result<Vec<StoredMessage>> {
+        let first = row.session.next_sequence;
+        let stored = self
+            .insert_messages(row.key, &row.session.id, first, rows)
+            .await?;
+        let added = i64::try_from(stored.len()).map_err(Error::storage)?;
+        row.session.next_sequence = first + added;
+        sqlx::query(
+            "UPDATE sessions SET next_sequence = $1, message_count = message_count + $2 \
+             WHERE key = $3",
+        )
+        .bind(row.session.next_sequence)
+        .bind(added)
+        .bind(row.key)
+        .execute(&mut *self.conn)
+        .await?;
+        Ok(stored)
+    }
+
     async fn insert_messages(
         &mut self,
         session_key: i64,

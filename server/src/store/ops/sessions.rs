@@ -355,6 +355,8 @@ impl Tx<'_> {
         for sql in [
             "DELETE FROM session_metadata WHERE session_key = $1",
             "DELETE FROM run_cancels WHERE session_key = $1",
+            "DELETE FROM approvals WHERE session_key = $1",
+            "DELETE FROM queued_inputs WHERE session_key = $1",
             "UPDATE sessions SET deleted = 1, message_count = 0, run_id = '', run_expire_time = 0 \
              WHERE key = $1",
         ] {

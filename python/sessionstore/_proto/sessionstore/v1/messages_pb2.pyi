@@ -20,6 +20,27 @@ class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROLE_TOOL: _ClassVar[Role]
     ROLE_DEVELOPER: _ClassVar[Role]
 
+class InputMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INPUT_MODE_UNSPECIFIED: _ClassVar[InputMode]
+    INPUT_MODE_QUEUE: _ClassVar[InputMode]
+    INPUT_MODE_INTERRUPT: _ClassVar[InputMode]
+    INPUT_MODE_REJECT: _ClassVar[InputMode]
+
+class ApprovalState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    APPROVAL_STATE_UNSPECIFIED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_PENDING: _ClassVar[ApprovalState]
+    APPROVAL_STATE_APPROVED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_DENIED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_EXPIRED: _ClassVar[ApprovalState]
+
+class ApprovalDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    APPROVAL_DECISION_UNSPECIFIED: _ClassVar[ApprovalDecision]
+    APPROVAL_DECISION_APPROVE: _ClassVar[ApprovalDecision]
+    APPROVAL_DECISION_DENY: _ClassVar[ApprovalDecision]
+
 class TranscriptFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TRANSCRIPT_FORMAT_UNSPECIFIED: _ClassVar[TranscriptFormat]
@@ -41,6 +62,18 @@ ROLE_USER: Role
 ROLE_ASSISTANT: Role
 ROLE_TOOL: Role
 ROLE_DEVELOPER: Role
+INPUT_MODE_UNSPECIFIED: InputMode
+INPUT_MODE_QUEUE: InputMode
+INPUT_MODE_INTERRUPT: InputMode
+INPUT_MODE_REJECT: InputMode
+APPROVAL_STATE_UNSPECIFIED: ApprovalState
+APPROVAL_STATE_PENDING: ApprovalState
+APPROVAL_STATE_APPROVED: ApprovalState
+APPROVAL_STATE_DENIED: ApprovalState
+APPROVAL_STATE_EXPIRED: ApprovalState
+APPROVAL_DECISION_UNSPECIFIED: ApprovalDecision
+APPROVAL_DECISION_APPROVE: ApprovalDecision
+APPROVAL_DECISION_DENY: ApprovalDecision
 TRANSCRIPT_FORMAT_UNSPECIFIED: TranscriptFormat
 TRANSCRIPT_FORMAT_MARKDOWN: TranscriptFormat
 TRANSCRIPT_FORMAT_OPENAI_JSON: TranscriptFormat
@@ -295,7 +328,7 @@ class SessionSummary(_message.Message):
     def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., message_count: _Optional[int] = ..., provider_call_count: _Optional[int] = ..., last_model: _Optional[str] = ..., last_provider: _Optional[str] = ..., last_cost_micros_usd: _Optional[int] = ..., last_request_id: _Optional[str] = ..., total_tokens: _Optional[int] = ..., total_cost_micros_usd: _Optional[int] = ...) -> None: ...
 
 class SessionEvent(_message.Message):
-    __slots__ = ("revision", "time", "session_created", "exchange_appended", "session_updated", "session_deleted", "caught_up", "progress", "delta", "run_discarded", "run_begun", "run_ended", "rolled_back", "message_edited", "message_redacted", "state_changed", "run_cancel_requested")
+    __slots__ = ("revision", "time", "session_created", "exchange_appended", "session_updated", "session_deleted", "caught_up", "progress", "delta", "run_discarded", "run_begun", "run_ended", "rolled_back", "message_edited", "message_redacted", "state_changed", "run_cancel_requested", "approval_requested", "approval_decided", "input_queued", "input_taken", "input_withdrawn")
     REVISION_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     SESSION_CREATED_FIELD_NUMBER: _ClassVar[int]
@@ -313,6 +346,11 @@ class SessionEvent(_message.Message):
     MESSAGE_REDACTED_FIELD_NUMBER: _ClassVar[int]
     STATE_CHANGED_FIELD_NUMBER: _ClassVar[int]
     RUN_CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_DECIDED_FIELD_NUMBER: _ClassVar[int]
+    INPUT_QUEUED_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TAKEN_FIELD_NUMBER: _ClassVar[int]
+    INPUT_WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
     revision: int
     time: _timestamp_pb2.Timestamp
     session_created: SessionCreated
@@ -330,7 +368,100 @@ class SessionEvent(_message.Message):
     message_redacted: MessageRedacted
     state_changed: StateChanged
     run_cancel_requested: RunCancelRequested
-    def __init__(self, revision: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_created: _Optional[_Union[SessionCreated, _Mapping]] = ..., exchange_appended: _Optional[_Union[ExchangeAppended, _Mapping]] = ..., session_updated: _Optional[_Union[SessionUpdated, _Mapping]] = ..., session_deleted: _Optional[_Union[SessionDeleted, _Mapping]] = ..., caught_up: _Optional[_Union[CaughtUp, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., delta: _Optional[_Union[Delta, _Mapping]] = ..., run_discarded: _Optional[_Union[RunDiscarded, _Mapping]] = ..., run_begun: _Optional[_Union[RunBegun, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., rolled_back: _Optional[_Union[RolledBack, _Mapping]] = ..., message_edited: _Optional[_Union[MessageEdited, _Mapping]] = ..., message_redacted: _Optional[_Union[MessageRedacted, _Mapping]] = ..., state_changed: _Optional[_Union[StateChanged, _Mapping]] = ..., run_cancel_requested: _Optional[_Union[RunCancelRequested, _Mapping]] = ...) -> None: ...
+    approval_requested: ApprovalRequested
+    approval_decided: ApprovalDecided
+    input_queued: InputQueued
+    input_taken: InputTaken
+    input_withdrawn: InputWithdrawn
+    def __init__(self, revision: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_created: _Optional[_Union[SessionCreated, _Mapping]] = ..., exchange_appended: _Optional[_Union[ExchangeAppended, _Mapping]] = ..., session_updated: _Optional[_Union[SessionUpdated, _Mapping]] = ..., session_deleted: _Optional[_Union[SessionDeleted, _Mapping]] = ..., caught_up: _Optional[_Union[CaughtUp, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., delta: _Optional[_Union[Delta, _Mapping]] = ..., run_discarded: _Optional[_Union[RunDiscarded, _Mapping]] = ..., run_begun: _Optional[_Union[RunBegun, _Mapping]] = ..., run_ended: _Optional[_Union[RunEnded, _Mapping]] = ..., rolled_back: _Optional[_Union[RolledBack, _Mapping]] = ..., message_edited: _Optional[_Union[MessageEdited, _Mapping]] = ..., message_redacted: _Optional[_Union[MessageRedacted, _Mapping]] = ..., state_changed: _Optional[_Union[StateChanged, _Mapping]] = ..., run_cancel_requested: _Optional[_Union[RunCancelRequested, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_decided: _Optional[_Union[ApprovalDecided, _Mapping]] = ..., input_queued: _Optional[_Union[InputQueued, _Mapping]] = ..., input_taken: _Optional[_Union[InputTaken, _Mapping]] = ..., input_withdrawn: _Optional[_Union[InputWithdrawn, _Mapping]] = ...) -> None: ...
+
+class InputQueued(_message.Message):
+    __slots__ = ("input",)
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    input: QueuedInput
+    def __init__(self, input: _Optional[_Union[QueuedInput, _Mapping]] = ...) -> None: ...
+
+class InputTaken(_message.Message):
+    __slots__ = ("input_id", "position", "run_id", "messages", "next_sequence")
+    INPUT_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    input_id: str
+    position: int
+    run_id: str
+    messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
+    next_sequence: int
+    def __init__(self, input_id: _Optional[str] = ..., position: _Optional[int] = ..., run_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ..., next_sequence: _Optional[int] = ...) -> None: ...
+
+class InputWithdrawn(_message.Message):
+    __slots__ = ("input_id", "position")
+    INPUT_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    input_id: str
+    position: int
+    def __init__(self, input_id: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
+
+class QueuedInput(_message.Message):
+    __slots__ = ("input_id", "session_id", "position", "messages", "mode", "create_time")
+    INPUT_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    input_id: str
+    session_id: str
+    position: int
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    mode: InputMode
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, input_id: _Optional[str] = ..., session_id: _Optional[str] = ..., position: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., mode: _Optional[_Union[InputMode, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ApprovalRequested(_message.Message):
+    __slots__ = ("approval",)
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    approval: Approval
+    def __init__(self, approval: _Optional[_Union[Approval, _Mapping]] = ...) -> None: ...
+
+class ApprovalDecided(_message.Message):
+    __slots__ = ("approval", "tool_result", "next_sequence")
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    approval: Approval
+    tool_result: StoredMessage
+    next_sequence: int
+    def __init__(self, approval: _Optional[_Union[Approval, _Mapping]] = ..., tool_result: _Optional[_Union[StoredMessage, _Mapping]] = ..., next_sequence: _Optional[int] = ...) -> None: ...
+
+class Approval(_message.Message):
+    __slots__ = ("approval_id", "session_id", "run_id", "tool_call_id", "title", "detail_json", "state", "decided_by", "reason", "create_time", "decide_time", "expire_time")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_JSON_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    DECIDE_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    session_id: str
+    run_id: str
+    tool_call_id: str
+    title: str
+    detail_json: str
+    state: ApprovalState
+    decided_by: str
+    reason: str
+    create_time: _timestamp_pb2.Timestamp
+    decide_time: _timestamp_pb2.Timestamp
+    expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, approval_id: _Optional[str] = ..., session_id: _Optional[str] = ..., run_id: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., title: _Optional[str] = ..., detail_json: _Optional[str] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., decided_by: _Optional[str] = ..., reason: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., decide_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class SessionCreated(_message.Message):
     __slots__ = ("session", "messages", "initial_state")

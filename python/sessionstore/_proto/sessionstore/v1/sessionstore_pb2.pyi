@@ -26,6 +26,162 @@ USAGE_GROUP_BY_USER: UsageGroupBy
 USAGE_GROUP_BY_MODEL: UsageGroupBy
 USAGE_GROUP_BY_DAY: UsageGroupBy
 
+class SubmitInputRequest(_message.Message):
+    __slots__ = ("session_id", "messages", "mode", "request_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Message]
+    mode: _messages_pb2.InputMode
+    request_id: str
+    def __init__(self, session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.Message, _Mapping]]] = ..., mode: _Optional[_Union[_messages_pb2.InputMode, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class SubmitInputResponse(_message.Message):
+    __slots__ = ("queued", "input", "messages", "revision")
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    queued: bool
+    input: _messages_pb2.QueuedInput
+    messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredMessage]
+    revision: int
+    def __init__(self, queued: _Optional[bool] = ..., input: _Optional[_Union[_messages_pb2.QueuedInput, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.StoredMessage, _Mapping]]] = ..., revision: _Optional[int] = ...) -> None: ...
+
+class TakeQueuedInputRequest(_message.Message):
+    __slots__ = ("session_id", "run_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    run_id: str
+    def __init__(self, session_id: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class TakeQueuedInputResponse(_message.Message):
+    __slots__ = ("input", "messages", "revision", "next_sequence")
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    input: _messages_pb2.QueuedInput
+    messages: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredMessage]
+    revision: int
+    next_sequence: int
+    def __init__(self, input: _Optional[_Union[_messages_pb2.QueuedInput, _Mapping]] = ..., messages: _Optional[_Iterable[_Union[_messages_pb2.StoredMessage, _Mapping]]] = ..., revision: _Optional[int] = ..., next_sequence: _Optional[int] = ...) -> None: ...
+
+class ListQueuedInputsRequest(_message.Message):
+    __slots__ = ("session_id", "page_size", "page_token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, session_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListQueuedInputsResponse(_message.Message):
+    __slots__ = ("inputs", "next_page_token")
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    inputs: _containers.RepeatedCompositeFieldContainer[_messages_pb2.QueuedInput]
+    next_page_token: str
+    def __init__(self, inputs: _Optional[_Iterable[_Union[_messages_pb2.QueuedInput, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WithdrawQueuedInputRequest(_message.Message):
+    __slots__ = ("session_id", "input_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    input_id: str
+    def __init__(self, session_id: _Optional[str] = ..., input_id: _Optional[str] = ...) -> None: ...
+
+class WithdrawQueuedInputResponse(_message.Message):
+    __slots__ = ("revision",)
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    revision: int
+    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+
+class RequestApprovalRequest(_message.Message):
+    __slots__ = ("session_id", "run_id", "tool_call_id", "title", "detail_json", "expire_time")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_JSON_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    run_id: str
+    tool_call_id: str
+    title: str
+    detail_json: str
+    expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, session_id: _Optional[str] = ..., run_id: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., title: _Optional[str] = ..., detail_json: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RequestApprovalResponse(_message.Message):
+    __slots__ = ("approval", "revision")
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    approval: _messages_pb2.Approval
+    revision: int
+    def __init__(self, approval: _Optional[_Union[_messages_pb2.Approval, _Mapping]] = ..., revision: _Optional[int] = ...) -> None: ...
+
+class DecideApprovalRequest(_message.Message):
+    __slots__ = ("session_id", "approval_id", "decision", "reason", "decided_by", "request_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    approval_id: str
+    decision: _messages_pb2.ApprovalDecision
+    reason: str
+    decided_by: str
+    request_id: str
+    def __init__(self, session_id: _Optional[str] = ..., approval_id: _Optional[str] = ..., decision: _Optional[_Union[_messages_pb2.ApprovalDecision, str]] = ..., reason: _Optional[str] = ..., decided_by: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class DecideApprovalResponse(_message.Message):
+    __slots__ = ("approval", "revision", "tool_result")
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    approval: _messages_pb2.Approval
+    revision: int
+    tool_result: _messages_pb2.StoredMessage
+    def __init__(self, approval: _Optional[_Union[_messages_pb2.Approval, _Mapping]] = ..., revision: _Optional[int] = ..., tool_result: _Optional[_Union[_messages_pb2.StoredMessage, _Mapping]] = ...) -> None: ...
+
+class GetApprovalRequest(_message.Message):
+    __slots__ = ("session_id", "approval_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    approval_id: str
+    def __init__(self, session_id: _Optional[str] = ..., approval_id: _Optional[str] = ...) -> None: ...
+
+class ListApprovalsRequest(_message.Message):
+    __slots__ = ("session_id", "user", "state", "page_size", "page_token")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    user: str
+    state: _messages_pb2.ApprovalState
+    page_size: int
+    page_token: str
+    def __init__(self, session_id: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[_Union[_messages_pb2.ApprovalState, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListApprovalsResponse(_message.Message):
+    __slots__ = ("approvals", "next_page_token")
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    approvals: _containers.RepeatedCompositeFieldContainer[_messages_pb2.Approval]
+    next_page_token: str
+    def __init__(self, approvals: _Optional[_Iterable[_Union[_messages_pb2.Approval, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class CreateSessionRequest(_message.Message):
     __slots__ = ("session_id", "title", "system_prompt", "user", "metadata", "initial_history", "initial_state", "expire_time", "request_id", "state_changes", "state_scopes")
     class MetadataEntry(_message.Message):
@@ -307,18 +463,22 @@ class BeginRunResponse(_message.Message):
     def __init__(self, revision: _Optional[int] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class EndRunRequest(_message.Message):
-    __slots__ = ("session_id", "run_id")
+    __slots__ = ("session_id", "run_id", "take_next")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TAKE_NEXT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     run_id: str
-    def __init__(self, session_id: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+    take_next: bool
+    def __init__(self, session_id: _Optional[str] = ..., run_id: _Optional[str] = ..., take_next: _Optional[bool] = ...) -> None: ...
 
 class EndRunResponse(_message.Message):
-    __slots__ = ("revision",)
+    __slots__ = ("revision", "taken_input")
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_INPUT_FIELD_NUMBER: _ClassVar[int]
     revision: int
-    def __init__(self, revision: _Optional[int] = ...) -> None: ...
+    taken_input: _messages_pb2.QueuedInput
+    def __init__(self, revision: _Optional[int] = ..., taken_input: _Optional[_Union[_messages_pb2.QueuedInput, _Mapping]] = ...) -> None: ...
 
 class RollbackSessionRequest(_message.Message):
     __slots__ = ("session_id", "after_sequence", "run_id", "expected_next_sequence", "return_removed", "remove_last", "request_id")

@@ -171,6 +171,46 @@ class SessionStoreStub:
                 request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.EraseUserRequest.SerializeToString,
                 response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.EraseUserResponse.FromString,
                 _registered_method=True)
+        self.RequestApproval = channel.unary_unary(
+                '/sessionstore.v1.SessionStore/RequestApproval',
+                request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.RequestApprovalRequest.SerializeToString,
+                response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.RequestApprovalResponse.FromString,
+                _registered_method=True)
+        self.DecideApproval = channel.unary_unary(
+                '/sessionstore.v1.SessionStore/DecideApproval',
+                request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.DecideApprovalRequest.SerializeToString,
+                response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.DecideApprovalResponse.FromString,
+                _registered_method=True)
+        self.GetApproval = channel.unary_unary(
+                '/sessionstore.v1.SessionStore/GetApproval',
+                request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.GetApprovalRequest.SerializeToString,
+                response_deserializer=sessionstore_dot_v1_dot_messages__pb2.Approval.FromString,
+                _registered_method=True)
+        self.ListApprovals = channel.unary_unary(
+                '/sessionstore.v1.SessionStore/ListApprovals',
+                request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.ListApprovalsRequest.SerializeToString,
+                response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.ListApprovalsResponse.FromString,
+                _registered_method=True)
+        self.SubmitInput = channel.unary_unary(
+                '/sessionstore.v1.SessionStore/SubmitInput',
+                request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.SubmitInputRequest.SerializeToString,
+                response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.SubmitInputResponse.FromString,
+                _registered_method=True)
+        self.TakeQueuedInput = channel.unary_unary(
+                '/sessionstore.v1.SessionStore/TakeQueuedInput',
+                request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.TakeQueuedInputRequest.SerializeToString,
+                response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.TakeQueuedInputResponse.FromString,
+                _registered_method=True)
+        self.ListQueuedInputs = channel.unary_unary(
+                '/sessionstore.v1.SessionStore/ListQueuedInputs',
+                request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.ListQueuedInputsRequest.SerializeToString,
+                response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.ListQueuedInputsResponse.FromString,
+                _registered_method=True)
+        self.WithdrawQueuedInput = channel.unary_unary(
+                '/sessionstore.v1.SessionStore/WithdrawQueuedInput',
+                request_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.WithdrawQueuedInputRequest.SerializeToString,
+                response_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.WithdrawQueuedInputResponse.FromString,
+                _registered_method=True)
 
 
 class SessionStoreServicer:
@@ -374,6 +414,84 @@ class SessionStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RequestApproval(self, request, context):
+        """Asks for a decision before a tool call of the history runs: a pending
+        approval, one revision (event approval_requested). FAILED_PRECONDITION
+        UNKNOWN_TOOL_CALL if no message makes the call, TOOL_CALL_ANSWERED if
+        one answers it; ALREADY_EXISTS APPROVAL_EXISTS (metadata approval_id)
+        while the call has a pending or approved approval.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DecideApproval(self, request, context):
+        """Decides a pending approval, exactly once across clients and replicas,
+        whatever run holds the lease: one revision (event approval_decided); a
+        denial also appends the call's tool result (tool_error, content = the
+        reason) in that revision. A retry with the same request_id and body
+        answers the first decision and writes nothing; every other call on a
+        decided approval fails FAILED_PRECONDITION APPROVAL_ALREADY_DECIDED
+        (metadata approval_id, state, decided_by), on an expired one
+        APPROVAL_EXPIRED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetApproval(self, request, context):
+        """One approval (NOT_FOUND APPROVAL_NOT_FOUND if the session has none by
+        that id).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListApprovals(self, request, context):
+        """The tenant's approvals, filtered, oldest first, paged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitInput(self, request, context):
+        """Input typed while the session is busy (a run holds its lease, or its
+        queue holds a waiting input): QUEUE stores it at the back of the
+        session's queue (input_queued); INTERRUPT does the same, then cancels
+        the run holding the lease as CancelRun would; REJECT fails
+        FAILED_PRECONDITION SESSION_BUSY. Not busy: appended at once, in every
+        mode, as AppendExchange messages without a run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TakeQueuedInput(self, request, context):
+        """The lease holder moves the oldest waiting input into the history
+        (input_taken). FAILED_PRECONDITION LEASE_NOT_HELD for another caller;
+        NOT_FOUND QUEUE_EMPTY with none waiting.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueuedInputs(self, request, context):
+        """The waiting inputs, by position.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WithdrawQueuedInput(self, request, context):
+        """Withdraws a waiting input (input_withdrawn): it is never taken.
+        Again: the same revision, nothing written. A taken one fails
+        FAILED_PRECONDITION INPUT_ALREADY_TAKEN; unknown, NOT_FOUND
+        INPUT_NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -511,6 +629,46 @@ def add_SessionStoreServicer_to_server(servicer, server):
                     servicer.EraseUser,
                     request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.EraseUserRequest.FromString,
                     response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.EraseUserResponse.SerializeToString,
+            ),
+            'RequestApproval': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequestApproval,
+                    request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.RequestApprovalRequest.FromString,
+                    response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.RequestApprovalResponse.SerializeToString,
+            ),
+            'DecideApproval': grpc.unary_unary_rpc_method_handler(
+                    servicer.DecideApproval,
+                    request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.DecideApprovalRequest.FromString,
+                    response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.DecideApprovalResponse.SerializeToString,
+            ),
+            'GetApproval': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetApproval,
+                    request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.GetApprovalRequest.FromString,
+                    response_serializer=sessionstore_dot_v1_dot_messages__pb2.Approval.SerializeToString,
+            ),
+            'ListApprovals': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListApprovals,
+                    request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.ListApprovalsRequest.FromString,
+                    response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.ListApprovalsResponse.SerializeToString,
+            ),
+            'SubmitInput': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitInput,
+                    request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.SubmitInputRequest.FromString,
+                    response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.SubmitInputResponse.SerializeToString,
+            ),
+            'TakeQueuedInput': grpc.unary_unary_rpc_method_handler(
+                    servicer.TakeQueuedInput,
+                    request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.TakeQueuedInputRequest.FromString,
+                    response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.TakeQueuedInputResponse.SerializeToString,
+            ),
+            'ListQueuedInputs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueuedInputs,
+                    request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.ListQueuedInputsRequest.FromString,
+                    response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.ListQueuedInputsResponse.SerializeToString,
+            ),
+            'WithdrawQueuedInput': grpc.unary_unary_rpc_method_handler(
+                    servicer.WithdrawQueuedInput,
+                    request_deserializer=sessionstore_dot_v1_dot_sessionstore__pb2.WithdrawQueuedInputRequest.FromString,
+                    response_serializer=sessionstore_dot_v1_dot_sessionstore__pb2.WithdrawQueuedInputResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1243,6 +1401,222 @@ class SessionStore:
             '/sessionstore.v1.SessionStore/EraseUser',
             sessionstore_dot_v1_dot_sessionstore__pb2.EraseUserRequest.SerializeToString,
             sessionstore_dot_v1_dot_sessionstore__pb2.EraseUserResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestApproval(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionstore.v1.SessionStore/RequestApproval',
+            sessionstore_dot_v1_dot_sessionstore__pb2.RequestApprovalRequest.SerializeToString,
+            sessionstore_dot_v1_dot_sessionstore__pb2.RequestApprovalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DecideApproval(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionstore.v1.SessionStore/DecideApproval',
+            sessionstore_dot_v1_dot_sessionstore__pb2.DecideApprovalRequest.SerializeToString,
+            sessionstore_dot_v1_dot_sessionstore__pb2.DecideApprovalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetApproval(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionstore.v1.SessionStore/GetApproval',
+            sessionstore_dot_v1_dot_sessionstore__pb2.GetApprovalRequest.SerializeToString,
+            sessionstore_dot_v1_dot_messages__pb2.Approval.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListApprovals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionstore.v1.SessionStore/ListApprovals',
+            sessionstore_dot_v1_dot_sessionstore__pb2.ListApprovalsRequest.SerializeToString,
+            sessionstore_dot_v1_dot_sessionstore__pb2.ListApprovalsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitInput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionstore.v1.SessionStore/SubmitInput',
+            sessionstore_dot_v1_dot_sessionstore__pb2.SubmitInputRequest.SerializeToString,
+            sessionstore_dot_v1_dot_sessionstore__pb2.SubmitInputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TakeQueuedInput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionstore.v1.SessionStore/TakeQueuedInput',
+            sessionstore_dot_v1_dot_sessionstore__pb2.TakeQueuedInputRequest.SerializeToString,
+            sessionstore_dot_v1_dot_sessionstore__pb2.TakeQueuedInputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueuedInputs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionstore.v1.SessionStore/ListQueuedInputs',
+            sessionstore_dot_v1_dot_sessionstore__pb2.ListQueuedInputsRequest.SerializeToString,
+            sessionstore_dot_v1_dot_sessionstore__pb2.ListQueuedInputsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WithdrawQueuedInput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionstore.v1.SessionStore/WithdrawQueuedInput',
+            sessionstore_dot_v1_dot_sessionstore__pb2.WithdrawQueuedInputRequest.SerializeToString,
+            sessionstore_dot_v1_dot_sessionstore__pb2.WithdrawQueuedInputResponse.FromString,
             options,
             channel_credentials,
             insecure,
