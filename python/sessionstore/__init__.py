@@ -13,6 +13,10 @@ from . import _errors, usage, v1  # noqa: E402
 from ._errors import (  # noqa: E402
     Aborted,
     AlreadyExists,
+    ApprovalAlreadyDecided,
+    ApprovalExists,
+    ApprovalExpired,
+    ApprovalNotFound,
     Cancelled,
     DeadlineExceeded,
     FailedPrecondition,
@@ -34,8 +38,10 @@ from ._errors import (  # noqa: E402
     SessionstoreError,
     StateNotFound,
     StateVersionMismatch,
+    ToolCallAnswered,
     Unauthenticated,
     Unavailable,
+    UnknownToolCall,
 )
 from ._retry import RetryPolicy  # noqa: E402
 from .aio import AsyncClient, AsyncSessionEvents  # noqa: E402

@@ -9,14 +9,18 @@ from typing import Any
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
+from ._proto.sessionstore.v1 import messages_pb2 as m
+
 __all__ = [
     "SessionstoreError",
     "NotFound",
     "SessionNotFound",
     "MessageNotFound",
     "StateNotFound",
+    "ApprovalNotFound",
     "AlreadyExists",
     "RequestIdReused",
+    "ApprovalExists",
     "InvalidArgument",
     "Aborted",
     "SequenceMismatch",
@@ -24,6 +28,10 @@ __all__ = [
     "FailedPrecondition",
     "SessionBusy",
     "HistoryMismatch",
+    "UnknownToolCall",
+    "ToolCallAnswered",
+    "ApprovalAlreadyDecided",
+    "ApprovalExpired",
     "OutOfRange",
     "RevisionOutOfRange",
     "ResourceExhausted",
@@ -96,7 +104,8 @@ class SessionstoreError(Exception):
 
 
 class NotFound(SessionstoreError):
-    """``NOT_FOUND``: a session (also one of another tenant), message or state entry."""
+    """``NOT_FOUND``: a session (also one of another tenant), message, state
+    entry or approval."""
 
     @property
     def session_id(self) -> str:
@@ -126,6 +135,15 @@ class StateNotFound(NotFound):
         return self.metadata.get("key", "")
 
 
+class ApprovalNotFound(NotFound):
+    """The session has no approval by this id (reason ``APPROVAL_NOT_FOUND``)."""
+
+    @property
+    def approval_id(self) -> str:
+        """The approval id the server looked for."""
+        return self.metadata.get("approval_id", "")
+
+
 class AlreadyExists(SessionstoreError):
     """``ALREADY_EXISTS``: a caller-chosen session id is taken."""
 
@@ -142,6 +160,21 @@ class RequestIdReused(AlreadyExists):
     def request_id(self) -> str:
         """The reused idempotency key."""
         return self.metadata.get("request_id", "")
+
+
+class ApprovalExists(AlreadyExists):
+    """The tool call already has a pending or approved approval (reason
+    ``APPROVAL_EXISTS``): wait for that one's decision instead."""
+
+    @property
+    def approval_id(self) -> str:
+        """The call's pending or approved approval."""
+        return self.metadata.get("approval_id", "")
+
+    @property
+    def tool_call_id(self) -> str:
+        """The tool call named."""
+        return self.metadata.get("tool_call_id", "")
 
 
 class InvalidArgument(SessionstoreError):
@@ -220,6 +253,63 @@ class HistoryMismatch(FailedPrecondition):
     def index(self) -> int | None:
         """The first differing index in ``full_history``."""
         return self._meta_int("index")
+
+
+class UnknownToolCall(FailedPrecondition):
+    """An approval was asked for a tool call that no message of the
+    session's history makes (reason ``UNKNOWN_TOOL_CALL``)."""
+
+    @property
+    def tool_call_id(self) -> str:
+        """The tool call named."""
+        return self.metadata.get("tool_call_id", "")
+
+
+class ToolCallAnswered(FailedPrecondition):
+    """An approval was asked for a tool call that the history already
+    answers (reason ``TOOL_CALL_ANSWERED``)."""
+
+    @property
+    def tool_call_id(self) -> str:
+        """The tool call named."""
+        return self.metadata.get("tool_call_id", "")
+
+
+class ApprovalAlreadyDecided(FailedPrecondition):
+    """The approval was decided before, by another call or by this request
+    id with another decision, reason or decider (reason
+    ``APPROVAL_ALREADY_DECIDED``). Nothing was written."""
+
+    @property
+    def approval_id(self) -> str:
+        """The approval."""
+        return self.metadata.get("approval_id", "")
+
+    @property
+    def state(self) -> int:
+        """What it was decided as: ``v1.APPROVAL_STATE_APPROVED`` or
+        ``v1.APPROVAL_STATE_DENIED`` (``v1.APPROVAL_STATE_UNSPECIFIED`` for
+        a state this client does not know)."""
+        name = self.metadata.get("state", "")
+        try:
+            return int(m.ApprovalState.Value(name))
+        except ValueError:
+            return int(m.APPROVAL_STATE_UNSPECIFIED)
+
+    @property
+    def decided_by(self) -> str:
+        """Who decided it, as they said."""
+        return self.metadata.get("decided_by", "")
+
+
+class ApprovalExpired(FailedPrecondition):
+    """The approval expired before anyone decided it (reason
+    ``APPROVAL_EXPIRED``); the tool call may be asked about again."""
+
+    @property
+    def approval_id(self) -> str:
+        """The approval."""
+        return self.metadata.get("approval_id", "")
 
 
 class OutOfRange(SessionstoreError):
@@ -306,6 +396,12 @@ _BY_REASON: dict[str, type[SessionstoreError]] = {
     "STATE_VERSION_MISMATCH": StateVersionMismatch,
     "SESSION_BUSY": SessionBusy,
     "HISTORY_MISMATCH": HistoryMismatch,
+    "UNKNOWN_TOOL_CALL": UnknownToolCall,
+    "TOOL_CALL_ANSWERED": ToolCallAnswered,
+    "APPROVAL_EXISTS": ApprovalExists,
+    "APPROVAL_NOT_FOUND": ApprovalNotFound,
+    "APPROVAL_ALREADY_DECIDED": ApprovalAlreadyDecided,
+    "APPROVAL_EXPIRED": ApprovalExpired,
     "REVISION_OUT_OF_RANGE": RevisionOutOfRange,
     "RATE_LIMITED": RateLimited,
     "LIMIT_EXCEEDED": LimitExceeded,

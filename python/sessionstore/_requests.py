@@ -4,6 +4,7 @@ arguments in, generated request messages out."""
 from __future__ import annotations
 
 import datetime
+import json
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
@@ -41,6 +42,16 @@ TimeLike = Union[datetime.datetime, timestamp_pb2.Timestamp]
 #: ``system_prompt``, ``user``, ``metadata``, ``initial_state``,
 #: ``expire_time`` as a ``datetime`` or ``Timestamp``), or the request itself.
 NewSessionLike = Union[bool, s.CreateSessionRequest, Mapping[str, Any]]
+#: A decision on an approval: the enum value, or ``"approve"`` / ``"deny"``
+#: (or the enum's full names).
+ApprovalDecisionLike = Union[int, str]
+#: An approval state to filter by: the enum value, or ``"pending"``,
+#: ``"approved"``, ``"denied"``, ``"expired"`` (or the enum's full names);
+#: ``None`` or ``""`` for any.
+ApprovalStateLike = Union[int, str, None]
+#: An approval's details: JSON text, kept verbatim, or a dict (encoded with
+#: ``json.dumps``).
+DetailLike = Union[str, Mapping[str, Any]]
 
 
 def new_request_id() -> str:
@@ -373,3 +384,80 @@ def delete_state(
     if expected_version is not None:
         request.expected_version = expected_version
     return request
+
+
+def approval_decision(value: ApprovalDecisionLike) -> m.ApprovalDecision:
+    """``"approve"``, ``"deny"`` (or the enum's full names) or the enum value."""
+    if isinstance(value, int):
+        return value  # type: ignore[return-value]
+    name = value.upper()
+    if not name.startswith("APPROVAL_DECISION_"):
+        name = "APPROVAL_DECISION_" + name
+    return m.ApprovalDecision.Value(name)  # type: ignore[no-any-return]
+
+
+def approval_state(value: ApprovalStateLike) -> m.ApprovalState:
+    """``"pending"``, ``"approved"``, ``"denied"``, ``"expired"`` (or the
+    enum's full names), ``None``/``""``/``"any"`` for any, or the enum value."""
+    if value is None:
+        return m.APPROVAL_STATE_UNSPECIFIED
+    if isinstance(value, int):
+        return value  # type: ignore[return-value]
+    name = value.upper()
+    if name in ("", "ANY"):
+        return m.APPROVAL_STATE_UNSPECIFIED
+    if not name.startswith("APPROVAL_STATE_"):
+        name = "APPROVAL_STATE_" + name
+    return m.ApprovalState.Value(name)  # type: ignore[no-any-return]
+
+
+def request_approval(
+    session_id: str,
+    tool_call_id: str,
+    title: str,
+    detail_json: DetailLike,
+    run_id: str,
+    expire_time: TimeLike | None,
+) -> s.RequestApprovalRequest:
+    if not isinstance(detail_json, str):
+        detail_json = json.dumps(detail_json)
+    request = s.RequestApprovalRequest(
+        session_id=session_id,
+        tool_call_id=tool_call_id,
+        title=title,
+        detail_json=detail_json,
+        run_id=run_id,
+    )
+    if expire_time is not None:
+        _set_time(request.expire_time, expire_time)
+    return request
+
+
+def decide_approval(
+    session_id: str,
+    approval_id: str,
+    decision: ApprovalDecisionLike,
+    reason: str,
+    decided_by: str,
+    request_id: str | None,
+) -> s.DecideApprovalRequest:
+    return s.DecideApprovalRequest(
+        session_id=session_id,
+        approval_id=approval_id,
+        decision=approval_decision(decision),
+        reason=reason,
+        decided_by=decided_by,
+        request_id=request_id if request_id is not None else new_request_id(),
+    )
+
+
+def list_approvals(
+    session_id: str, user: str, state: ApprovalStateLike, page_size: int, page_token: str
+) -> s.ListApprovalsRequest:
+    return s.ListApprovalsRequest(
+        session_id=session_id,
+        user=user,
+        state=approval_state(state),
+        page_size=page_size,
+        page_token=page_token,
+    )

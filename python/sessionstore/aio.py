@@ -27,7 +27,10 @@ from ._proto.sessionstore.v1 import messages_pb2 as m
 from ._proto.sessionstore.v1 import sessionstore_pb2 as s
 from ._proto.sessionstore.v1.sessionstore_pb2_grpc import SessionStoreStub
 from ._requests import (
+    ApprovalDecisionLike,
+    ApprovalStateLike,
     ContentBlockLike,
+    DetailLike,
     LeaseLike,
     MessageLike,
     NewSessionLike,
@@ -759,6 +762,113 @@ class AsyncClient:
         """Tells watchers to drop a run's partial output. Retried."""
         request = s.DiscardRunRequest(session_id=session_id, run_id=run_id)
         return await self._call("DiscardRun", request, retry=True)  # type: ignore[no-any-return]
+
+    # -- approvals ---------------------------------------------------------
+
+    async def request_approval(
+        self,
+        session_id: str,
+        *,
+        tool_call_id: str,
+        title: str = "",
+        detail_json: DetailLike = "",
+        run_id: str = "",
+        expire_time: TimeLike | None = None,
+    ) -> s.RequestApprovalResponse:
+        """Asks for a decision on a tool call of the session's current
+        history (an OpenAI-style ``ToolCall.id`` or a ``tool_use`` block id)
+        before it runs: a pending approval, one revision (watchers get
+        ``approval_requested``). Answers the approval (its ``approval_id``
+        is ``apr_…``) and the revision.
+
+        ``title`` (at most 1,024 bytes) and ``detail_json`` (JSON text kept
+        verbatim, or a dict to encode; at most 65,536 bytes) are what the
+        decider is shown. ``run_id`` is needed while that run holds the
+        lease (``SessionBusy`` while another does). ``expire_time`` (a
+        ``datetime``, naive ones taken as UTC, or a ``Timestamp``; in the
+        future) expires it unless decided by then.
+
+        ``UnknownToolCall`` if no message makes the call,
+        ``ToolCallAnswered`` if one answers it, ``ApprovalExists`` (with its
+        ``approval_id``) while the call has a pending or approved approval.
+        Not retried: a repeat of a request that reached the server would
+        fail ``ApprovalExists``."""
+        request = req.request_approval(
+            session_id, tool_call_id, title, detail_json, run_id, expire_time
+        )
+        return await self._call("RequestApproval", request, retry=False)  # type: ignore[no-any-return]
+
+    async def decide_approval(
+        self,
+        session_id: str,
+        *,
+        approval_id: str,
+        decision: ApprovalDecisionLike,
+        reason: str = "",
+        decided_by: str = "",
+        request_id: str | None = None,
+    ) -> s.DecideApprovalResponse:
+        """Approves or denies a pending approval (``decision``: ``"approve"``,
+        ``"deny"`` or the ``v1.ApprovalDecision`` value), exactly once across
+        clients and replicas: one revision (``approval_decided``). A denial
+        also stores the call's tool result, a tool error whose content is
+        ``reason``, in that revision (the response's ``tool_result``).
+        ``decided_by`` is free-form, for the record.
+
+        Retried: every attempt carries ``request_id`` (a fresh UUID when not
+        given), and a retry of a recorded decision answers it. Any other
+        call on a decided approval raises ``ApprovalAlreadyDecided`` (with
+        its ``state`` and ``decided_by``), on an expired one
+        ``ApprovalExpired``; an unknown id is ``ApprovalNotFound``."""
+        request = req.decide_approval(
+            session_id, approval_id, decision, reason, decided_by, request_id
+        )
+        return await self._call(  # type: ignore[no-any-return]
+            "DecideApproval", request, retry=bool(request.request_id)
+        )
+
+    async def get_approval(self, session_id: str, *, approval_id: str) -> m.Approval:
+        """One approval of the session (``ApprovalNotFound`` if none by that
+        id); one past its ``expire_time`` reads as expired. Retried."""
+        request = s.GetApprovalRequest(session_id=session_id, approval_id=approval_id)
+        return await self._call("GetApproval", request, retry=True)  # type: ignore[no-any-return]
+
+    async def list_approvals(
+        self,
+        *,
+        session_id: str = "",
+        user: str = "",
+        state: ApprovalStateLike = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> s.ListApprovalsResponse:
+        """One page of the tenant's approvals, oldest first: only
+        ``session_id``'s, only those of ``user``'s sessions, only those in
+        ``state`` (``"pending"``, ``"approved"``, ``"denied"``,
+        ``"expired"`` or the ``v1.ApprovalState`` value; ``None``: any) when
+        given. Retried. See :meth:`iter_approvals` for every page."""
+        request = req.list_approvals(session_id, user, state, page_size, page_token)
+        return await self._call("ListApprovals", request, retry=True)  # type: ignore[no-any-return]
+
+    def iter_approvals(
+        self,
+        *,
+        session_id: str = "",
+        user: str = "",
+        state: ApprovalStateLike = None,
+        page_size: int = 0,
+    ) -> AsyncIterator[m.Approval]:
+        """Every matching approval, oldest first, page after page."""
+        return self._pages(
+            lambda token: self.list_approvals(
+                session_id=session_id,
+                user=user,
+                state=state,
+                page_size=page_size,
+                page_token=token,
+            ),
+            lambda page: page.approvals,
+        )
 
     # -- state -------------------------------------------------------------
 
