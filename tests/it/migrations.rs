@@ -956,10 +956,17 @@ async fn migrates_what_0005_wrote(dialect: Dialect) {
     assert!(on_disk.len() > 5);
     assert_eq!(old.applied_versions().await, on_disk);
     if dialect == Dialect::Postgres {
-        // 0012: the tables appends write keep no foreign keys.
+        // 0012: the tables appends write keep no foreign keys (those of
+        // approvals and queued input, 22 and 23, are never written by one).
         assert_eq!(
             old.tables_with_foreign_keys().await,
-            ["run_cancels", "session_metadata", "session_state"]
+            [
+                "approvals",
+                "queued_inputs",
+                "run_cancels",
+                "session_metadata",
+                "session_state"
+            ]
         );
         // 0014: a call's key is its session's and ordinal, no other
         // index than usage's.
