@@ -77,7 +77,8 @@ pub enum Error {
         #[source]
         status: Status,
     },
-    /// An `AppendExchange` reused a `request_id` with a different body
+    /// An `AppendExchange` (or another keyed call, such as a
+    /// `SubmitInput`) reused a `request_id` with a different body
     /// (`ALREADY_EXISTS`, reason `REQUEST_ID_REUSED`).
     #[error("request id {request_id:?} was already used for a different exchange")]
     RequestIdReused {
@@ -128,10 +129,12 @@ pub enum Error {
         status: Status,
     },
     /// Another run holds the session's lease (`FAILED_PRECONDITION`,
-    /// reason `SESSION_BUSY`).
+    /// reason `SESSION_BUSY`); for a `SubmitInput` in mode `Reject`, also
+    /// inputs waiting in the session's queue.
     #[error("session is busy with run {active_run_id:?}")]
     SessionBusy {
-        /// The run holding the lease.
+        /// The run holding the lease (empty when the session is busy only
+        /// with waiting inputs).
         active_run_id: String,
         /// The status as received.
         #[source]
@@ -215,6 +218,55 @@ pub enum Error {
     ApprovalExpired {
         /// The approval.
         approval_id: String,
+        /// The status as received.
+        #[source]
+        status: Status,
+    },
+    /// The run does not hold the session's lease, and only the lease holder
+    /// takes queued input (`FAILED_PRECONDITION`, reason `LEASE_NOT_HELD`).
+    #[error("run {run_id:?} does not hold the session's lease")]
+    LeaseNotHeld {
+        /// The run named.
+        run_id: String,
+        /// The status as received.
+        #[source]
+        status: Status,
+    },
+    /// No input waits in the session's queue (`NOT_FOUND`, reason
+    /// `QUEUE_EMPTY`).
+    #[error("no input is waiting in the session's queue")]
+    QueueEmpty {
+        /// The status as received.
+        #[source]
+        status: Status,
+    },
+    /// The session's queue holds the most waiting inputs it may
+    /// (`RESOURCE_EXHAUSTED`, reason `QUEUE_FULL`). Nothing was queued;
+    /// try again once the run has taken some, or withdraw some.
+    #[error("the session's queue is full ({limit} waiting inputs)")]
+    QueueFull {
+        /// How many waiting inputs a queue holds at most.
+        limit: i64,
+        /// The status as received.
+        #[source]
+        status: Status,
+    },
+    /// The session never queued an input by this id (`NOT_FOUND`, reason
+    /// `INPUT_NOT_FOUND`).
+    #[error("input {input_id:?} not found")]
+    InputNotFound {
+        /// The input id the server looked for.
+        input_id: String,
+        /// The status as received.
+        #[source]
+        status: Status,
+    },
+    /// The input was taken into the history already, so it cannot be
+    /// withdrawn (`FAILED_PRECONDITION`, reason `INPUT_ALREADY_TAKEN`).
+    #[error("input {input_id:?} was already taken")]
+    InputAlreadyTaken {
+        /// The input.
+        input_id: String,
         /// The status as received.
         #[source]
         status: Status,
@@ -337,6 +389,11 @@ impl Error {
             | Error::ApprovalNotFound { status, .. }
             | Error::ApprovalAlreadyDecided { status, .. }
             | Error::ApprovalExpired { status, .. }
+            | Error::LeaseNotHeld { status, .. }
+            | Error::QueueEmpty { status }
+            | Error::QueueFull { status, .. }
+            | Error::InputNotFound { status, .. }
+            | Error::InputAlreadyTaken { status, .. }
             | Error::RevisionOutOfRange { status, .. }
             | Error::StateVersionMismatch { status, .. }
             | Error::LimitExceeded { status, .. }
@@ -531,6 +588,30 @@ impl From<Status> for Error {
             "APPROVAL_EXPIRED" => {
                 return Error::ApprovalExpired {
                     approval_id: meta(info, "approval_id"),
+                    status,
+                };
+            }
+            "LEASE_NOT_HELD" => {
+                return Error::LeaseNotHeld {
+                    run_id: meta(info, "run_id"),
+                    status,
+                };
+            }
+            "QUEUE_EMPTY" => return Error::QueueEmpty { status },
+            "QUEUE_FULL" => {
+                if let Some(limit) = meta_i64(info, "limit") {
+                    return Error::QueueFull { limit, status };
+                }
+            }
+            "INPUT_NOT_FOUND" => {
+                return Error::InputNotFound {
+                    input_id: meta(info, "input_id"),
+                    status,
+                };
+            }
+            "INPUT_ALREADY_TAKEN" => {
+                return Error::InputAlreadyTaken {
+                    input_id: meta(info, "input_id"),
                     status,
                 };
             }
@@ -739,6 +820,52 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn queue_reasons_carry_their_metadata() {
+        let error = Error::from(with_info(
+            Code::FailedPrecondition,
+            "LEASE_NOT_HELD",
+            &[("run_id", "run_1")],
+        ));
+        assert!(matches!(&error, Error::LeaseNotHeld { run_id, .. } if run_id == "run_1"));
+        assert_eq!(error.code(), Some(Code::FailedPrecondition));
+        assert!(!error.is_transient());
+
+        let error = Error::from(with_info(Code::NotFound, "QUEUE_EMPTY", &[]));
+        assert!(matches!(error, Error::QueueEmpty { .. }));
+        assert_eq!(error.code(), Some(Code::NotFound));
+        assert_eq!(error.reason().as_deref(), Some("QUEUE_EMPTY"));
+
+        let error = Error::from(with_info(
+            Code::ResourceExhausted,
+            "QUEUE_FULL",
+            &[("limit", "100")],
+        ));
+        assert!(matches!(error, Error::QueueFull { limit: 100, .. }));
+        assert_eq!(error.code(), Some(Code::ResourceExhausted));
+        assert!(!error.is_transient(), "a full queue is no rate limit");
+        assert_eq!(error.retry_after(), None);
+        // A malformed payload falls back instead of guessing.
+        let error = Error::from(with_info(Code::ResourceExhausted, "QUEUE_FULL", &[]));
+        assert!(matches!(error, Error::Other(_)));
+
+        for (code, reason) in [
+            (Code::NotFound, "INPUT_NOT_FOUND"),
+            (Code::FailedPrecondition, "INPUT_ALREADY_TAKEN"),
+        ] {
+            let error = Error::from(with_info(code, reason, &[("input_id", "inp_1")]));
+            let named = match (reason, &error) {
+                ("INPUT_NOT_FOUND", Error::InputNotFound { input_id, .. })
+                | ("INPUT_ALREADY_TAKEN", Error::InputAlreadyTaken { input_id, .. }) => input_id,
+                (_, other) => panic!("{reason}: got {other:?}"),
+            };
+            assert_eq!(named, "inp_1", "{reason}");
+            assert_eq!(error.code(), Some(code));
+            assert_eq!(error.reason().as_deref(), Some(reason));
+            assert!(error.status().is_some());
+        }
     }
 
     #[test]

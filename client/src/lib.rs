@@ -5,6 +5,7 @@ mod approvals;
 mod auth;
 mod client;
 mod error;
+mod queue;
 mod requests;
 mod retry;
 mod run;
@@ -23,7 +24,9 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 pub use auth::{BearerAuth, RawClient};
 pub use client::{BoxStream, Client, ClientBuilder};
 pub use error::{Error, Result};
-pub use requests::{Exchange, ExportHistory, ListApprovals, ListSessions, NewApproval, NewSession};
+pub use requests::{
+    Exchange, ExportHistory, ListApprovals, ListSessions, NewApproval, NewInput, NewSession,
+};
 pub use retry::RetryPolicy;
 pub use run::Run;
 pub use v1::session_store_client::SessionStoreClient;

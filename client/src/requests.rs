@@ -710,3 +710,120 @@ impl ListApprovals {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// SubmitInput
+
+/// Input typed while a session may be busy (`SubmitInput`): its messages
+/// (1 to 100, typically one user message) and what to do if a run holds
+/// the session or inputs wait in its queue — [`InputMode::Queue`] (the
+/// default), [`InputMode::Interrupt`] or [`InputMode::Reject`].
+///
+/// Like an [`Exchange`], every `NewInput` carries an idempotency key, its
+/// `request_id`, made when the input is created (a UUIDv7) unless you set
+/// your own. The client sends it on every attempt, so
+/// [`Client::submit_input`](crate::Client::submit_input) is retried on
+/// transient failures, and sending the same `NewInput` again answers the
+/// first submission instead of queueing twice.
+///
+/// [`InputMode::Queue`]: v1::InputMode::Queue
+/// [`InputMode::Interrupt`]: v1::InputMode::Interrupt
+/// [`InputMode::Reject`]: v1::InputMode::Reject
+///
+/// ```
+/// use sessionstore_client::NewInput;
+/// use sessionstore_client::v1::{InputMode, Message};
+///
+/// let input = NewInput::new("ses_1")
+///     .message(Message::user("Actually, make it a haiku"))
+///     .mode(InputMode::Interrupt);
+/// assert!(!input.request_id().is_empty());
+/// assert_eq!(input.as_request().mode(), InputMode::Interrupt);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewInput {
+    request: v1::SubmitInputRequest,
+}
+
+impl NewInput {
+    /// An input for `session_id` without messages yet, mode
+    /// [`Queue`](v1::InputMode::Queue), with a fresh `request_id`.
+    pub fn new(session_id: impl Into<String>) -> Self {
+        NewInput {
+            request: v1::SubmitInputRequest {
+                session_id: session_id.into(),
+                mode: v1::InputMode::Queue.into(),
+                request_id: new_request_id(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Adds a message (a user turn, usually).
+    pub fn message(mut self, message: v1::Message) -> Self {
+        self.request.messages.push(message);
+        self
+    }
+
+    /// Adds messages; they are taken into the history together, in order.
+    pub fn messages(mut self, messages: impl IntoIterator<Item = v1::Message>) -> Self {
+        self.request.messages.extend(messages);
+        self
+    }
+
+    /// What to do while the session is busy: queue the input
+    /// ([`Queue`](v1::InputMode::Queue), the default), queue it and ask the
+    /// run holding the lease to stop as `CancelRun` would
+    /// ([`Interrupt`](v1::InputMode::Interrupt)), or refuse it with
+    /// [`Error::SessionBusy`](crate::Error::SessionBusy)
+    /// ([`Reject`](v1::InputMode::Reject)). A session that is not busy
+    /// takes the input at once in every mode.
+    pub fn mode(mut self, mode: v1::InputMode) -> Self {
+        self.request.mode = mode.into();
+        self
+    }
+
+    /// Uses your own idempotency key instead of the generated one, e.g. one
+    /// derived from your own request id so that a retry after a crash of
+    /// your process is still recognised. Keys are per session.
+    pub fn with_request_id(mut self, request_id: impl Into<String>) -> Self {
+        self.request.request_id = request_id.into();
+        self
+    }
+
+    /// The idempotency key sent with every attempt.
+    pub fn request_id(&self) -> &str {
+        &self.request.request_id
+    }
+
+    /// The session the input is for.
+    pub fn session_id(&self) -> &str {
+        &self.request.session_id
+    }
+
+    /// The wire request.
+    pub fn as_request(&self) -> &v1::SubmitInputRequest {
+        &self.request
+    }
+
+    /// The wire request.
+    pub fn into_request(self) -> v1::SubmitInputRequest {
+        self.request
+    }
+}
+
+impl From<v1::SubmitInputRequest> for NewInput {
+    /// Wraps a wire request, giving it a fresh `request_id` if it has none.
+    fn from(mut request: v1::SubmitInputRequest) -> Self {
+        if request.request_id.is_empty() {
+            request.request_id = new_request_id();
+        }
+        NewInput { request }
+    }
+}
+
+impl From<NewInput> for v1::SubmitInputRequest {
+    fn from(input: NewInput) -> Self {
+        input.into_request()
+    }
+}

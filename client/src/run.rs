@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::requests::Exchange;
 use crate::v1;
 
@@ -217,6 +217,87 @@ impl Run {
             })
             .await?;
         self.end().await
+    }
+
+    /// Takes the session's oldest waiting input (see
+    /// [`Client::submit_input`]) into the history for this run
+    /// (`TakeQueuedInput`): its messages are appended, in one revision
+    /// that watchers see as `input_taken`, and are in the response. `None`
+    /// when no input waits. The run must hold the session's lease
+    /// ([`Error::LeaseNotHeld`] otherwise). Not retried: a repeat of a take
+    /// that reached the server would take the next input.
+    ///
+    /// ```no_run
+    /// # async fn demo(run: sessionstore_client::Run) -> Result<(), sessionstore_client::Error> {
+    /// // Between two model calls: what did the user add meanwhile?
+    /// while let Some(taken) = run.take_queued_input().await? {
+    ///     for stored in &taken.messages {
+    ///         let text = stored.message.as_ref().map_or("", |m| m.content.as_str());
+    ///         println!("#{}: {text}", stored.sequence);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn take_queued_input(&self) -> Result<Option<v1::TakeQueuedInputResponse>> {
+        match self
+            .client
+            .take_queued_input(self.session_id.clone(), self.run_id.clone())
+            .await
+        {
+            Ok(taken) => Ok(Some(taken)),
+            Err(Error::QueueEmpty { .. }) => Ok(None),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Ends the run (`EndRun` with `take_next`), first taking the session's
+    /// oldest waiting input into the history, in one transaction: watchers
+    /// see `input_taken`, then `run_ended`. Answers the input taken, `None`
+    /// if none waited (or the run held no lease: then nothing is taken and
+    /// nothing ends). Store the run's answer first (with
+    /// [`Client::append_exchange`] and the run's id); the input taken is
+    /// then the next thing to answer, by the next run.
+    ///
+    /// Not retried, unlike the other ways to end a run: a repeat of a call
+    /// whose answer was lost finds the lease freed and would answer `None`
+    /// although the first call took an input. After a transient error,
+    /// read the history (or watch for `input_taken`) to learn whether it
+    /// did.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use sessionstore_client::{Client, Exchange};
+    /// use sessionstore_client::v1::{Message, ProviderCall};
+    ///
+    /// # async fn demo(client: Client) -> Result<(), sessionstore_client::Error> {
+    /// let run = client.begin_run("ses_1", "run_1", Duration::from_secs(60)).await?;
+    /// // … generate and publish, then store the answer under the run …
+    /// let answer = Exchange::new("ses_1")
+    ///     .provider_call(ProviderCall::new("openai", "gpt-4o"))
+    ///     .response(Message::assistant("Done."))
+    ///     .run_id(run.run_id());
+    /// client.append_exchange(&answer).await?;
+    /// if let Some(next) = run.end_and_take_next().await? {
+    ///     println!("answer {} next (position {})", next.input_id, next.position);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn end_and_take_next(self) -> Result<Option<v1::QueuedInput>> {
+        if !self.leased {
+            return Ok(None);
+        }
+        let request = v1::EndRunRequest {
+            session_id: self.session_id.clone(),
+            run_id: self.run_id.clone(),
+            take_next: true,
+        };
+        let response = self
+            .client
+            .unary("EndRun", request, false, |mut raw, request| async move {
+                raw.end_run(request).await
+            })
+            .await?;
+        Ok(response.taken_input)
     }
 
     async fn end(&self) -> Result<()> {

@@ -18,6 +18,8 @@ __all__ = [
     "MessageNotFound",
     "StateNotFound",
     "ApprovalNotFound",
+    "QueueEmpty",
+    "InputNotFound",
     "AlreadyExists",
     "RequestIdReused",
     "ApprovalExists",
@@ -32,11 +34,14 @@ __all__ = [
     "ToolCallAnswered",
     "ApprovalAlreadyDecided",
     "ApprovalExpired",
+    "LeaseNotHeld",
+    "InputAlreadyTaken",
     "OutOfRange",
     "RevisionOutOfRange",
     "ResourceExhausted",
     "RateLimited",
     "LimitExceeded",
+    "QueueFull",
     "Unavailable",
     "Unauthenticated",
     "PermissionDenied",
@@ -105,7 +110,7 @@ class SessionstoreError(Exception):
 
 class NotFound(SessionstoreError):
     """``NOT_FOUND``: a session (also one of another tenant), message, state
-    entry or approval."""
+    entry, approval or queued input, or an empty queue."""
 
     @property
     def session_id(self) -> str:
@@ -142,6 +147,19 @@ class ApprovalNotFound(NotFound):
     def approval_id(self) -> str:
         """The approval id the server looked for."""
         return self.metadata.get("approval_id", "")
+
+
+class QueueEmpty(NotFound):
+    """No input waits in the session's queue (reason ``QUEUE_EMPTY``)."""
+
+
+class InputNotFound(NotFound):
+    """The session never queued an input by this id (reason ``INPUT_NOT_FOUND``)."""
+
+    @property
+    def input_id(self) -> str:
+        """The input id the server looked for."""
+        return self.metadata.get("input_id", "")
 
 
 class AlreadyExists(SessionstoreError):
@@ -312,6 +330,26 @@ class ApprovalExpired(FailedPrecondition):
         return self.metadata.get("approval_id", "")
 
 
+class LeaseNotHeld(FailedPrecondition):
+    """The run does not hold the session's lease, and only the lease holder
+    takes queued input (reason ``LEASE_NOT_HELD``)."""
+
+    @property
+    def run_id(self) -> str:
+        """The run named."""
+        return self.metadata.get("run_id", "")
+
+
+class InputAlreadyTaken(FailedPrecondition):
+    """The input was taken into the history already, so it cannot be
+    withdrawn (reason ``INPUT_ALREADY_TAKEN``)."""
+
+    @property
+    def input_id(self) -> str:
+        """The input."""
+        return self.metadata.get("input_id", "")
+
+
 class OutOfRange(SessionstoreError):
     """``OUT_OF_RANGE``."""
 
@@ -332,7 +370,8 @@ class RevisionOutOfRange(OutOfRange):
 
 class ResourceExhausted(SessionstoreError):
     """``RESOURCE_EXHAUSTED``: a limit (``LIMIT_EXCEEDED``), a rate limit
-    (``RATE_LIMITED``) or a full disk (``STORAGE_FULL``)."""
+    (``RATE_LIMITED``), a full queue (``QUEUE_FULL``) or a full disk
+    (``STORAGE_FULL``)."""
 
 
 class RateLimited(ResourceExhausted):
@@ -354,6 +393,17 @@ class LimitExceeded(ResourceExhausted):
         if self.field_violations:
             return self.field_violations[0][0]
         return self.metadata.get("field", "")
+
+
+class QueueFull(ResourceExhausted):
+    """The session's queue holds the most waiting inputs it may (reason
+    ``QUEUE_FULL``); nothing was queued. Not transient: wait until the run
+    takes some, or withdraw some."""
+
+    @property
+    def limit(self) -> int | None:
+        """How many waiting inputs a queue holds at most."""
+        return self._meta_int("limit")
 
 
 class Unavailable(SessionstoreError):
@@ -402,6 +452,11 @@ _BY_REASON: dict[str, type[SessionstoreError]] = {
     "APPROVAL_NOT_FOUND": ApprovalNotFound,
     "APPROVAL_ALREADY_DECIDED": ApprovalAlreadyDecided,
     "APPROVAL_EXPIRED": ApprovalExpired,
+    "LEASE_NOT_HELD": LeaseNotHeld,
+    "QUEUE_EMPTY": QueueEmpty,
+    "QUEUE_FULL": QueueFull,
+    "INPUT_NOT_FOUND": InputNotFound,
+    "INPUT_ALREADY_TAKEN": InputAlreadyTaken,
     "REVISION_OUT_OF_RANGE": RevisionOutOfRange,
     "RATE_LIMITED": RateLimited,
     "LIMIT_EXCEEDED": LimitExceeded,
@@ -479,6 +534,7 @@ def from_rpc_error(error: grpc.RpcError) -> SessionstoreError:
             StateVersionMismatch: ("expected_version", "actual_version"),
             RevisionOutOfRange: ("after_revision", "head_revision"),
             HistoryMismatch: ("index",),
+            QueueFull: ("limit",),
         }.get(by_reason, ())
         if all(key in metadata for key in required):
             cls = by_reason

@@ -52,6 +52,9 @@ ApprovalStateLike = Union[int, str, None]
 #: An approval's details: JSON text, kept verbatim, or a dict (encoded with
 #: ``json.dumps``).
 DetailLike = Union[str, Mapping[str, Any]]
+#: What ``submit_input`` does while the session is busy: the enum value, or
+#: ``"queue"``, ``"interrupt"``, ``"reject"`` (or the enum's full names).
+InputModeLike = Union[int, str]
 
 
 def new_request_id() -> str:
@@ -460,4 +463,29 @@ def list_approvals(
         state=approval_state(state),
         page_size=page_size,
         page_token=page_token,
+    )
+
+
+def input_mode(value: InputModeLike) -> m.InputMode:
+    """``"queue"``, ``"interrupt"``, ``"reject"`` (or the enum's full names)
+    or the enum value."""
+    if isinstance(value, int):
+        return value  # type: ignore[return-value]
+    name = value.upper()
+    if not name.startswith("INPUT_MODE_"):
+        name = "INPUT_MODE_" + name
+    return m.InputMode.Value(name)  # type: ignore[no-any-return]
+
+
+def submit_input(
+    session_id: str,
+    messages: Iterable[MessageLike],
+    mode: InputModeLike,
+    request_id: str | None,
+) -> s.SubmitInputRequest:
+    return s.SubmitInputRequest(
+        session_id=session_id,
+        messages=list(messages),
+        mode=input_mode(mode),
+        request_id=request_id if request_id is not None else new_request_id(),
     )

@@ -21,6 +21,7 @@ from ._requests import (
     ApprovalStateLike,
     ContentBlockLike,
     DetailLike,
+    InputModeLike,
     LeaseLike,
     MessageLike,
     NewSessionLike,
@@ -662,10 +663,22 @@ class Client:
         request = req.begin_run(session_id, run_id, lease)
         return self._call("BeginRun", request, retry=True)  # type: ignore[no-any-return]
 
-    def end_run(self, session_id: str, *, run_id: str) -> s.EndRunResponse:
-        """Frees the session from ``run_id``'s lease. Retried."""
-        request = s.EndRunRequest(session_id=session_id, run_id=run_id)
-        return self._call("EndRun", request, retry=True)  # type: ignore[no-any-return]
+    def end_run(
+        self, session_id: str, *, run_id: str, take_next: bool = False
+    ) -> s.EndRunResponse:
+        """Frees the session from ``run_id``'s lease. Retried.
+
+        With ``take_next``, if ``run_id`` holds the lease, first takes the
+        session's oldest waiting input into the history (``input_taken``,
+        then ``run_ended``, in one transaction); the response's
+        ``taken_input`` is that input (unset if none waited). Then not
+        retried: a repeat of a call whose answer was lost finds the lease
+        freed and answers no input although the first call took one; after
+        a transient error, read the history to learn whether it did."""
+        request = s.EndRunRequest(session_id=session_id, run_id=run_id, take_next=take_next)
+        return self._call(  # type: ignore[no-any-return]
+            "EndRun", request, retry=not take_next
+        )
 
     def publish_delta(
         self,
@@ -804,6 +817,85 @@ class Client:
             ),
             lambda page: page.approvals,
         )
+
+    # -- queued input ------------------------------------------------------
+
+    def submit_input(
+        self,
+        session_id: str,
+        messages: Iterable[MessageLike],
+        *,
+        mode: InputModeLike = "queue",
+        request_id: str | None = None,
+    ) -> s.SubmitInputResponse:
+        """Submits input (1 to 100 messages, typically one user message) to a
+        session that may be busy: a run holds its lease, or its queue holds
+        a waiting input. Not busy, the messages are appended at once, in
+        every mode (``queued`` false, the stored ``messages`` in the
+        response). Busy, ``mode`` decides: ``"queue"`` (the default) puts
+        the input at the back of the session's queue (``queued`` true, the
+        ``input`` with its ``input_id``, ``inp_…``, and its ``position``;
+        watchers get ``input_queued``), ``"interrupt"`` does the same and
+        asks the run holding the lease to stop as :meth:`cancel_run` would,
+        ``"reject"`` raises ``SessionBusy``. Queued input is in no read of
+        the history until the run takes it (:meth:`take_queued_input`, or
+        :meth:`end_run` with ``take_next``).
+
+        Retried: every attempt carries ``request_id`` (a fresh UUID when not
+        given), and a retry of a recorded submission answers it, also after
+        the input was taken or withdrawn; the same ``request_id`` with other
+        messages or another mode raises ``RequestIdReused``. ``QueueFull``
+        (``.limit``) while 100 inputs wait."""
+        request = req.submit_input(session_id, messages, mode, request_id)
+        return self._call(  # type: ignore[no-any-return]
+            "SubmitInput", request, retry=bool(request.request_id)
+        )
+
+    def take_queued_input(
+        self, session_id: str, *, run_id: str
+    ) -> s.TakeQueuedInputResponse:
+        """Takes the session's oldest waiting input into the history for
+        ``run_id``, which must hold the session's lease (``LeaseNotHeld``
+        otherwise): its messages are appended, contiguous and in order, in
+        one revision (``input_taken``), and are in the response's
+        ``messages``. ``QueueEmpty`` when no input waits. Each input is taken
+        once, across clients and replicas. Not retried: a repeat of a take
+        that reached the server would take the next input."""
+        request = s.TakeQueuedInputRequest(session_id=session_id, run_id=run_id)
+        return self._call("TakeQueuedInput", request, retry=False)  # type: ignore[no-any-return]
+
+    def list_queued_inputs(
+        self, session_id: str, *, page_size: int = 0, page_token: str = ""
+    ) -> s.ListQueuedInputsResponse:
+        """One page of the inputs waiting in the session's queue, by
+        position (the next to be taken first). Retried. See
+        :meth:`iter_queued_inputs` for every page."""
+        request = s.ListQueuedInputsRequest(
+            session_id=session_id, page_size=page_size, page_token=page_token
+        )
+        return self._call("ListQueuedInputs", request, retry=True)  # type: ignore[no-any-return]
+
+    def iter_queued_inputs(
+        self, session_id: str, *, page_size: int = 0
+    ) -> Iterator[m.QueuedInput]:
+        """Every input waiting in the session's queue, by position, page after page."""
+        return self._pages(
+            lambda token: self.list_queued_inputs(
+                session_id, page_size=page_size, page_token=token
+            ),
+            lambda page: page.inputs,
+        )
+
+    def withdraw_queued_input(
+        self, session_id: str, *, input_id: str
+    ) -> s.WithdrawQueuedInputResponse:
+        """Takes a waiting input back: it is never taken into the history
+        (``input_withdrawn``). Answers the withdrawal's revision: the first
+        one's for an input withdrawn before (nothing is written again), so
+        it is retried. ``InputAlreadyTaken`` once the run took it,
+        ``InputNotFound`` for an id the session never queued."""
+        request = s.WithdrawQueuedInputRequest(session_id=session_id, input_id=input_id)
+        return self._call("WithdrawQueuedInput", request, retry=True)  # type: ignore[no-any-return]
 
     # -- state -------------------------------------------------------------
 

@@ -1323,6 +1323,11 @@ async fn retries_by_request_id_answer_the_first(backend: Backend) {
         let status = submit_err(&mut client, request).await;
         assert_eq!(status.code(), Code::AlreadyExists, "{label}: {status:?}");
         assert_status(&status, Code::AlreadyExists, "REQUEST_ID_REUSED");
+        assert_eq!(
+            metadata(&status).get("request_id").map(String::as_str),
+            Some("in-1"),
+            "{label}: the caller's key, as sent"
+        );
     }
     assert_eq!(
         revision(&mut client, id).await,

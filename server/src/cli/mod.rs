@@ -29,6 +29,7 @@ mod file_format;
 mod health;
 mod import;
 mod progress;
+mod queue;
 mod watch;
 
 pub use backup::{BackupArgs, RestoreArgs, backup, restore};
@@ -209,6 +210,42 @@ pub enum SessionsCommand {
         #[arg(long = "by", value_name = "NAME", default_value = "")]
         decided_by: String,
     },
+    /// Submit input to a session (SubmitInput): appended at once when the
+    /// session is not busy; while a run holds its lease or inputs wait in
+    /// its queue, queued at the back (prints its input id and position).
+    ///
+    /// `--mode interrupt` also asks the run holding the lease to stop (as
+    /// `sessions cancel` does); `--mode reject` refuses the input while the
+    /// session is busy, saying why. Retried safely (one request id).
+    Submit {
+        id: String,
+        /// A user message; repeat it for several, submitted as one input.
+        #[arg(long = "text", value_name = "TEXT", required = true)]
+        texts: Vec<String>,
+        /// What to do while the session is busy.
+        #[arg(long, value_enum, default_value_t = InputModeArg::Queue)]
+        mode: InputModeArg,
+    },
+    /// List the inputs waiting in a session's queue (ListQueuedInputs), by
+    /// position: the first is taken next.
+    ///
+    /// Text: one aligned line each under a header (POSITION, ID, MODE,
+    /// MESSAGES, TEXT, QUEUED); `--format json`: one array of objects.
+    Queue {
+        id: String,
+        /// `text`: aligned columns under a header. `json`: one array of
+        /// objects keyed by the input's fields (messages as in an export,
+        /// times RFC 3339, UTC).
+        #[arg(long, value_enum, default_value_t = QueueFormat::Text)]
+        format: QueueFormat,
+    },
+    /// Withdraw a waiting input (WithdrawQueuedInput): it is never taken
+    /// into the history. An input already taken is an error, saying so.
+    Withdraw {
+        id: String,
+        /// The input (`inp_…`, from `sessions queue` or `sessions submit`).
+        input: String,
+    },
     /// Delete a session.
     Delete { id: String },
     /// Erase every session of a user, with their messages, provider calls,
@@ -314,6 +351,37 @@ impl From<ApprovalStateArg> for pb::ApprovalState {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum ApprovalsFormat {
     /// One aligned line per approval, with a header.
+    #[default]
+    Text,
+    /// One JSON array of objects.
+    Json,
+}
+
+/// What `sessions submit --mode` does while the session is busy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum InputModeArg {
+    /// Queue the input at the back.
+    Queue,
+    /// Queue it, and ask the run holding the lease to stop.
+    Interrupt,
+    /// Refuse it.
+    Reject,
+}
+
+impl From<InputModeArg> for pb::InputMode {
+    fn from(mode: InputModeArg) -> Self {
+        match mode {
+            InputModeArg::Queue => pb::InputMode::Queue,
+            InputModeArg::Interrupt => pb::InputMode::Interrupt,
+            InputModeArg::Reject => pb::InputMode::Reject,
+        }
+    }
+}
+
+/// How `sessions queue` prints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum QueueFormat {
+    /// One aligned line per waiting input, with a header.
     #[default]
     Text,
     /// One JSON array of objects.
@@ -656,6 +724,13 @@ async fn run_command(args: SessionsArgs) -> anyhow::Result<()> {
                 &client, &id, &approval, decision, reason, decided_by, &mut out,
             )
             .await
+        }
+        SessionsCommand::Submit { id, texts, mode } => {
+            queue::submit(&client, &id, texts, mode, &mut out).await
+        }
+        SessionsCommand::Queue { id, format } => queue::list(&client, &id, format, &mut out).await,
+        SessionsCommand::Withdraw { id, input } => {
+            queue::withdraw(&client, &id, &input, &mut out).await
         }
         SessionsCommand::Delete { id } => {
             client.delete_session(id.clone()).await?;

@@ -136,6 +136,29 @@ pub(super) async fn watch(
                 }
                 ("approval_decided", detail)
             }
+            Event::InputQueued(queued) => {
+                let input = queued.input.unwrap_or_default();
+                let mut detail = format!("{} position {}", input.input_id, input.position);
+                if input.mode() == pb::InputMode::Interrupt {
+                    detail.push_str(" (interrupt)");
+                }
+                let said = summarize(on, input.messages.iter());
+                ("input_queued", format!("{detail}: {said}"))
+            }
+            Event::InputTaken(taken) => {
+                let said = summarize(on, taken.messages.iter().filter_map(|m| m.message.as_ref()));
+                (
+                    "input_taken",
+                    format!(
+                        "{} position {} by {}: {said}",
+                        taken.input_id, taken.position, taken.run_id
+                    ),
+                )
+            }
+            Event::InputWithdrawn(withdrawn) => (
+                "input_withdrawn",
+                format!("{} position {}", withdrawn.input_id, withdrawn.position),
+            ),
             other => (event_name(&other), String::new()),
         };
         writeln!(out, "{revision:>6}  {name}  {detail}")?;

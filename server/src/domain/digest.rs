@@ -31,7 +31,11 @@ pub const FINGERPRINT_FORM: u8 = 2;
 /// matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequestKey {
+    /// The caller's key, as errors name it.
     pub request_id: String,
+    /// The key as stored: `request_id`, or it within a narrower namespace
+    /// ([`RequestKey::within`]).
+    pub stored_id: String,
     pub fingerprint: Vec<u8>,
 }
 
@@ -48,8 +52,16 @@ impl RequestKey {
         fingerprint.extend_from_slice(&sha);
         Some(RequestKey {
             request_id: request_id.to_owned(),
+            stored_id: request_id.to_owned(),
             fingerprint,
         })
+    }
+
+    /// The key kept within `namespace` (e.g. one session's): the same
+    /// caller's key elsewhere is another key.
+    pub fn within(mut self, namespace: &str) -> RequestKey {
+        self.stored_id = format!("{namespace}\u{1f}{}", self.request_id);
+        self
     }
 }
 

@@ -92,11 +92,8 @@ impl SubmitInput {
     /// Its idempotency key in `session_id`: keys of SubmitInput are per
     /// tenant and session, so the session's id is part of the key.
     pub fn request_key(&self, session_id: &str) -> Option<RequestKey> {
-        if self.request_id.is_empty() {
-            return None;
-        }
-        let scoped = format!("input\u{1f}{session_id}\u{1f}{}", self.request_id);
-        RequestKey::of("SubmitInput", &scoped, self)
+        RequestKey::of("SubmitInput", &self.request_id, self)
+            .map(|key| key.within(&format!("input\u{1f}{session_id}")))
     }
 }
 
@@ -157,6 +154,11 @@ mod tests {
         };
         assert_ne!(input.request_key("a"), input.request_key("b"));
         assert_eq!(input.request_key("a"), input.request_key("a"));
+        assert_eq!(
+            input.request_key("a").map(|key| key.request_id),
+            Some("r".to_owned()),
+            "errors name the caller's key"
+        );
         for code in 0..4 {
             assert!(InputMode::from_code(code).is_some());
         }

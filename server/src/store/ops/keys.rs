@@ -39,7 +39,7 @@ impl Tx<'_> {
                 .bind(format!(
                     "{}\u{1f}{}",
                     escape(tenant),
-                    escape(&key.request_id)
+                    escape(&key.stored_id)
                 ))
                 .execute(&mut *self.conn)
                 .await?;
@@ -49,7 +49,7 @@ impl Tx<'_> {
              WHERE tenant = $1 AND request_id = $2",
         )
         .bind(escape(tenant))
-        .bind(escape(&key.request_id))
+        .bind(escape(&key.stored_id))
         .fetch_optional(&mut *self.conn)
         .await?;
         let Some((fingerprint, session_key, revision, reply)) = earlier else {
@@ -96,7 +96,7 @@ impl Tx<'_> {
              revision, found_through_event, reply) VALUES ($1, $2, $3, $4, $5, 0, $6)",
         )
         .bind(escape(tenant))
-        .bind(escape(&key.request_id))
+        .bind(escape(&key.stored_id))
         .bind(session_key)
         .bind(&key.fingerprint)
         .bind(revision)
