@@ -7,8 +7,14 @@
 //! downloaded one) loads the page with a bearer token, creates a session,
 //! appends, follows the demo producer's answer live, is reloaded mid-answer
 //! and resumes from its cursor, and a second tab stops the run; the same
-//! page from an origin the server does not allow is refused. The stored
-//! answer and the event log are then read back with the Rust client.
+//! page from an origin the server does not allow is refused. Then both tabs
+//! open a second session for the run control plane: the producer's run asks
+//! for approval of a tool call, both tabs show it pending, the first
+//! approves and the second shows it approved; during the next run the first
+//! tab types two messages (shown queued, in order, in both tabs) and a
+//! third that the second tab withdraws, and the run ends taking the two in
+//! order into both transcripts. The stored answers, approvals, queue and
+//! event logs are then read back with the Rust client.
 //! Without Chromium or Node.js it fails, saying to run `.ci/browser.sh`,
 //! unless `SESSIONSTORE_TEST_SKIP` names `browser` (`support::prereq`).
 //!
@@ -312,16 +318,17 @@ async fn web_chat_in_chromium() {
         .await
         .unwrap()
         .into_inner();
-    let ids: Vec<_> = sessions
+    let control = &report["control"];
+    let control_session = control["sessionId"].as_str().unwrap().to_owned();
+    let mut ids: Vec<_> = sessions
         .sessions
         .iter()
         .filter_map(|s| s.session.as_ref().map(|s| s.id.clone()))
         .collect();
-    assert_eq!(
-        ids,
-        [session_id.as_str()],
-        "the refused calls wrote nothing"
-    );
+    ids.sort();
+    let mut expected = vec![session_id.clone(), control_session.clone()];
+    expected.sort();
+    assert_eq!(ids, expected, "the refused calls wrote nothing");
     let messages = client
         .list_messages(authed(
             pb::ListMessagesRequest {
@@ -345,26 +352,7 @@ async fn web_chat_in_chromium() {
     );
     assert_eq!(stored[1].content, stored_text);
 
-    let mut events = client
-        .watch_session(authed(
-            pb::WatchSessionRequest {
-                session_id: session_id.clone(),
-                after_revision: 0,
-                ..Default::default()
-            },
-            TOKEN,
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut log = Vec::new();
-    loop {
-        let event = next_event(&mut events).await;
-        if matches!(event.event, Some(Event::CaughtUp(_))) {
-            break;
-        }
-        log.push(event);
-    }
+    let log = event_log(&mut client, &session_id).await;
     let kinds: Vec<_> = log
         .iter()
         .map(|event| match &event.event {
@@ -394,7 +382,179 @@ async fn web_chat_in_chromium() {
             && position("exchange_appended") < position("run_ended"),
         "{kinds:?}"
     );
+
+    check_control(&mut client, control, &control_session).await;
     server.stop().await.unwrap();
+}
+
+/// Every event of `session_id` up to its current revision.
+async fn event_log(
+    client: &mut sessionstore_client::SessionStoreClient<tonic::transport::Channel>,
+    session_id: &str,
+) -> Vec<pb::SessionEvent> {
+    let mut events = client
+        .watch_session(authed(
+            pb::WatchSessionRequest {
+                session_id: session_id.to_owned(),
+                after_revision: 0,
+                ..Default::default()
+            },
+            TOKEN,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut log = Vec::new();
+    loop {
+        let event = next_event(&mut events).await;
+        if matches!(event.event, Some(Event::CaughtUp(_))) {
+            return log;
+        }
+        log.push(event);
+    }
+}
+
+/// The run control plane as the page left it (`control`: the driver's
+/// report of steps 5 and 6): the approval decided from the first tab, the
+/// two queued messages taken in order into the history, the withdrawn one
+/// never taken, and the queue empty.
+async fn check_control(
+    client: &mut sessionstore_client::SessionStoreClient<tonic::transport::Channel>,
+    control: &serde_json::Value,
+    session_id: &str,
+) {
+    let approval_id = control["approvalId"].as_str().unwrap();
+    let approvals = client
+        .list_approvals(authed(
+            pb::ListApprovalsRequest {
+                session_id: session_id.to_owned(),
+                ..Default::default()
+            },
+            TOKEN,
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .approvals;
+    assert_eq!(approvals.len(), 1, "{approvals:?}");
+    assert_eq!(approvals[0].approval_id, approval_id);
+    assert_eq!(approvals[0].state, i32::from(pb::ApprovalState::Approved));
+    assert_eq!(approvals[0].decided_by, "web chat");
+    let waiting = client
+        .list_queued_inputs(authed(
+            pb::ListQueuedInputsRequest {
+                session_id: session_id.to_owned(),
+                ..Default::default()
+            },
+            TOKEN,
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .inputs;
+    assert!(waiting.is_empty(), "nothing left queued: {waiting:?}");
+
+    // The history: the call, its approved result and the answer, then the
+    // two typed messages in the order typed.
+    let typed = control["tabA"]["user"].clone();
+    assert_eq!(control["tabB"]["user"], typed, "report above");
+    let messages = client
+        .list_messages(authed(
+            pb::ListMessagesRequest {
+                session_id: session_id.to_owned(),
+                ..Default::default()
+            },
+            TOKEN,
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .messages;
+    let stored: Vec<_> = messages.iter().filter_map(|m| m.message.as_ref()).collect();
+    let roles: Vec<_> = stored.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [
+            pb::Role::Assistant,
+            pb::Role::Tool,
+            pb::Role::Assistant,
+            pb::Role::User,
+            pb::Role::User
+        ]
+        .map(i32::from),
+        "{messages:?}"
+    );
+    let tool_call = &stored[0].tool_calls[0];
+    assert_eq!(approvals[0].tool_call_id, tool_call.id);
+    assert_eq!(stored[1].tool_call_id, tool_call.id);
+    assert!(!stored[1].tool_error, "approved: the tool ran");
+    assert_eq!(typed.as_array().map(Vec::len), Some(2), "report above");
+    assert_eq!(stored[3].content, typed[0].as_str().unwrap());
+    assert_eq!(stored[4].content, typed[1].as_str().unwrap());
+
+    // The log: asked, decided, then during the next run three queued, one
+    // withdrawn, two taken by that run in queue order (the second by EndRun
+    // take_next, just before the lease is freed).
+    let log = event_log(client, session_id).await;
+    let kinds: Vec<_> = log.iter().map(event_kind).collect();
+    let queued: Vec<_> = log
+        .iter()
+        .filter_map(|event| match &event.event {
+            Some(Event::InputQueued(queued)) => queued.input.as_ref(),
+            _ => None,
+        })
+        .map(|input| input.input_id.as_str())
+        .collect();
+    let taken: Vec<_> = log
+        .iter()
+        .filter_map(|event| match &event.event {
+            Some(Event::InputTaken(taken)) => Some(taken),
+            _ => None,
+        })
+        .collect();
+    let withdrawn: Vec<_> = log
+        .iter()
+        .filter_map(|event| match &event.event {
+            Some(Event::InputWithdrawn(withdrawn)) => Some(withdrawn.input_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let run_id = control["runId"].as_str().unwrap();
+    assert_eq!(queued.len(), 3, "{kinds:?}");
+    assert_eq!(withdrawn, [queued[2]], "{kinds:?}");
+    assert_eq!(
+        taken
+            .iter()
+            .map(|t| t.input_id.as_str())
+            .collect::<Vec<_>>(),
+        queued[..2],
+        "{kinds:?}"
+    );
+    assert!(taken.iter().all(|t| t.run_id == run_id), "{taken:?}");
+    assert!(taken[0].position < taken[1].position, "{taken:?}");
+    assert_eq!(
+        control["taken"],
+        serde_json::json!(queued[..2]),
+        "report above"
+    );
+    assert_eq!(control["withdrawn"], queued[2], "report above");
+    let first = |kind: &str| {
+        kinds
+            .iter()
+            .position(|k| *k == kind)
+            .unwrap_or_else(|| panic!("no {kind} in the log: {kinds:?}"))
+    };
+    let last = |kind: &str| kinds.iter().rposition(|k| *k == kind).unwrap();
+    assert!(
+        first("approval_requested") < first("approval_decided")
+            && first("approval_decided") < last("run_begun")
+            && last("run_begun") < first("input_queued")
+            && last("input_queued") < first("input_withdrawn")
+            && first("input_withdrawn") < first("input_taken")
+            && last("input_taken") + 1 == last("run_ended")
+            && last("run_ended") == kinds.len() - 1,
+        "{kinds:?}"
+    );
 }
 
 /// One HTTP/1.1 exchange with the server: the status code and the headers

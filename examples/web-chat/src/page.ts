@@ -1,5 +1,7 @@
 // The chat page: the transcript (newest page first loaded), the live answer
-// of the run in progress, and a Stop button that works from any tab.
+// of the run in progress, a Stop button that works from any tab, the
+// approvals runs ask for (Approve / Deny), and what was typed while a run
+// was busy, queued until the run takes it (Withdraw).
 //
 // The page is static. Everything it knows comes from sessionstore over
 // gRPC-Web: the session id is in the address (?session=…), so every tab on
@@ -9,9 +11,10 @@
 // reload resumes from its last revision and delta index with the partial
 // answer intact.
 
-import type { SessionEvent, StoredMessage } from "./gen/sessionstore/v1/messages_pb.js";
-import { Role } from "./gen/sessionstore/v1/messages_pb.js";
+import type { Approval, QueuedInput, SessionEvent, StoredMessage } from "./gen/sessionstore/v1/messages_pb.js";
+import { ApprovalDecision, ApprovalState, InputMode, Role } from "./gen/sessionstore/v1/messages_pb.js";
 import { connect, failure, isCanceled, type Failure } from "./client.js";
+import { approvals, queued, renderApprovals, renderQueue, textOf } from "./control.js";
 import {
   applyDelta,
   clearState,
@@ -32,6 +35,10 @@ const live = element<HTMLElement>("live");
 const liveText = element<HTMLParagraphElement>("live-text");
 const liveNote = element<HTMLSpanElement>("live-note");
 const stopButton = element<HTMLButtonElement>("stop");
+const approvalsSection = element<HTMLElement>("approvals");
+const approvalList = element<HTMLUListElement>("approval-list");
+const queueSection = element<HTMLElement>("queue");
+const queueList = element<HTMLOListElement>("queued-list");
 const composer = element<HTMLFormElement>("composer");
 const question = element<HTMLTextAreaElement>("question");
 const sendButton = element<HTMLButtonElement>("send");
@@ -91,17 +98,6 @@ function sayFailure(what: string, failed: Failure): void {
   statusLine.dataset.reason = failed.reason;
 }
 
-function messageText(stored: StoredMessage): string {
-  const message = stored.message;
-  if (message === undefined) {
-    return "";
-  }
-  const blocks = message.contentBlocks
-    .map((block) => (block.block.case === "text" ? block.block.value.text : ""))
-    .filter((text) => text !== "");
-  return [message.content, ...blocks].filter((text) => text !== "").join("\n");
-}
-
 function roleName(stored: StoredMessage): string {
   const role = stored.message?.role ?? Role.UNSPECIFIED;
   return (Role[role] ?? "unknown").toLowerCase();
@@ -126,7 +122,7 @@ function renderTranscript(): void {
       }
       const text = document.createElement("p");
       text.className = "text";
-      text.textContent = stored.redacted ? "(redacted)" : messageText(stored);
+      text.textContent = stored.redacted ? "(redacted)" : textOf(stored.message);
       item.append(label, text);
       return item;
     });
@@ -163,6 +159,17 @@ function upsert(stored: StoredMessage[]): void {
   }
 }
 
+function renderControl(): void {
+  renderApprovals(approvalsSection, approvalList, decide);
+  renderQueue(queueSection, queueList, withdraw);
+}
+
+/** A fresh idempotency key (crypto.randomUUID needs a secure context; this does not). */
+function requestId(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return `web-${[...bytes].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
 // ---------------------------------------------------------------------------
 // The session: the newest page of messages, then the watch stream.
 
@@ -191,6 +198,21 @@ async function openSession(id: string): Promise<void> {
   upsert(page.messages);
   olderPageToken = page.nextPageToken;
   renderTranscript();
+  // The approvals still pending and the inputs waiting. Whatever changes
+  // meanwhile comes on the watch (from the revision read above), keyed by
+  // id, so reading these before or after such a change shows the same.
+  let pageToken = "";
+  do {
+    const listed = await client.listApprovals({ sessionId: id, state: ApprovalState.PENDING, pageToken });
+    listed.approvals.forEach((approval) => approvals.set(approval.approvalId, approval));
+    pageToken = listed.nextPageToken;
+  } while (pageToken !== "");
+  do {
+    const listed = await client.listQueuedInputs({ sessionId: id, pageToken });
+    listed.inputs.forEach((input) => queued.set(input.inputId, input));
+    pageToken = listed.nextPageToken;
+  } while (pageToken !== "");
+  renderControl();
   void watch(id);
 }
 
@@ -249,6 +271,8 @@ async function watch(id: string): Promise<void> {
         clearState(id);
         state = newState(id, 0);
         messages.clear();
+        approvals.clear();
+        queued.clear();
       }
     }
     document.body.dataset.watch = "reconnecting";
@@ -264,6 +288,7 @@ function handle(event: SessionEvent): boolean {
   }
   const change = event.event;
   let stored = true;
+  let control = false;
   switch (change.case) {
     case "caughtUp":
       stored = false;
@@ -338,6 +363,35 @@ function handle(event: SessionEvent): boolean {
       }
       break;
     }
+    case "approvalRequested":
+    case "approvalDecided": {
+      const approval = change.value.approval;
+      if (approval !== undefined) {
+        approvals.set(approval.approvalId, approval);
+      }
+      if (change.case === "approvalDecided" && change.value.toolResult !== undefined) {
+        // A denial: the call's tool result says so.
+        upsert([change.value.toolResult]);
+      }
+      control = true;
+      break;
+    }
+    case "inputQueued":
+      if (change.value.input !== undefined) {
+        queued.set(change.value.input.inputId, change.value.input);
+      }
+      control = true;
+      break;
+    case "inputTaken":
+      // Out of the queue, into the history.
+      queued.delete(change.value.inputId);
+      upsert(change.value.messages);
+      control = true;
+      break;
+    case "inputWithdrawn":
+      queued.delete(change.value.inputId);
+      control = true;
+      break;
     case "sessionDeleted":
       say("This session was deleted.");
       clearState(state.sessionId);
@@ -352,12 +406,16 @@ function handle(event: SessionEvent): boolean {
   }
   saveState(state);
   renderTranscript();
+  if (control) {
+    renderControl();
+  }
   renderLive();
   return true;
 }
 
 // ---------------------------------------------------------------------------
-// Sending a question, and stopping an answer.
+// Sending a question, stopping an answer, deciding an approval, withdrawing
+// a queued input.
 
 composer.addEventListener("submit", async (event) => {
   event.preventDefault();
@@ -372,14 +430,24 @@ composer.addEventListener("submit", async (event) => {
       history.replaceState(null, "", addressOf(session.id));
       await openSession(session.id);
     }
-    const appended = await client.appendExchange({
+    // Appended at once when no run is busy with the session; queued while
+    // one is, until a run takes it into the history.
+    const submitted = await client.submitInput({
       sessionId,
       messages: [{ role: Role.USER, content: text }],
+      mode: InputMode.QUEUE,
+      requestId: requestId(),
     });
-    upsert(appended.messages);
-    renderTranscript();
+    if (submitted.queued) {
+      // Shown from the watch (input_queued), which also brings its removal:
+      // a run may take it before this answer arrives.
+      say("Queued: it goes into the conversation when the run in progress takes it.");
+    } else {
+      upsert(submitted.messages);
+      renderTranscript();
+      say("Sent. The answer appears here as it is produced.");
+    }
     question.value = "";
-    say("Sent. The answer appears here as it is produced.");
   } catch (error) {
     sayFailure("Sending failed", failure(error));
   } finally {
@@ -401,6 +469,50 @@ stopButton.addEventListener("click", async () => {
     stopButton.disabled = false;
   }
 });
+
+function decide(approval: Approval, decision: ApprovalDecision, buttons: HTMLButtonElement[]): void {
+  const approve = decision === ApprovalDecision.APPROVE;
+  client
+    .decideApproval({
+      sessionId,
+      approvalId: approval.approvalId,
+      decision,
+      reason: approve ? "" : "denied from the web page",
+      decidedBy: "web chat",
+      requestId: requestId(),
+    })
+    .then((decided) => {
+      if (decided.approval !== undefined) {
+        approvals.set(decided.approval.approvalId, decided.approval);
+      }
+      if (decided.toolResult !== undefined) {
+        upsert([decided.toolResult]);
+        renderTranscript();
+      }
+      renderControl();
+      say(approve ? "Approved." : "Denied.");
+    })
+    .catch((error) => {
+      // Decided elsewhere first, or expired: the watch brings the outcome.
+      sayFailure(approve ? "Approving failed" : "Denying failed", failure(error));
+      buttons.forEach((b) => (b.disabled = false));
+    });
+}
+
+function withdraw(input: QueuedInput, button: HTMLButtonElement): void {
+  client
+    .withdrawQueuedInput({ sessionId, inputId: input.inputId })
+    .then(() => {
+      queued.delete(input.inputId);
+      renderControl();
+      say("Withdrawn.");
+    })
+    .catch((error) => {
+      // Taken meanwhile (INPUT_ALREADY_TAKEN): the watch brings it to the transcript.
+      sayFailure("Withdrawing failed", failure(error));
+      button.disabled = false;
+    });
+}
 
 // ---------------------------------------------------------------------------
 

@@ -12,7 +12,16 @@
 //     revision and delta cursor with the text intact, then follows live;
 //  4. a second tab on the same session address shows the same live answer
 //     and stops the run with CancelRun; the first tab sees the cancel and
-//     the stored answer marked incomplete.
+//     the stored answer marked incomplete;
+//  5. both tabs open a second session; the producer's run asks for approval
+//     of a tool call; both tabs show it pending with Approve and Deny; the
+//     first tab approves; the second shows it approved, its buttons gone,
+//     and the producer sees the decision on its watch;
+//  6. the producer begins a run; the first tab types two messages, both
+//     shown queued in both tabs, in order, and a third that the second tab
+//     withdraws; the producer ends the run taking the queued input (one
+//     TakeQueuedInput, then EndRun take_next); both tabs show the two
+//     messages in the transcript in order and the queue empty.
 //
 //   node test/drive.mjs --page http://127.0.0.1:PAGE/ --server http://127.0.0.1:PORT \
 //     --token TOKEN --disallowed-page http://localhost:PAGE/ [--screenshot FILE]
@@ -24,7 +33,8 @@
 import { parseArgs } from "node:util";
 import { chromium } from "playwright-core";
 
-import { answerText, produce } from "../producer.mjs";
+import { ApprovalState } from "../src/gen/sessionstore/v1/messages_pb.js";
+import { actOnDecision, answerText, askApproval, awaitDecision, beginRun, connectTo, endRunTakingInput, produce } from "../producer.mjs";
 
 const { values: args } = parseArgs({
   options: {
@@ -103,6 +113,56 @@ async function send(page, text) {
   await page.click("#send");
 }
 
+/** Resolves as `promise` does, or fails saying `what` did not happen in time. */
+function inTime(promise, what) {
+  return Promise.race([
+    promise,
+    new Promise((_, reject) => setTimeout(() => reject(new Error(`${what}: not in time`)), timeout).unref()),
+  ]);
+}
+
+/** The texts of the transcript's messages with `role`, in order. */
+async function transcriptTexts(page, role) {
+  return page.$$eval(`#transcript li.message.${role} .text`, (items) => items.map((item) => item.textContent));
+}
+
+/** The queued inputs shown: [{ inputId, position, text, withdraw }], in the order shown. */
+async function queuedShown(page) {
+  return page.$$eval("#queued-list li.queued", (items) =>
+    items.map((item) => ({
+      inputId: item.dataset.inputId,
+      position: Number(item.dataset.position),
+      text: item.querySelector(".text").textContent,
+      withdraw: item.querySelector("button.withdraw") !== null,
+    })),
+  );
+}
+
+/** Waits until `page` shows `count` queued inputs. */
+async function queuedCount(page, count) {
+  await page.waitForFunction((count) => document.querySelectorAll("#queued-list li.queued").length === count, count, { timeout });
+  return queuedShown(page);
+}
+
+/** Sends `text` while a run is busy, and waits until this tab shows it queued (the `count`th) and the box is clear again. */
+async function sendQueued(page, text, count) {
+  await send(page, text);
+  await page.waitForFunction(
+    (count) =>
+      document.querySelectorAll("#queued-list li.queued").length === count &&
+      document.getElementById("question").value === "" &&
+      !document.getElementById("send").disabled,
+    count,
+    { timeout },
+  );
+}
+
+/** Opens the session at `url` in `page` and waits until its watch is live. */
+async function openLive(page, url) {
+  await page.goto(url);
+  await page.waitForFunction(() => document.body.dataset.watch === "live", null, { timeout });
+}
+
 async function statusError(page) {
   await page.waitForSelector("#status[data-code]", { timeout });
   return page.evaluate(() => {
@@ -178,6 +238,7 @@ async function scenario(browser) {
     log: (line) => producerLog.push(line),
   });
   producing.catch(() => {});
+  let second;
   try {
     const before = await liveAnswerAt(tab, 12);
     check("the live answer is the text published so far", before.text === answerText(before.lastIndex), before);
@@ -220,7 +281,7 @@ async function scenario(browser) {
 
     // A second tab on the same address: it joins the run in progress (all of
     // its deltas so far) and stops it.
-    const second = await context.newPage();
+    second = await context.newPage();
     watchBrowser(second, "tab2");
     await second.goto(sessionUrl);
     const joined = await liveAnswerAt(second, after.lastIndex);
@@ -254,6 +315,121 @@ async function scenario(browser) {
   } finally {
     producerStop.abort();
     await producing.catch(() => {});
+  }
+  await controlScenario(tab, second);
+}
+
+/** 5 and 6: approvals and queued input, tab A (`tab`) and tab B (`second`) on a new session. */
+async function controlScenario(tab, second) {
+  const client = connectTo({ server: args.server, token: args.token });
+  const session = await client.createSession({ title: "Approvals and queued input" });
+  const sessionId = session.id;
+  const url = new URL(args.page);
+  url.searchParams.set("session", sessionId);
+  const control = { sessionId };
+  report.control = control;
+  for (const [name, page] of [["tab A", tab], ["tab B", second]]) {
+    await openLive(page, url.href);
+    check(`${name} opens the second session, nothing pending or queued`, (await page.isHidden("#approvals")) && (await page.isHidden("#queue")));
+  }
+
+  // 5. The run asks before it calls a tool; tab A approves, tab B sees it.
+  const stopWatching = new AbortController();
+  try {
+    const approvalRun = await beginRun(client, { sessionId, leaseMs: 120_000 });
+    const asked = await askApproval(client, { sessionId, runId: approvalRun });
+    const approvalId = asked.approval.approvalId;
+    control.approvalId = approvalId;
+    const decision = awaitDecision(client, { sessionId, approvalId, afterRevision: asked.revision, signal: stopWatching.signal });
+    decision.catch(() => {});
+    const item = `#approval-list li.approval[data-approval-id="${approvalId}"]`;
+    for (const [name, page] of [["tab A", tab], ["tab B", second]]) {
+      await page.waitForSelector(`${item}[data-state="pending"] button.approve`, { timeout });
+      const shown = await page.$eval(item, (li) => ({
+        title: li.querySelector(".title").textContent,
+        approve: li.querySelector("button.approve") !== null,
+        deny: li.querySelector("button.deny") !== null,
+      }));
+      check(`${name} shows the approval pending, with Approve and Deny`, shown.approve && shown.deny && shown.title.startsWith(asked.approval.title), shown);
+    }
+    await tab.click(`${item} button.approve`);
+    await second.waitForSelector(`${item}[data-state="approved"]`, { timeout });
+    for (const [name, page] of [["tab B", second], ["tab A", tab]]) {
+      await page.waitForSelector(`${item}[data-state="approved"]`, { timeout });
+      const shown = await page.$eval(item, (li) => ({
+        state: li.dataset.state,
+        buttons: li.querySelectorAll("button").length,
+        outcome: li.querySelector(".badge").textContent,
+      }));
+      check(`${name} shows the approval approved, Approve and Deny gone`, shown.state === "approved" && shown.buttons === 0, shown);
+    }
+    const decided = await inTime(decision, "the producer sees the decision on its watch");
+    control.decision = { state: ApprovalState[decided.approval.state], decidedBy: decided.approval.decidedBy };
+    check("the producer sees the approval decided from tab A", decided.approval.state === ApprovalState.APPROVED && decided.approval.decidedBy === "web chat", control.decision);
+    await actOnDecision(client, { sessionId, runId: approvalRun, approval: decided.approval });
+    const first = await endRunTakingInput(client, { sessionId, runId: approvalRun });
+    check("nothing was queued during the approval run", first.taken.length === 0, { taken: first.taken.length });
+    await tab.waitForFunction(() => document.getElementById("live").hidden, null, { timeout });
+  } finally {
+    stopWatching.abort();
+  }
+
+  // 6. Typed while a run is busy: queued, in order, then taken in order.
+  const typed = ["First, list what was in /tmp/scratch.", "Then tell me how much space that freed."];
+  const runId = await beginRun(client, { sessionId, leaseMs: 120_000 });
+  control.runId = runId;
+  try {
+    await tab.waitForFunction((runId) => document.getElementById("live").dataset.runId === runId, runId, { timeout });
+    await sendQueued(tab, typed[0], 1);
+    await sendQueued(tab, typed[1], 2);
+    for (const [name, page] of [["tab A", tab], ["tab B", second]]) {
+      const shown = await queuedCount(page, 2);
+      check(
+        `${name} shows both messages queued, in order, each with Withdraw`,
+        shown.map((input) => input.text).join("|") === typed.join("|") && shown[0].position < shown[1].position && shown.every((input) => input.withdraw),
+        { shown },
+      );
+      control.queued = shown.map((input) => input.inputId);
+    }
+    // A third one, withdrawn from tab B: gone from both, never taken.
+    await sendQueued(tab, "Never mind, ignore this one.", 3);
+    const third = (await queuedCount(second, 3))[2];
+    control.withdrawn = third.inputId;
+    await second.click(`#queued-list li.queued[data-input-id="${third.inputId}"] button.withdraw`);
+    for (const [name, page] of [["tab B", second], ["tab A", tab]]) {
+      const shown = await queuedCount(page, 2);
+      check(`${name} no longer shows the withdrawn message`, shown.every((input) => input.inputId !== third.inputId), { shown });
+    }
+    const ended = await endRunTakingInput(client, { sessionId, runId });
+    control.taken = ended.taken.map((input) => input.inputId);
+    check("the run ends taking both queued messages, in order", control.taken.join("|") === control.queued.join("|"), {
+      taken: control.taken,
+      queued: control.queued,
+    });
+  } catch (error) {
+    await client.endRun({ sessionId, runId }).catch(() => {});
+    throw error;
+  }
+  for (const [name, page] of [["tab A", tab], ["tab B", second]]) {
+    await page.waitForFunction(
+      (typed) => {
+        const users = [...document.querySelectorAll("#transcript li.message.user .text")].map((item) => item.textContent);
+        return users.join("|") === typed.join("|") && document.getElementById("queue").hidden && document.getElementById("live").hidden;
+      },
+      typed,
+      { timeout },
+    );
+    const users = await transcriptTexts(page, "user");
+    const left = (await queuedShown(page)).length;
+    check(`${name} shows the two messages in the transcript in order, and the queue empty`, users.join("|") === typed.join("|") && left === 0, {
+      users,
+      left,
+    });
+    control[name === "tab A" ? "tabA" : "tabB"] = {
+      user: users,
+      assistant: await transcriptTexts(page, "assistant"),
+      tool: await transcriptTexts(page, "tool"),
+    };
   }
 }
 
