@@ -4,8 +4,6 @@
 //! across broken connections and server restarts, and paged listings.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::{StreamExt as _, TryStreamExt as _};
@@ -14,11 +12,10 @@ use sessionstore_client::v1::{self as pb, Message, ProviderCall};
 use sessionstore_client::{
     Client, Error, Exchange, ExportHistory, ListSessions, NewSession, RetryPolicy, SessionEvents,
 };
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::{
-    Backend, ServerProcess, Storage, TestServer, assert_appended, sessionstore_binary, token_line,
+    Backend, Proxy, ServerProcess, Storage, TestServer, assert_appended, sessionstore_binary,
+    token_line,
 };
 
 crate::backend_tests!(
@@ -478,135 +475,6 @@ async fn next_item(events: &mut SessionEvents) -> Option<Result<pb::SessionEvent
 
 // ---------------------------------------------------------------------------
 // A proxy that breaks connections on cue
-
-/// A TCP proxy in front of a server that can cut connections: each one
-/// just before the server's next response starts, or all at once. It
-/// reads the server's HTTP/2 frames, so it knows when a response begins
-/// (the first HEADERS frame of a stream), which the server sends only
-/// after the call's work — a commit, for an append — is done.
-struct Proxy {
-    addr: SocketAddr,
-    cut_next_response: Arc<AtomicBool>,
-    responses_cut: Arc<AtomicUsize>,
-    cut_all: tokio::sync::watch::Sender<u64>,
-    accepted: tokio::sync::watch::Receiver<usize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Proxy {
-    async fn start(upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let cut_next_response = Arc::new(AtomicBool::new(false));
-        let responses_cut = Arc::new(AtomicUsize::new(0));
-        let (cut_all, cut_all_rx) = tokio::sync::watch::channel(0_u64);
-        let (accepted_tx, accepted) = tokio::sync::watch::channel(0_usize);
-        let arm = Arc::clone(&cut_next_response);
-        let cut = Arc::clone(&responses_cut);
-        let task = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                accepted_tx.send_modify(|n| *n += 1);
-                tokio::spawn(pipe(
-                    client,
-                    upstream,
-                    Arc::clone(&arm),
-                    Arc::clone(&cut),
-                    cut_all_rx.clone(),
-                ));
-            }
-        });
-        Proxy {
-            addr,
-            cut_next_response,
-            responses_cut,
-            cut_all,
-            accepted,
-            task,
-        }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// The next response to start on any connection is not forwarded:
-    /// its connection is closed instead.
-    fn cut_before_next_response(&self) {
-        self.cut_next_response.store(true, Ordering::SeqCst);
-    }
-
-    /// Closes every open connection.
-    fn cut_all(&self) {
-        self.cut_all.send_modify(|generation| *generation += 1);
-    }
-
-    fn responses_cut(&self) -> usize {
-        self.responses_cut.load(Ordering::SeqCst)
-    }
-
-    fn accepted(&self) -> usize {
-        *self.accepted.borrow()
-    }
-
-    /// Waits until the proxy has accepted `count` connections in all.
-    async fn await_accepted(&self, count: usize) {
-        let mut accepted = self.accepted.clone();
-        tokio::time::timeout(NEXT_EVENT, accepted.wait_for(|n| *n >= count))
-            .await
-            .expect("the client connects within the timeout")
-            .unwrap();
-    }
-}
-
-/// Forwards one connection; stops (closing both sides) when told to cut.
-async fn pipe(
-    client: TcpStream,
-    upstream: SocketAddr,
-    cut_next_response: Arc<AtomicBool>,
-    responses_cut: Arc<AtomicUsize>,
-    mut cut_all: tokio::sync::watch::Receiver<u64>,
-) {
-    // Only cuts ordered from now on apply to this connection.
-    cut_all.borrow_and_update();
-    // A server that is down: the client sees its connection closed.
-    let Ok(server) = TcpStream::connect(upstream).await else {
-        return;
-    };
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut server_read, mut server_write) = server.into_split();
-    let up = tokio::io::copy(&mut client_read, &mut server_write);
-    let down = async {
-        let mut header = [0_u8; 9];
-        loop {
-            server_read.read_exact(&mut header).await?;
-            let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
-            let kind = header[3];
-            let stream =
-                u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & !(1 << 31);
-            let mut payload = vec![0_u8; length];
-            server_read.read_exact(&mut payload).await?;
-            const HEADERS: u8 = 0x1;
-            if kind == HEADERS && stream != 0 && cut_next_response.swap(false, Ordering::SeqCst) {
-                responses_cut.fetch_add(1, Ordering::SeqCst);
-                return Ok::<(), std::io::Error>(());
-            }
-            client_write.write_all(&header).await?;
-            client_write.write_all(&payload).await?;
-        }
-    };
-    tokio::select! {
-        _ = up => {}
-        _ = down => {}
-        _ = cut_all.changed() => {}
-    }
-    // Dropping the halves closes both connections.
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_whose_answer_is_lost_is_retried_and_stored_once() {

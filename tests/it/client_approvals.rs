@@ -4,9 +4,6 @@
 //! as its typed `Error` variant with its metadata, and a decision whose
 //! answer is lost retried under the same request id and recorded once.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures_util::{StreamExt as _, TryStreamExt as _};
@@ -14,10 +11,9 @@ use sessionstore_client::v1::{self as pb, ApprovalDecision, ApprovalState, Messa
 use sessionstore_client::{
     Client, Error, Exchange, ListApprovals, NewApproval, NewSession, RetryPolicy,
 };
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
 use tonic::Code;
 
+use crate::support::Proxy;
 use crate::support::{Backend, TestServer};
 
 crate::backend_tests!(
@@ -659,110 +655,5 @@ async fn a_decision_whose_answer_is_lost_is_retried_and_recorded_once() {
     {
         Err(Error::ApprovalAlreadyDecided { decided_by, .. }) => assert_eq!(decided_by, "frank"),
         other => panic!("expected ApprovalAlreadyDecided, got {other:?}"),
-    }
-}
-
-// ---------------------------------------------------------------------------
-// A proxy that cuts a connection just before the server's next response
-
-/// A TCP proxy in front of a server that, when armed, closes the
-/// connection instead of forwarding the next response. It reads the
-/// server's HTTP/2 frames, so it knows when a response begins (the first
-/// HEADERS frame of a stream), which the server sends only after the
-/// call's commit.
-struct Proxy {
-    addr: SocketAddr,
-    cut_next_response: Arc<AtomicBool>,
-    responses_cut: Arc<AtomicUsize>,
-    accepted: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Proxy {
-    async fn start(upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let cut_next_response = Arc::new(AtomicBool::new(false));
-        let responses_cut = Arc::new(AtomicUsize::new(0));
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let (arm, cut, count) = (
-            Arc::clone(&cut_next_response),
-            Arc::clone(&responses_cut),
-            Arc::clone(&accepted),
-        );
-        let task = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                count.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(pipe(client, upstream, Arc::clone(&arm), Arc::clone(&cut)));
-            }
-        });
-        Proxy {
-            addr,
-            cut_next_response,
-            responses_cut,
-            accepted,
-            task,
-        }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    fn cut_before_next_response(&self) {
-        self.cut_next_response.store(true, Ordering::SeqCst);
-    }
-
-    fn responses_cut(&self) -> usize {
-        self.responses_cut.load(Ordering::SeqCst)
-    }
-
-    fn accepted(&self) -> usize {
-        self.accepted.load(Ordering::SeqCst)
-    }
-}
-
-/// Forwards one connection; closes both sides when a cut is armed and the
-/// server starts a response.
-async fn pipe(
-    client: TcpStream,
-    upstream: SocketAddr,
-    cut_next_response: Arc<AtomicBool>,
-    responses_cut: Arc<AtomicUsize>,
-) {
-    let Ok(server) = TcpStream::connect(upstream).await else {
-        return;
-    };
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut server_read, mut server_write) = server.into_split();
-    let up = tokio::io::copy(&mut client_read, &mut server_write);
-    let down = async {
-        let mut header = [0_u8; 9];
-        loop {
-            server_read.read_exact(&mut header).await?;
-            let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
-            let kind = header[3];
-            let stream =
-                u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & !(1 << 31);
-            let mut payload = vec![0_u8; length];
-            server_read.read_exact(&mut payload).await?;
-            const HEADERS: u8 = 0x1;
-            if kind == HEADERS && stream != 0 && cut_next_response.swap(false, Ordering::SeqCst) {
-                responses_cut.fetch_add(1, Ordering::SeqCst);
-                return Ok::<(), std::io::Error>(());
-            }
-            client_write.write_all(&header).await?;
-            client_write.write_all(&payload).await?;
-        }
-    };
-    tokio::select! {
-        _ = up => {}
-        _ = down => {}
     }
 }

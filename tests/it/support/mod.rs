@@ -8,10 +8,12 @@ use std::time::Duration;
 pub mod cluster;
 mod postgres;
 pub mod prereq;
+mod proxy;
 mod rpc;
 mod server;
 
 pub use postgres::*;
+pub use proxy::Proxy;
 pub use rpc::*;
 pub use server::*;
 
