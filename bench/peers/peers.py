@@ -4,11 +4,15 @@ Each peer is a Python library that keeps chat history in a database, used
 in-process, on the same machine and databases as the sessionstore benchmark,
 with the same workload:
 
-* append: one exchange (a user message and an assistant message of about
-  1,000 characters each) written in ONE library call. Each worker writes to
-  its own session; throughput (exchanges/s) and per-call latency (p50, p99)
-  are measured for a fixed duration after a warm-up, at each concurrency.
-* read: the time to read every message of a session holding N messages.
+* append: one exchange (a user message and an assistant answer) written in
+  ONE library call, in each shape of --shapes: `small` (64 and 512
+  characters) and `1kb` (1,000 each), the sizes sessionstore's benchmark
+  sends (bench/src/workload.rs, Shape). Each worker writes to its own
+  session; throughput (exchanges/s) and per-call latency (p50, p99) are
+  measured for a fixed duration after a warm-up, at each --concurrency (the
+  client counts sessionstore is measured at).
+* read: the time to read every message of a session holding N messages
+  (of 1,000 characters).
 
 Every measurement is repeated --repeat times; the median, min and max are
 reported. Progress goes to stderr; stdout gets exactly one JSON document.
@@ -53,6 +57,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 # --- Workload ---------------------------------------------------------------
 
 MESSAGE_CHARS = 1000
+# Each exchange shape's user message and answer, in characters (all ASCII,
+# so also bytes): the same names and sizes as sessionstore's benchmark.
+SHAPES = {"small": (64, 512), "1kb": (MESSAGE_CHARS, MESSAGE_CHARS)}
 # Before any measurement each store gets PREFILL_SESSIONS sessions of
 # PREFILL_MESSAGES_PER_SESSION messages, so that no run starts on empty tables.
 PREFILL_SESSIONS = 100
@@ -65,17 +72,23 @@ FILL_BATCH = 1000
 POOL_SIZE = 16
 
 
-def _text(speaker: str) -> str:
-    """A deterministic, prose-like text of exactly MESSAGE_CHARS characters."""
+def _text(speaker: str, chars: int = MESSAGE_CHARS) -> str:
+    """A deterministic, prose-like text of exactly `chars` characters."""
     sentence = (
         f"The {speaker} writes a sentence about storing chat sessions durably, "
         "in order, and reading them back quickly. "
     )
-    return (sentence * (MESSAGE_CHARS // len(sentence) + 1))[:MESSAGE_CHARS]
+    return (sentence * (chars // len(sentence) + 1))[:chars]
 
 
 USER_TEXT = _text("user")
 ASSISTANT_TEXT = _text("assistant")
+
+
+def shape_texts(shape: str) -> tuple[str, str]:
+    """The user message and the answer of one exchange of `shape`."""
+    user_chars, answer_chars = SHAPES[shape]
+    return _text("user", user_chars), _text("assistant", answer_chars)
 
 
 def _alternating(count: int, user, assistant) -> list:
@@ -98,8 +111,9 @@ class Session(abc.ABC):
     """One conversation in a peer's store."""
 
     @abc.abstractmethod
-    def append_exchange(self):
-        """Writes one user + assistant exchange in one library call.
+    def append_exchange(self, exchange):
+        """Writes one user + assistant exchange in one library call;
+        `exchange` is what the peer's exchange() made for its shape.
 
         A coroutine function, except for a peer used through its sync API
         (Peer.threaded), where it is a plain function called from threads."""
@@ -136,21 +150,30 @@ class Peer(abc.ABC):
     @abc.abstractmethod
     async def open_session(self, session_id: str) -> Session: ...
 
+    @abc.abstractmethod
+    def exchange(self, shape: str):
+        """One exchange of `shape` in the form the library's append takes,
+        built once: the benchmark times the store, not the objects."""
+
     async def analyze(self) -> None:
         """Refreshes planner statistics after the pre-fill (nothing by default)."""
+
+
+def _agents_items(user: str, assistant: str) -> list[dict]:
+    """An exchange as OpenAI Agents SDK items (Responses-API input dicts)."""
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
 
 
 class _AgentsSession(Session):
     """An OpenAI Agents SDK session: items are Responses-API input dicts."""
 
-    USER = {"role": "user", "content": USER_TEXT}
-    ASSISTANT = {"role": "assistant", "content": ASSISTANT_TEXT}
+    USER, ASSISTANT = _agents_items(USER_TEXT, ASSISTANT_TEXT)
 
     def __init__(self, session):
         self.session = session
 
-    async def append_exchange(self) -> None:
-        await self.session.add_items([self.USER, self.ASSISTANT])
+    async def append_exchange(self, exchange: list[dict]) -> None:
+        await self.session.add_items(exchange)
 
     async def fill(self, messages: int) -> None:
         items = _alternating(messages, self.USER, self.ASSISTANT)
@@ -191,6 +214,9 @@ class AgentsSQLitePeer(Peer):
 
     async def open_session(self, session_id: str) -> Session:
         return _SQLiteSessionHandle(SQLiteSession(session_id, db_path=self.path))
+
+    def exchange(self, shape: str) -> list[dict]:
+        return _agents_items(*shape_texts(shape))
 
     async def stop(self) -> None:
         self._dir.cleanup()
@@ -236,6 +262,9 @@ class AgentsSQLAlchemyPeer(Peer):
     async def open_session(self, session_id: str) -> Session:
         return _AgentsSession(SQLAlchemySession(session_id, engine=self.engine))
 
+    def exchange(self, shape: str) -> list[dict]:
+        return _agents_items(*shape_texts(shape))
+
     async def analyze(self) -> None:
         async with self.engine.connect() as conn:
             await conn.exec_driver_sql("ANALYZE")
@@ -245,8 +274,7 @@ class AgentsSQLAlchemyPeer(Peer):
 
 
 class _LangchainSession(Session):
-    # Message objects are built once: the benchmark times the store, not
-    # langchain-core's message constructors.
+    # The messages fills write (1,000 characters each), built once.
     EXCHANGE = [HumanMessage(content=USER_TEXT), AIMessage(content=ASSISTANT_TEXT)]
 
     def __init__(self, connection: psycopg.Connection, session_id: str):
@@ -255,8 +283,8 @@ class _LangchainSession(Session):
             LangchainPostgresPeer.TABLE, session_id, sync_connection=connection
         )
 
-    def append_exchange(self) -> None:
-        self.history.add_messages(self.EXCHANGE)
+    def append_exchange(self, exchange: list[BaseMessage]) -> None:
+        self.history.add_messages(exchange)
 
     async def fill(self, messages: int) -> None:
         batch: list[BaseMessage] = _alternating(messages, *self.EXCHANGE)
@@ -298,6 +326,10 @@ class LangchainPostgresPeer(Peer):
     async def open_session(self, session_id: str) -> Session:
         return _LangchainSession(psycopg.connect(self.conninfo), session_id)
 
+    def exchange(self, shape: str) -> list[BaseMessage]:
+        user, assistant = shape_texts(shape)
+        return [HumanMessage(content=user), AIMessage(content=assistant)]
+
     async def analyze(self) -> None:
         with psycopg.connect(self.conninfo, autocommit=True) as conn:
             conn.execute("ANALYZE")
@@ -324,12 +356,15 @@ class AppendRun:
     latencies: list[float] = field(repr=False)  # seconds, sorted
 
 
-async def measure_append(peer: Peer, concurrency: int, warmup: float, duration: float) -> AppendRun:
+async def measure_append(
+    peer: Peer, concurrency: int, shape: str, warmup: float, duration: float
+) -> AppendRun:
     """`concurrency` writers (asyncio tasks, or threads for a sync peer), each
-    appending exchanges to its own new session as fast as it can. Calls
-    completing in the first `warmup` seconds are not counted; those completing
-    in the next `duration` seconds are."""
+    appending exchanges of `shape` to its own new session as fast as it can.
+    Calls completing in the first `warmup` seconds are not counted; those
+    completing in the next `duration` seconds are."""
     sessions = [await peer.open_session(_new_session_id()) for _ in range(concurrency)]
+    exchange = peer.exchange(shape)
     latencies: list[float] = []  # list.append is atomic, also across threads
     window_start = time.perf_counter() + warmup
     window_end = window_start + duration
@@ -340,12 +375,12 @@ async def measure_append(peer: Peer, concurrency: int, warmup: float, duration: 
 
     async def task_writer(session: Session) -> None:
         while (began := time.perf_counter()) < window_end:
-            await session.append_exchange()
+            await session.append_exchange(exchange)
             record(began, time.perf_counter())
 
     def thread_writer(session: Session) -> None:
         while (began := time.perf_counter()) < window_end:
-            session.append_exchange()
+            session.append_exchange(exchange)
             record(began, time.perf_counter())
 
     try:
@@ -380,16 +415,16 @@ def _spread(values: list[float], digits: int) -> dict:
     }
 
 
-async def bench_append(peer: Peer, concurrency: int, args) -> dict:
+async def bench_append(peer: Peer, concurrency: int, shape: str, repeat: int, args) -> dict:
     runs = []
-    for i in range(args.repeat):
-        run = await measure_append(peer, concurrency, args.warmup, args.duration)
+    for i in range(repeat):
+        run = await measure_append(peer, concurrency, shape, args.warmup, args.duration)
         if not run.latencies:
             raise RuntimeError(
                 f"{peer.name}: no call completed in {args.duration}s; raise --duration"
             )
         log(
-            f"{peer.name}: append c={concurrency} run {i + 1}/{args.repeat}: "
+            f"{peer.name}: append {shape} c={concurrency} run {i + 1}/{repeat}: "
             f"{run.exchanges_per_sec:.1f} exchanges/s, "
             f"p50 {_percentile(run.latencies, 0.5) * 1e3:.2f} ms, "
             f"p99 {_percentile(run.latencies, 0.99) * 1e3:.2f} ms"
@@ -400,6 +435,8 @@ async def bench_append(peer: Peer, concurrency: int, args) -> dict:
     median_run = sorted(runs, key=lambda r: r.exchanges_per_sec)[(len(runs) - 1) // 2]
     return {
         "concurrency": concurrency,
+        "shape": shape,
+        "runs": len(runs),
         "exchanges_per_sec": _spread([r.exchanges_per_sec for r in runs], 1),
         "p50_ms": round(_percentile(median_run.latencies, 0.5) * 1e3, 3),
         "p99_ms": round(_percentile(median_run.latencies, 0.99) * 1e3, 3),
@@ -441,7 +478,13 @@ async def bench_peer(peer: Peer, args) -> dict:
             finally:
                 await session.close()
         await peer.analyze()
-        append = [await bench_append(peer, c, args) for c in args.concurrency]
+        # Both shapes at one count, then the next count: drift over the run
+        # falls on the shapes alike.
+        append = [
+            await bench_append(peer, c, shape, args.repeat if n == 0 else args.repeat_later, args)
+            for c in args.concurrency
+            for n, shape in enumerate(args.shapes)
+        ]
         read = [await bench_read(peer, n, args) for n in args.read_sizes]
     finally:
         await peer.stop()
@@ -511,6 +554,14 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def _shape_list(text: str) -> list[str]:
+    shapes = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown or not shapes:
+        raise argparse.ArgumentTypeError(f"shapes of {', '.join(SHAPES)} expected: {text!r}")
+    return shapes
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
@@ -545,10 +596,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="runs per measurement; median, min and max are reported (default 3)",
     )
     parser.add_argument(
+        "--repeat-later",
+        type=int,
+        help="runs per measurement of every shape after the first in --shapes (default: --repeat)",
+    )
+    parser.add_argument(
         "--concurrency",
         type=_int_list,
-        default=[1, 16],
-        help="comma-separated writer counts (default 1,16)",
+        default=[1, 16, 64],
+        help="comma-separated writer counts (default 1,16,64)",
+    )
+    parser.add_argument(
+        "--shapes",
+        type=_shape_list,
+        default=list(SHAPES),
+        help=f"comma-separated exchange shapes to append, of {', '.join(SHAPES)} "
+        f"(default all; user and answer characters: "
+        f"{', '.join(f'{k} {u} + {a}' for k, (u, a) in SHAPES.items())})",
     )
     parser.add_argument(
         "--read-sizes",
@@ -565,6 +629,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.repeat_later is None:
+        args.repeat_later = args.repeat
+    if args.repeat_later < 1:
+        parser.error("--repeat-later must be at least 1")
     if args.warmup < 0:
         parser.error("--warmup must not be negative")
     if not args.concurrency:
@@ -622,6 +690,7 @@ def main(argv: list[str]) -> int:
         "postgres": postgres_version,
         "workload": {
             "message_chars": MESSAGE_CHARS,
+            "shapes": {shape: SHAPES[shape] for shape in args.shapes},
             "prefill_messages": PREFILL_SESSIONS * PREFILL_MESSAGES_PER_SESSION,
             "duration_s": args.duration,
             "warmup_s": args.warmup,

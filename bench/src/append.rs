@@ -139,13 +139,14 @@ struct ServiceWriter {
     others: Vec<SessionStoreClient<Channel>>,
     session: String,
     seed: u64,
+    shape: workload::Shape,
     rejected: bool,
 }
 
 impl Worker for ServiceWriter {
     async fn op(&mut self) -> anyhow::Result<()> {
         self.seed += 1;
-        let mut request = workload::exchange(&self.session, self.seed);
+        let mut request = workload::shaped_exchange(&self.session, self.seed, self.shape);
         if !self.others.is_empty() {
             self.others.push(self.client.clone());
             self.client = self.others.remove(0);
@@ -179,7 +180,25 @@ pub async fn service(
     spread: Spread,
     timing: Timing,
 ) -> anyhow::Result<Run> {
-    service_across(&[server], clients, spread, Routing::Sticky, timing).await
+    service_shaped(server, clients, spread, workload::Shape::Kb1, timing).await
+}
+
+/// [`service`], appending exchanges of `shape`.
+pub async fn service_shaped(
+    server: &Server,
+    clients: usize,
+    spread: Spread,
+    shape: workload::Shape,
+    timing: Timing,
+) -> anyhow::Result<Run> {
+    let servers = [server];
+    let load = Load {
+        clients,
+        spread,
+        routing: Routing::Sticky,
+        shape,
+    };
+    service_with(&servers, load, timing).await
 }
 
 /// Which replica a client's appends go to.
@@ -201,6 +220,30 @@ pub async fn service_across(
     routing: Routing,
     timing: Timing,
 ) -> anyhow::Result<Run> {
+    let load = Load {
+        clients,
+        spread,
+        routing,
+        shape: workload::Shape::Kb1,
+    };
+    service_with(servers, load, timing).await
+}
+
+/// Who appends what, where.
+struct Load {
+    clients: usize,
+    spread: Spread,
+    routing: Routing,
+    shape: workload::Shape,
+}
+
+async fn service_with(servers: &[&Server], load: Load, timing: Timing) -> anyhow::Result<Run> {
+    let Load {
+        clients,
+        spread,
+        routing,
+        shape,
+    } = load;
     let first = *servers.first().context("no server to append through")?;
     let mut workers = Vec::with_capacity(clients);
     for worker in 0..clients {
@@ -215,6 +258,7 @@ pub async fn service_across(
             client: servers[worker % servers.len()].connect().await?,
             session: spread.session(worker),
             seed: seed_base(worker),
+            shape,
             rejected: false,
         });
     }
@@ -267,6 +311,7 @@ pub async fn rejected(server: &Server, clients: usize, timing: Timing) -> anyhow
             client: server.connect().await?,
             session: Spread::Many.session(worker),
             seed: seed_base(worker),
+            shape: workload::Shape::Kb1,
             rejected: true,
         });
     }

@@ -95,6 +95,20 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     clients: Vec<usize>,
 
+    /// Exchange shapes sessionstore's many-session appends (search on and
+    /// off) and the peers write, at every client count (default
+    /// small,1kb): `small`, a 64-byte user message and a 512-byte answer;
+    /// `1kb`, 1,000 bytes each. Each with a provider call. The ceilings,
+    /// the floor and the one-session case write 1kb.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    shapes: Vec<workload::Shape>,
+
+    /// Repetitions of each run of the shapes after the first in
+    /// `--shapes` (default and at most `--repeat`'s; the 1kb runs beside
+    /// the ceilings always make `--repeat`).
+    #[arg(long)]
+    repeat_later_shapes: Option<usize>,
+
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -173,6 +187,10 @@ struct Plan {
     timing: Timing,
     repeat: usize,
     clients: Vec<usize>,
+    /// The exchange shapes of the many-session appends and the peers'.
+    shapes: Vec<workload::Shape>,
+    /// Repetitions of the runs of each shape after the first.
+    repeat_later_shapes: usize,
     /// Messages already in each append session before measuring.
     prefill: usize,
     export_sizes: Vec<usize>,
@@ -258,6 +276,14 @@ impl Plan {
             } else {
                 vec![1, 16, 64]
             },
+            shapes: if args.shapes.is_empty() {
+                vec![workload::Shape::Small, workload::Shape::Kb1]
+            } else {
+                let mut shapes = args.shapes.clone();
+                shapes.dedup();
+                shapes
+            },
+            repeat_later_shapes: args.repeat_later_shapes.unwrap_or(repeat).clamp(1, repeat),
             prefill: if quick { 10 } else { 200 },
             export_sizes: if quick {
                 vec![100, 1_000]
@@ -369,6 +395,16 @@ impl Plan {
     fn runs(&self, bench: Bench) -> bool {
         self.benches.contains(&bench)
     }
+
+    /// Repetitions of the runs of `shape`: the first of `--shapes` gets
+    /// `--repeat`, the others `--repeat-later-shapes`.
+    fn repeats(&self, shape: workload::Shape) -> usize {
+        if self.shapes.first() == Some(&shape) {
+            self.repeat
+        } else {
+            self.repeat_later_shapes
+        }
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -422,6 +458,8 @@ async fn run(args: &Args) -> anyhow::Result<()> {
             "warmup_seconds": plan.timing.warmup.as_secs_f64(),
             "repeat": plan.repeat,
             "clients": plan.clients,
+            "shapes": plan.shapes.iter().map(|shape| shape.name()).collect::<Vec<_>>(),
+            "repeat_later_shapes": plan.repeat_later_shapes,
             "server_binary": binary.display().to_string(),
             // When it was built: the commit in `run` is the checkout's
             // HEAD when the run began, which a binary built earlier may
@@ -660,25 +698,34 @@ impl Search {
 }
 
 /// sessionstore's median append rate with many sessions, by backend,
-/// search setting and client count: what each peer's rate at the same
-/// client count is compared with.
-type AppendRates = HashMap<(&'static str, Search, usize), f64>;
+/// search setting, exchange shape and client count: what each peer's rate
+/// at the same client count, with the same shape, is compared with.
+type AppendRates = HashMap<(&'static str, Search, workload::Shape, usize), f64>;
 
-/// The client count at which a peer's rate is held to its goal: the
-/// append goals' own (the raw ceilings' and the server CPU's).
-const PEER_GOAL_CLIENTS: usize = 16;
-
-/// How far ahead of a peer sessionstore's appends should be, at the same
-/// client count ([`PEER_GOAL_CLIENTS`]): SQLite's in-process
-/// `SQLiteSession` 2× (search on) and 3× (like for like);
-/// langchain-postgres 1× and 2×; anything else 3×.
-fn peer_goal(peer: &str, backend: &str, search: Search) -> f64 {
-    match (backend, peer.contains("langchain"), search) {
-        ("sqlite", _, Search::On) => 2.0,
-        ("postgres", true, Search::On) => 1.0,
-        ("postgres", true, Search::Off) => 2.0,
-        _ => 3.0,
+/// How far ahead of a peer sessionstore's appends should be at the same
+/// client count, with either shape, where a goal holds them: on
+/// PostgreSQL at 16 and 64 clients, langchain-postgres 1.2× (search on)
+/// and 2× (like for like), `SQLAlchemySession` (any other peer) 3× with
+/// search on; on SQLite at 16 clients, `SQLiteSession` 2× and 3×.
+fn peer_goal(peer: &str, backend: &str, search: Search, clients: usize) -> Option<f64> {
+    match (backend, clients) {
+        ("postgres", 16 | 64) => match (peer.contains("langchain"), search) {
+            (true, Search::On) => Some(1.2),
+            (true, Search::Off) => Some(2.0),
+            (false, Search::On) => Some(3.0),
+            (false, Search::Off) => None,
+        },
+        ("sqlite", 16) => Some(match search {
+            Search::On => 2.0,
+            Search::Off => 3.0,
+        }),
+        _ => None,
     }
+}
+
+/// An append case's name: the clients, where they write, the exchange.
+fn append_case_name(clients: usize, writers: Writers, shape: workload::Shape) -> String {
+    format!("{clients} clients, {}, {}", writers.label(), shape.label())
 }
 
 /// Appends with `--search off` on a database of their own: the rate the
@@ -697,16 +744,44 @@ async fn search_off_benchmarks(
     append::prepare(&server, db, max_clients, plan.prefill).await?;
     db.analyze().await?;
     for &clients in &plan.clients {
-        let mut runs = Vec::new();
-        for _ in 0..plan.repeat {
-            runs.push(append::service(&server, clients, Writers::Many, plan.timing).await?);
+        // The shapes in turn, so drift falls on them alike.
+        let mut runs: Vec<(workload::Shape, Vec<stats::Run>)> = plan
+            .shapes
+            .iter()
+            .map(|&shape| (shape, Vec::new()))
+            .collect();
+        for round in 0..plan.repeat {
+            for (shape, runs) in &mut runs {
+                if round < plan.repeats(*shape) {
+                    runs.push(
+                        append::service_shaped(
+                            &server,
+                            clients,
+                            Writers::Many,
+                            *shape,
+                            plan.timing,
+                        )
+                        .await?,
+                    );
+                }
+            }
         }
-        let service = Throughput::of(runs);
-        let case = format!("{clients} clients, {}", Writers::Many.label());
-        let (rate, cpu) = service_figures(backend, "sessionstore --search off", &case, &service);
-        report.push(rate);
-        report.extend(cpu.map(|cpu| cpu_goal(cpu, backend, clients)));
-        append_rates.insert((backend, Search::Off, clients), service.per_second.median);
+        for (shape, runs) in runs {
+            let service = Throughput::of(runs);
+            let case = append_case_name(clients, Writers::Many, shape);
+            let (rate, cpu) =
+                service_figures(backend, "sessionstore --search off", &case, &service);
+            report.push(rate);
+            // Goal 2's CPU is held with the 1 KB exchange.
+            report.extend(cpu.map(|cpu| match shape {
+                workload::Shape::Kb1 => cpu_goal(cpu, backend, clients),
+                workload::Shape::Small => cpu,
+            }));
+            append_rates.insert(
+                (backend, Search::Off, shape, clients),
+                service.per_second.median,
+            );
+        }
     }
     server.stop().await;
     Ok(())
@@ -914,10 +989,28 @@ async fn append_case(
     let backend = db.backend();
     let (mut service, mut raw, mut engine) = (Vec::new(), Vec::new(), Vec::new());
     let mut rejected = Vec::new();
+    // The other shapes' many-session runs (the 1 KB exchange's is
+    // `service`), for the peers.
+    let mut shaped: Vec<(workload::Shape, Vec<stats::Run>)> = match writers {
+        Writers::Many => plan
+            .shapes
+            .iter()
+            .filter(|&&shape| shape != workload::Shape::Kb1)
+            .map(|&shape| (shape, Vec::new()))
+            .collect(),
+        Writers::One => Vec::new(),
+    };
     // Interleaved, so drift (a growing database, a busy neighbour) falls on
     // all of them alike.
-    for _ in 0..plan.repeat {
+    for round in 0..plan.repeat {
         service.push(append::service(server, clients, writers, plan.timing).await?);
+        for (shape, runs) in &mut shaped {
+            if round < plan.repeats(*shape) {
+                runs.push(
+                    append::service_shaped(server, clients, writers, *shape, plan.timing).await?,
+                );
+            }
+        }
         if writers == Writers::Many {
             rejected.push(append::rejected(server, clients, plan.timing).await?);
         }
@@ -926,7 +1019,7 @@ async fn append_case(
             engine.push(append::raw_engine(db, clients, writers, plan.timing).await?);
         }
     }
-    let case = format!("{clients} clients, {}", writers.label());
+    let case = append_case_name(clients, writers, workload::Shape::Kb1);
     let unit = "exchanges/s";
     let raw = Throughput::of(raw);
     report.push(
@@ -976,7 +1069,21 @@ async fn append_case(
         report.extend(cpu);
     }
     if writers == Writers::Many {
-        append_rates.insert((backend, Search::On, clients), service.per_second.median);
+        append_rates.insert(
+            (backend, Search::On, workload::Shape::Kb1, clients),
+            service.per_second.median,
+        );
+    }
+    for (shape, runs) in shaped {
+        let service = Throughput::of(runs);
+        let case = append_case_name(clients, writers, shape);
+        let (rate, cpu) = service_figures(backend, "sessionstore", &case, &service);
+        report.push(rate);
+        report.extend(cpu);
+        append_rates.insert(
+            (backend, Search::On, shape, clients),
+            service.per_second.median,
+        );
     }
     Ok(())
 }
@@ -2292,23 +2399,21 @@ async fn peer_benchmarks(
 ) -> anyhow::Result<()> {
     eprintln!("== peers (Python, in-process; first run installs a venv)");
     let workspace = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let run = peers::run(
-        workspace,
-        postgres,
-        plan.timing.measure.as_secs_f64(),
-        plan.repeat,
-        &plan.export_sizes,
-    )
-    .await?;
+    let peer_plan = peers::PeerPlan {
+        warmup: plan.timing.warmup.as_secs_f64(),
+        seconds: plan.timing.measure.as_secs_f64(),
+        repeat: plan.repeat,
+        repeat_later: plan.repeat_later_shapes,
+        clients: &plan.clients,
+        shapes: &plan.shapes,
+        read_sizes: &plan.export_sizes,
+    };
+    let run = peers::run(workspace, postgres, &peer_plan).await?;
     report
         .skipped
         .extend(run.skipped.iter().map(|s| format!("peers: {s}")));
     for peer in &run.peers {
-        let backend = if peer.database.contains("postgres") {
-            "postgres"
-        } else {
-            "sqlite"
-        };
+        let backend = peer_backend(peer);
         let subject = format!("{} {}", peer.name, peer.version);
         // At each client count the peer ran at, against sessionstore at the
         // same count, with the same exchange: twice, against sessionstore
@@ -2316,32 +2421,68 @@ async fn peer_benchmarks(
         // which no peer does), and like for like (--search off).
         for append in &peer.append {
             let clients = append.concurrency;
+            let shape = peer_shape(append)?;
             for search in [Search::On, Search::Off] {
                 let mut figure = Figure::new(
                     "peer append",
                     backend,
                     &subject,
                     &format!(
-                        "{clients} clients, many sessions; sessionstore {}",
+                        "{}; sessionstore {}",
+                        append_case_name(clients, Writers::Many, shape),
                         search.label()
                     ),
                     "exchanges/s",
-                    append.exchanges_per_sec.spread(plan.repeat),
+                    append.exchanges_per_sec.spread(append.runs),
                 )
                 .latency(Latency {
                     p50_ms: append.p50_ms,
                     p99_ms: append.p99_ms,
                     ..Latency::default()
                 });
-                if let Some(ours) = append_rates.get(&(backend, search, clients)) {
+                if let Some(ours) = append_rates.get(&(backend, search, shape, clients)) {
                     let ratio = ours / append.exchanges_per_sec.median;
                     figure = figure.ratio(ratio, "sessionstore at the same clients ÷ this");
-                    if clients == PEER_GOAL_CLIENTS {
-                        let goal = peer_goal(&peer.name, backend, search);
+                    if let Some(goal) = peer_goal(&peer.name, backend, search, clients) {
                         figure = figure.target(&format!("≥ {goal:.1}×"), ratio >= goal);
                     }
                 }
                 report.push(figure);
+            }
+        }
+        // Each side at its own best client count: a separate figure, held
+        // to no goal.
+        for &shape in &plan.shapes {
+            let Some(best) = peer_best(peer, shape) else {
+                continue;
+            };
+            for search in [Search::On, Search::Off] {
+                let Some((clients, ours)) = ours_best(plan, append_rates, backend, search, shape)
+                else {
+                    continue;
+                };
+                report.push(
+                    Figure::new(
+                        "peer append",
+                        backend,
+                        &subject,
+                        &format!(
+                            "best vs best, many sessions, {}; sessionstore {}",
+                            shape.label(),
+                            search.label()
+                        ),
+                        "exchanges/s",
+                        best.exchanges_per_sec.spread(best.runs),
+                    )
+                    .detail(&format!(
+                        "this at {} workers, sessionstore at {clients} clients",
+                        best.concurrency
+                    ))
+                    .ratio(
+                        ours / best.exchanges_per_sec.median,
+                        "sessionstore's best ÷ this's best",
+                    ),
+                );
             }
         }
         for read in &peer.read {
@@ -2359,5 +2500,178 @@ async fn peer_benchmarks(
             report.push(figure);
         }
     }
+    for backend in ["sqlite", "postgres"] {
+        if let Some(table) = peer_table(plan, append_rates, &run, backend)? {
+            report.tables.push(table);
+        }
+    }
     Ok(())
+}
+
+fn peer_backend(peer: &peers::Peer) -> &'static str {
+    if peer.database.contains("postgres") {
+        "postgres"
+    } else {
+        "sqlite"
+    }
+}
+
+/// The shape a peer's append run wrote, from its name.
+fn peer_shape(append: &peers::PeerAppend) -> anyhow::Result<workload::Shape> {
+    <workload::Shape as ValueEnum>::from_str(&append.shape, false)
+        .map_err(|error| anyhow::anyhow!("the peers' shape {:?}: {error}", append.shape))
+}
+
+/// A peer's fastest append run of `shape` over the client counts.
+fn peer_best(peer: &peers::Peer, shape: workload::Shape) -> Option<&peers::PeerAppend> {
+    peer.append
+        .iter()
+        .filter(|append| peer_shape(append).ok() == Some(shape))
+        .max_by(|a, b| {
+            a.exchanges_per_sec
+                .median
+                .total_cmp(&b.exchanges_per_sec.median)
+        })
+}
+
+/// sessionstore's fastest client count with `shape`, and its rate.
+fn ours_best(
+    plan: &Plan,
+    append_rates: &AppendRates,
+    backend: &'static str,
+    search: Search,
+    shape: workload::Shape,
+) -> Option<(usize, f64)> {
+    plan.clients
+        .iter()
+        .filter_map(|&clients| {
+            let rate = append_rates.get(&(backend, search, shape, clients))?;
+            Some((clients, *rate))
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// One backend's peers beside sessionstore, a row per shape and client
+/// count: sessionstore's rates with search on and off, each peer's at the
+/// same count and sessionstore's ÷ it (with the goal's mark where one
+/// holds), then each shape's best against best.
+fn peer_table(
+    plan: &Plan,
+    append_rates: &AppendRates,
+    run: &peers::PeerRun,
+    backend: &'static str,
+) -> anyhow::Result<Option<report::Table>> {
+    let peers: Vec<&peers::Peer> = run
+        .peers
+        .iter()
+        .filter(|peer| peer_backend(peer) == backend)
+        .collect();
+    if peers.is_empty() {
+        return Ok(None);
+    }
+    let mut header: Vec<String> = [
+        "shape",
+        "clients",
+        "sessionstore, search on",
+        "sessionstore, --search off",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    for peer in &peers {
+        header.push(peer.name.clone());
+        header.push("search on ÷ it".to_owned());
+        header.push("--search off ÷ it".to_owned());
+    }
+    let rate = |rate: Option<f64>| rate.map_or("–".to_owned(), |rate| format!("{rate:.0}"));
+    let versus = |ours: Option<f64>, theirs: f64, goal: Option<f64>| match ours {
+        None => "–".to_owned(),
+        Some(ours) => {
+            let ratio = ours / theirs;
+            match goal {
+                Some(goal) if ratio >= goal => format!("{ratio:.2}× ✓ (≥ {goal:.1}×)"),
+                Some(goal) => format!("{ratio:.2}× ✗ (≥ {goal:.1}×)"),
+                None => format!("{ratio:.2}×"),
+            }
+        }
+    };
+    let mut rows = Vec::new();
+    for &shape in &plan.shapes {
+        for &clients in &plan.clients {
+            let on = append_rates
+                .get(&(backend, Search::On, shape, clients))
+                .copied();
+            let off = append_rates
+                .get(&(backend, Search::Off, shape, clients))
+                .copied();
+            let mut row = vec![
+                shape.name().to_owned(),
+                clients.to_string(),
+                rate(on),
+                rate(off),
+            ];
+            for peer in &peers {
+                let mut theirs = None;
+                for append in &peer.append {
+                    if append.concurrency == clients && peer_shape(append)? == shape {
+                        theirs = Some(append.exchanges_per_sec.median);
+                    }
+                }
+                match theirs {
+                    Some(theirs) => row.extend([
+                        format!("{theirs:.0}"),
+                        versus(
+                            on,
+                            theirs,
+                            peer_goal(&peer.name, backend, Search::On, clients),
+                        ),
+                        versus(
+                            off,
+                            theirs,
+                            peer_goal(&peer.name, backend, Search::Off, clients),
+                        ),
+                    ]),
+                    None => row.extend(["–", "–", "–"].map(str::to_owned)),
+                }
+            }
+            rows.push(row);
+        }
+        let best = |search| ours_best(plan, append_rates, backend, search, shape);
+        let (on, off) = (best(Search::On), best(Search::Off));
+        let shown = |best: Option<(usize, f64)>| {
+            best.map_or("–".to_owned(), |(clients, rate)| {
+                format!("{rate:.0} ({clients})")
+            })
+        };
+        let mut row = vec![
+            shape.name().to_owned(),
+            "best vs best".to_owned(),
+            shown(on),
+            shown(off),
+        ];
+        for peer in &peers {
+            match peer_best(peer, shape) {
+                Some(theirs) => {
+                    let rate = theirs.exchanges_per_sec.median;
+                    row.extend([
+                        format!("{rate:.0} ({})", theirs.concurrency),
+                        versus(on.map(|(_, ours)| ours), rate, None),
+                        versus(off.map(|(_, ours)| ours), rate, None),
+                    ]);
+                }
+                None => row.extend(["–", "–", "–"].map(str::to_owned)),
+            }
+        }
+        rows.push(row);
+    }
+    Ok(Some(report::Table {
+        title: format!(
+            "peer append on {backend}: exchanges/s, many sessions, sessionstore ÷ each peer at the same client count"
+        ),
+        header,
+        rows,
+        note: "Medians. Search on: sessionstore as deployed (it indexes every message; no peer \
+               does); --search off: like for like. A best-vs-best row sets each side's fastest \
+               client count (in brackets) against the other's; it is held to no goal."
+            .to_owned(),
+    }))
 }

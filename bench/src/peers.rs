@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use serde::Deserialize;
 
 use crate::stats::Spread;
+use crate::workload::Shape;
 
 #[derive(Debug, Deserialize)]
 pub struct PeerRun {
@@ -32,6 +33,10 @@ pub struct Peer {
 #[derive(Debug, Deserialize)]
 pub struct PeerAppend {
     pub concurrency: usize,
+    /// The exchange's [`Shape`] by its name (`small`, `1kb`).
+    pub shape: String,
+    /// The runs the spread is of.
+    pub runs: usize,
     pub exchanges_per_sec: PeerSpread,
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -155,28 +160,46 @@ pub async fn agents(
     serde_json::from_slice(&output.stdout).context("parse the agents run's JSON")
 }
 
+/// What the peers run: sessionstore's client counts and exchange shapes,
+/// for as long and as often as its own runs.
+pub struct PeerPlan<'a> {
+    pub warmup: f64,
+    pub seconds: f64,
+    /// Runs of each measurement of the first shape, and of the others.
+    pub repeat: usize,
+    pub repeat_later: usize,
+    pub clients: &'a [usize],
+    pub shapes: &'a [Shape],
+    /// Sizes, in messages, of the sessions read back.
+    pub read_sizes: &'a [usize],
+}
+
 /// Runs the peer script and parses its JSON.
 pub async fn run(
     workspace: &Path,
     postgres_url: Option<&str>,
-    seconds: f64,
-    repeat: usize,
-    read_sizes: &[usize],
+    plan: &PeerPlan<'_>,
 ) -> anyhow::Result<PeerRun> {
+    let list = |values: &mut dyn Iterator<Item = String>| values.collect::<Vec<_>>().join(",");
     let mut command = tokio::process::Command::new("bash");
     command
         .current_dir(workspace)
         .arg("bench/peers/run.sh")
-        .args(["--duration", &seconds.to_string()])
-        .args(["--repeat", &repeat.to_string()])
-        .args(["--concurrency", "1,16"])
+        .args(["--warmup", &plan.warmup.to_string()])
+        .args(["--duration", &plan.seconds.to_string()])
+        .args(["--repeat", &plan.repeat.to_string()])
+        .args(["--repeat-later", &plan.repeat_later.to_string()])
+        .args([
+            "--concurrency",
+            &list(&mut plan.clients.iter().map(usize::to_string)),
+        ])
+        .args([
+            "--shapes",
+            &list(&mut plan.shapes.iter().map(|shape| shape.name().to_owned())),
+        ])
         .args([
             "--read-sizes",
-            &read_sizes
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
+            &list(&mut plan.read_sizes.iter().map(usize::to_string)),
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

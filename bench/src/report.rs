@@ -110,6 +110,37 @@ pub struct Report {
     pub figures: Vec<Figure>,
     /// What was not measured, and why.
     pub skipped: Vec<String>,
+    /// Tables printed after the figures', set out from figures the run
+    /// also lists (so not in the JSON).
+    #[serde(skip)]
+    pub tables: Vec<Table>,
+}
+
+/// A table of its own: a title, a header and rows of cells, and a note
+/// printed under it.
+#[derive(Debug, Default)]
+pub struct Table {
+    pub title: String,
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    pub note: String,
+}
+
+impl Table {
+    /// As Markdown, beginning with a blank line.
+    fn show(&self) -> String {
+        let row = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
+        let mut out = format!("\n## {}\n", self.title);
+        out.push_str(&row(&self.header));
+        out.push_str(&row(&vec!["---".to_owned(); self.header.len()]));
+        for cells in &self.rows {
+            out.push_str(&row(cells));
+        }
+        if !self.note.is_empty() {
+            out.push_str(&format!("\n{}\n", self.note));
+        }
+        out
+    }
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -230,6 +261,9 @@ impl Report {
                     },
                 ));
             }
+        }
+        for table in &self.tables {
+            out.push_str(&table.show());
         }
         if !self.skipped.is_empty() {
             out.push_str("\nNot measured:\n");

@@ -1,5 +1,6 @@
 //! What every benchmark writes: an exchange of one user and one assistant
-//! message of about 1 KB each, produced by one provider call.
+//! message of about 1 KB each, produced by one provider call; the append
+//! and peer benchmarks also write a smaller [`Shape`].
 
 use anyhow::Context as _;
 use sessionstore_client::SessionStoreClient;
@@ -8,6 +9,43 @@ use tonic::transport::Channel;
 
 /// The size of each message's text.
 pub const MESSAGE_BYTES: usize = 1000;
+
+/// The sizes of an appended exchange's two messages, shared by
+/// sessionstore's append runs and the peers (`bench/peers/peers.py
+/// --shapes`, which knows the same names and sizes). Either way one
+/// provider call produced the answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Shape {
+    /// A 64-byte user message and a 512-byte answer: a chat turn.
+    Small,
+    /// Two messages of [`MESSAGE_BYTES`] each (every other benchmark's).
+    #[value(name = "1kb")]
+    Kb1,
+}
+
+impl Shape {
+    /// The name in the CLI, in figure names and in `peers.py`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Small => "small",
+            Shape::Kb1 => "1kb",
+        }
+    }
+
+    /// The user message's and the answer's size in bytes.
+    pub fn bytes(self) -> (usize, usize) {
+        match self {
+            Shape::Small => (64, 512),
+            Shape::Kb1 => (MESSAGE_BYTES, MESSAGE_BYTES),
+        }
+    }
+
+    /// What a figure's case says of it: `small exchange (64 B + 512 B)`.
+    pub fn label(self) -> String {
+        let (user, answer) = self.bytes();
+        format!("{} exchange ({user} B + {answer} B)", self.name())
+    }
+}
 
 /// Now, in microseconds since the Unix epoch (the stored times' unit).
 pub fn now_micros() -> i64 {
@@ -90,11 +128,25 @@ pub fn provider_call(seed: u64) -> pb::ProviderCall {
 /// The AppendExchange every append benchmark sends, with a fresh
 /// idempotency key as `sessionstore_client::Client` sends.
 pub fn exchange(session_id: &str, seed: u64) -> pb::AppendExchangeRequest {
+    shaped_exchange(session_id, seed, Shape::Kb1)
+}
+
+/// [`exchange`] with messages of `shape`'s sizes.
+pub fn shaped_exchange(session_id: &str, seed: u64, shape: Shape) -> pb::AppendExchangeRequest {
+    let (user_bytes, answer_bytes) = shape.bytes();
     pb::AppendExchangeRequest {
         session_id: session_id.to_owned(),
-        messages: vec![user(seed)],
+        messages: vec![pb::Message {
+            role: pb::Role::User.into(),
+            content: text(seed, user_bytes),
+            ..Default::default()
+        }],
         provider_call: Some(provider_call(seed)),
-        response_messages: vec![assistant(seed)],
+        response_messages: vec![pb::Message {
+            role: pb::Role::Assistant.into(),
+            content: text(seed ^ 0xA55A, answer_bytes),
+            ..Default::default()
+        }],
         request_id: uuid::Uuid::now_v7().to_string(),
         ..Default::default()
     }

@@ -76,6 +76,54 @@ How ADK maps onto sessionstore:
   export carries no sequences).
 - **Times.** ``last_update_time`` is the timestamp of the newest stored event
   (the session's creation time before the first), as ADK's services report.
+- **Tool confirmations are approvals.** ADK pauses a run for a person's
+  yes or no (``FunctionTool(func, require_confirmation=True)``, or a tool
+  calling ``tool_context.request_confirmation(hint=..., payload=...)``)
+  with an event making an ``adk_request_confirmation`` function call, and
+  resumes only when the next user message replies to that call (a
+  ``FunctionResponse`` of that name and id, ``{"confirmed": bool,
+  "payload": ...}``). ``append_event`` stores that event and then asks
+  ``RequestApproval`` for the call (:func:`approval_request`: the title is
+  the original call, ``transfer({"amount": 5})``; ``detail_json`` the
+  confirmation call's arguments, hint and payload included), so the pause
+  is a pending approval that any process sees (``ListApprovals``,
+  ``sessions approvals``, a watch's ``approval_requested``) and decides
+  (``DecideApproval``, ``sessions approve``/``deny``).
+  :meth:`~SessionstoreSessionService.confirmation_reply` turns the
+  recorded decisions into ADK's reply (:func:`confirmation_message`; the
+  payload the tool asked for goes back with it), in any process, from the
+  store alone::
+
+      reply = await service.confirmation_reply(app_name=app, user_id=user, session_id=sid)
+      if reply is not None:  # None while nothing is decided
+          async for event in runner.run_async(user_id=user, session_id=sid, new_message=reply):
+              ...
+
+  It also asks for an approval the confirmation lacks (``RequestApproval``
+  is a second call after the event's ``AppendExchange``: a crash between
+  the two loses it). A reply given to ADK directly (its web UI) is
+  recorded too: before storing it, ``append_event`` decides the pending
+  approval as it says (``decided_by`` ``adk:USER``, a denial's reason
+  ``This tool call is rejected.``), and a reply contradicting a decision
+  already recorded raises ``ApprovalAlreadyDecided`` with nothing stored,
+  so the tool never runs against a recorded denial.
+
+  *A denial and the history.* ``DecideApproval`` denying appends the
+  call's tool result to the stored history (a tool message, the reason as
+  its content); it holds no event, so ADK never reads it. The user's reply
+  to a denied call is stored with its event but without a ``tool_result``
+  block of its own (``event_message(..., answered=...)``), so ADK reads
+  exactly one reply and the native history (transcripts, exports for a
+  model) exactly one result for the call; with ``model=`` the reply is kept
+  though its message has no result block (:func:`fit_to_export`). An
+  approval is recorded only as a decision: it adds nothing to the history.
+  ADK's reply has no room for the reason (``ToolConfirmation`` is
+  ``hint``, ``confirmed``, ``payload``): ADK tells the model ``This tool
+  call is rejected.``, and the reason stays in sessionstore. An expired
+  approval is no decision: ``confirmation_reply`` leaves it out (ask again
+  with ``request_approval``, or reply through ADK). ADK's other pauses
+  (long-running tools, credential requests) are not yes-or-no decisions
+  and are not mapped. ``approvals=False`` stores the events alone.
 """
 
 from __future__ import annotations
@@ -86,11 +134,19 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Collection, Iterable, Mapping
 from typing import Any, Optional, TypeVar
 
 from .. import v1
-from .._errors import AlreadyExists, SequenceMismatch, SessionNotFound
+from .._errors import (
+    AlreadyExists,
+    ApprovalAlreadyDecided,
+    ApprovalExists,
+    ApprovalExpired,
+    SequenceMismatch,
+    SessionNotFound,
+    ToolCallAnswered,
+)
 from .._requests import ReasoningPolicyLike
 from ..aio import AsyncClient
 from ._models import checked_provider, has_reasoning, provider_of_model
@@ -106,6 +162,8 @@ try:
     )
     from google.adk.sessions.session import Session
     from google.adk.sessions.state import State
+    from google.adk.tools.tool_confirmation import ToolConfirmation
+    from google.genai import types
     from pydantic_core import to_jsonable_python
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError(
@@ -122,9 +180,13 @@ except ImportError:  # google-adk before 2.7 (whose services raise ValueError)
 
 
 __all__ = [
+    "CONFIRMATION_FUNCTION",
     "EVENT_BLOCK_TYPE",
     "SessionstoreSessionService",
     "StaleSessionError",
+    "approval_request",
+    "confirmation_calls",
+    "confirmation_message",
     "event_message",
     "event_origin",
     "fit_to_export",
@@ -138,11 +200,20 @@ T = TypeVar("T")
 #: The ``JsonBlock.type`` of the block holding an event's JSON.
 EVENT_BLOCK_TYPE = "adk.event"
 
+#: The function call ADK pauses on for a tool confirmation, and the name
+#: of the user's reply.
+CONFIRMATION_FUNCTION = "adk_request_confirmation"
+
 _MAX_ID = 128
 _MAX_SCOPE = 256
+_MAX_TITLE = 1024  # RequestApproval's title
+_MAX_DETAIL = 65536  # and detail_json
 _PAGE = 1000  # the server's longest page
 _CONCURRENCY = 16
 _PLAIN = re.compile(r"[A-Za-z0-9_-]")
+#: A denial recorded from an ADK reply: the approval's reason, and so the
+#: content of its tool result (ADK's own words to the model for it).
+_REJECTED = "This tool call is rejected."
 _STALE_MESSAGE = (
     "The session has been modified in storage since it was loaded. "
     "Please reload the session before appending more events."
@@ -290,12 +361,16 @@ def _marker_sequence(session: Session) -> int | None:
 # -- events ------------------------------------------------------------------
 
 
-def event_message(event: Event) -> v1.Message:
+def event_message(event: Event, *, answered: Collection[str] = ()) -> v1.Message:
     """The message storing ``event``: its JSON verbatim in an ``adk.event``
     block, and native fields (role, text, thinking with its signature, tool
     calls with theirs, tool results) for readers that are not ADK and for
     exports for a target. Text parts are ``content``; when one of them
-    carries a thought signature, each is also a text block with its own."""
+    carries a thought signature, each is also a text block with its own.
+
+    A function response to a call in ``answered`` (one the stored history
+    already answers: a denied approval's tool result) is kept in the JSON
+    but gets no ``tool_result`` block, so no call is answered twice."""
     content = event.content
     role_name = content.role if content is not None and content.role else None
     if role_name is None:
@@ -338,7 +413,7 @@ def event_message(event: Event) -> v1.Message:
                     signature=_signature(part.thought_signature),
                 )
             )
-        if part.function_response is not None:
+        if part.function_response is not None and (part.function_response.id or "") not in answered:
             response = part.function_response
             blocks.append(
                 v1.ContentBlock(
@@ -405,15 +480,21 @@ def _provider_call(event: Event, origin: tuple[str, str]) -> dict[str, Any]:
     return call
 
 
-def fit_to_export(event: Event, exported: v1.Message) -> Event | None:
+def fit_to_export(
+    event: Event, exported: v1.Message, answered: Collection[str] = ()
+) -> Event | None:
     """An event as an export for a target left its message.
 
     The export removes reasoning the target may not receive and unpaired
     tool calls and results; the event's JSON still holds them. When the
     exported message holds no reasoning, the event loses its thought parts
     and every part's ``thought_signature``; function calls and function
-    responses the export dropped are removed. An event whose content is
-    left with no parts is left out (``None``), unless it carries actions.
+    responses the export dropped are removed. A reply to a tool
+    confirmation whose message has no result block for it (stored after a
+    denial, whose tool result answers the call) stays when that call is in
+    ``answered``: the calls the export answers elsewhere. An event whose
+    content is left with no parts is left out (``None``), unless it
+    carries actions.
     """
     content = event.content
     if content is None or not content.parts:
@@ -424,6 +505,13 @@ def fit_to_export(event: Event, exported: v1.Message) -> Event | None:
         block.tool_result.tool_use_id
         for block in exported.content_blocks
         if block.WhichOneof("block") == "tool_result"
+    }
+    results |= {
+        part.function_response.id
+        for part in content.parts
+        if part.function_response is not None
+        and part.function_response.name == CONFIRMATION_FUNCTION
+        and part.function_response.id in answered
     }
     parts = []
     for part in content.parts:
@@ -453,6 +541,145 @@ def stored_event(message: v1.Message) -> Event | None:
     return None
 
 
+# -- tool confirmations ----------------------------------------------------------
+
+
+def _answers(message: v1.Message) -> Iterable[str]:
+    """The tool calls a stored message answers: a tool message's
+    ``tool_call_id`` and its ``tool_result`` blocks."""
+    if message.role == v1.ROLE_TOOL and message.tool_call_id:
+        yield message.tool_call_id
+    for block in message.content_blocks:
+        if block.WhichOneof("block") == "tool_result":
+            yield block.tool_result.tool_use_id
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes, on a character boundary."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode("utf-8", errors="ignore") + "..."
+
+
+def confirmation_calls(event: Event) -> list[Any]:
+    """The ``adk_request_confirmation`` function calls of ``event`` (ADK's
+    pause for a tool confirmation), with ids."""
+    return [
+        call
+        for call in event.get_function_calls()
+        if call.name == CONFIRMATION_FUNCTION and call.id
+    ]
+
+
+def _confirmation_replies(event: Event) -> list[Any]:
+    """The replies to tool confirmations a user's event carries."""
+    if event.author != "user":
+        return []
+    return [
+        response
+        for response in event.get_function_responses()
+        if response.name == CONFIRMATION_FUNCTION and response.id
+    ]
+
+
+def _confirmed(response: Mapping[str, Any] | None) -> bool:
+    """Whether a confirmation reply confirms, read as ADK reads it (a
+    ``ToolConfirmation``, or the ADK web client's ``{"response": JSON}``)."""
+    response = dict(response or {})
+    if len(response) == 1 and "response" in response:
+        return ToolConfirmation.model_validate(json.loads(response["response"])).confirmed
+    return ToolConfirmation.model_validate(response).confirmed
+
+
+def approval_request(call: Any) -> dict[str, str]:
+    """What the adapter asks ``RequestApproval`` for an
+    ``adk_request_confirmation`` call: ``tool_call_id`` (the confirmation
+    call's id), ``title`` (the original call, ``name(JSON arguments)``, cut
+    to 1,024 bytes) and ``detail_json`` (the confirmation call's arguments:
+    ``originalFunctionCall`` and ``toolConfirmation`` with its ``hint``
+    and ``payload``, as JSON; without the original arguments if that
+    passes 65,536 bytes)."""
+    args = dict(call.args or {})
+    original = args.get("originalFunctionCall")
+    original = original if isinstance(original, dict) else {}
+    name = str(original.get("name") or "tool")
+    arguments = json.dumps(original.get("args") or {}, ensure_ascii=False, default=str)
+    detail = json.dumps(args, ensure_ascii=False, default=str)
+    if len(detail.encode("utf-8")) > _MAX_DETAIL:
+        args["originalFunctionCall"] = {k: v for k, v in original.items() if k != "args"}
+        args["argsOmitted"] = True
+        detail = json.dumps(args, ensure_ascii=False, default=str)
+    return {
+        "tool_call_id": call.id,
+        "title": _clip(f"{name}({arguments})", _MAX_TITLE),
+        "detail_json": detail,
+    }
+
+
+def confirmation_message(approvals: Iterable[v1.Approval]) -> types.Content:
+    """The user's reply to ADK's tool confirmations, from approvals decided
+    in sessionstore: one ``FunctionResponse`` named
+    ``adk_request_confirmation`` per approval, its id the approval's
+    ``tool_call_id``, its response ``{"confirmed": True}`` for an approved
+    one and ``{"confirmed": False}`` for a denied one, with the payload the
+    tool asked for (``toolConfirmation.payload`` in the approval's
+    ``detail_json``) when there is one. Pass it to ``Runner.run_async`` as
+    ``new_message`` to resume the paused run: the tool runs when approved,
+    and answers ``This tool call is rejected.`` when denied.
+
+    Raises ``ValueError`` for an approval that is pending or expired
+    (neither is a decision) and when ``approvals`` is empty.
+    """
+    parts = []
+    for approval in approvals:
+        if approval.state == v1.APPROVAL_STATE_APPROVED:
+            response: dict[str, Any] = {"confirmed": True}
+        elif approval.state == v1.APPROVAL_STATE_DENIED:
+            response = {"confirmed": False}
+        else:
+            state = v1.ApprovalState.Name(approval.state)
+            raise ValueError(f"approval {approval.approval_id} is not decided ({state})")
+        payload = _requested_payload(approval.detail_json)
+        if payload is not None:
+            response["payload"] = payload
+        parts.append(
+            types.Part(
+                function_response=types.FunctionResponse(
+                    id=approval.tool_call_id, name=CONFIRMATION_FUNCTION, response=response
+                )
+            )
+        )
+    if not parts:
+        raise ValueError("no approvals to reply with")
+    return types.Content(role="user", parts=parts)
+
+
+def _requested_payload(detail_json: str) -> Any:
+    """``toolConfirmation.payload`` of an approval's details, if any."""
+    try:
+        detail = json.loads(detail_json) if detail_json else None
+    except ValueError:
+        return None
+    if not isinstance(detail, dict):
+        return None
+    confirmation = detail.get("toolConfirmation")
+    return confirmation.get("payload") if isinstance(confirmation, dict) else None
+
+
+def _open_confirmations(events: Iterable[Event]) -> list[Any]:
+    """The ``adk_request_confirmation`` calls no event replies to yet, in
+    order."""
+    calls: dict[str, Any] = {}
+    for event in events:
+        for call in confirmation_calls(event):
+            calls.setdefault(call.id, call)
+        for response in event.get_function_responses():
+            if response.name == CONFIRMATION_FUNCTION and response.id:
+                calls.pop(response.id, None)
+    return list(calls.values())
+
+
 # -- the service -------------------------------------------------------------
 
 
@@ -471,6 +698,12 @@ class SessionstoreSessionService(BaseSessionService):
         reasoning: Whose reasoning ``get_session`` keeps when ``model`` is
             set: ``"same_model"`` (the default), ``"same_provider"`` or
             ``"none"``.
+        approvals: Whether ADK's tool confirmations are sessionstore
+            approvals (the default; see the module's documentation):
+            ``append_event`` asks ``RequestApproval`` for each
+            confirmation an event asks for, and records the user's reply
+            with ``DecideApproval``. ``False`` stores the events alone
+            (for a server without approvals).
     """
 
     def __init__(
@@ -480,11 +713,13 @@ class SessionstoreSessionService(BaseSessionService):
         model: str | None = None,
         provider: str = "google",
         reasoning: ReasoningPolicyLike = "same_model",
+        approvals: bool = True,
     ) -> None:
         self.provider = checked_provider(model, provider, reasoning)
         self._client = client
         self.model = model
         self.reasoning = reasoning
+        self.approvals = approvals
 
     # -- helpers -------------------------------------------------------------
 
@@ -506,6 +741,113 @@ class SessionstoreSessionService(BaseSessionService):
                 session_id, scope=scope, page_size=_PAGE
             )
         }
+
+    async def _latest_approvals(self, store_id: str) -> dict[str, v1.Approval]:
+        """The session's newest approval of each tool call, by call id."""
+        latest: dict[str, v1.Approval] = {}
+        async for approval in self._client.iter_approvals(session_id=store_id, page_size=_PAGE):
+            latest[approval.tool_call_id] = approval  # oldest first: the last wins
+        return latest
+
+    async def _ask(self, store_id: str, call: Any) -> None:
+        """Asks for an approval of an ``adk_request_confirmation`` call,
+        unless it has one (a retry) or a reply already."""
+        try:
+            await self._client.request_approval(store_id, **approval_request(call))
+        except (ApprovalExists, ToolCallAnswered):
+            pass
+
+    async def _record_replies(
+        self, session: Session, store_id: str, event: Event, expected: int | None
+    ) -> tuple[set[str], int | None]:
+        """Records the confirmation replies of a user's ``event`` on their
+        approvals before the event is stored: each pending approval is
+        decided as the reply says (``DecideApproval``, its request id
+        derived from the event, so a retry answers the first decision); one
+        already decided the other way raises ``ApprovalAlreadyDecided``, and
+        nothing is stored (the recorded decision stands). Answers the calls
+        the history already answers (denied: the denial's tool result), whose
+        replies get no result block, and the next sequence to expect (one
+        more when this decision's denial appended its tool result there)."""
+        replies = _confirmation_replies(event)
+        if not replies:
+            return set(), expected
+        latest = await self._latest_approvals(store_id)
+        answered: set[str] = set()
+        decided_by = "adk:" + session.user_id
+        for reply in replies:
+            approval = latest.get(reply.id)
+            if approval is None or approval.state == v1.APPROVAL_STATE_EXPIRED:
+                continue  # nothing to decide: the reply alone answers the call
+            confirmed = _confirmed(reply.response)
+            wanted = v1.APPROVAL_STATE_APPROVED if confirmed else v1.APPROVAL_STATE_DENIED
+            if approval.state == wanted and approval.decided_by != decided_by:
+                # Decided elsewhere as the reply says: the reply resumes it.
+                if not confirmed:
+                    answered.add(reply.id)
+                continue
+            # Pending; decided the other way (refused below); or decided
+            # by a reply like this one, perhaps this very one before a
+            # retry, whose request id then answers the first decision.
+            decision = "approve" if confirmed else "deny"
+            reason = "" if confirmed else _REJECTED
+            request_id = "adk-" + _digest(store_id, approval.approval_id, event.id, decision)
+            try:
+                decided = await self._client.decide_approval(
+                    store_id,
+                    approval_id=approval.approval_id,
+                    decision=decision,
+                    reason=reason,
+                    decided_by=decided_by,
+                    request_id=request_id,
+                )
+            except ApprovalAlreadyDecided as exc:
+                if exc.state != wanted:
+                    raise
+            except ApprovalExpired:
+                continue
+            else:
+                stored = decided.tool_result
+                if decided.HasField("tool_result") and stored.sequence == expected:
+                    expected = stored.sequence + 1
+            if not confirmed:
+                answered.add(reply.id)
+        return answered, expected
+
+    async def confirmation_reply(
+        self, *, app_name: str, user_id: str, session_id: str
+    ) -> Optional[types.Content]:
+        """The user's reply to the session's open tool confirmations that
+        have been decided in sessionstore (by ``DecideApproval`` from any
+        process: ``sessions approve``/``deny``, a UI, another client), to
+        pass to ``Runner.run_async`` as ``new_message``; ``None`` while
+        none is decided. See :func:`confirmation_message`.
+
+        Reads the history (``ListMessages``) and the session's approvals
+        (``ListApprovals``); an open confirmation without an approval (its
+        ``RequestApproval`` lost to a crash right after the event was
+        stored) is asked for here. Raises ``SessionNotFoundError`` if the
+        session does not exist.
+        """
+        session_id = session_id.strip() if session_id else session_id
+        store_id = session_store_id(app_name, user_id, session_id)
+        try:
+            events, _, _ = await self._events(store_id, None, None)
+        except SessionNotFound:
+            raise SessionNotFoundError(f"Session {session_id} not found.") from None
+        calls = _open_confirmations(events)
+        if not calls:
+            return None
+        latest = await self._latest_approvals(store_id)
+        decided = []
+        for call in calls:
+            approval = latest.get(call.id)
+            if approval is None:
+                if self.approvals:
+                    await self._ask(store_id, call)
+            elif approval.state in (v1.APPROVAL_STATE_APPROVED, v1.APPROVAL_STATE_DENIED):
+                decided.append(approval)
+        return confirmation_message(decided) if decided else None
 
     async def _events(
         self,
@@ -564,11 +906,12 @@ class SessionstoreSessionService(BaseSessionService):
         messages = await self._client.export_for(
             store_id, self.provider, model, reasoning=self.reasoning, max_messages=limit or 0
         )
+        answered = {id for message in messages for id in _answers(message)}
         events: list[Event] = []
         for message in messages:
             event = stored_event(message)
             if event is not None:
-                event = fit_to_export(event, message)
+                event = fit_to_export(event, message, answered)
             if event is not None:
                 events.append(event)
         newest = events[-1].timestamp if events else None
@@ -776,6 +1119,14 @@ class SessionstoreSessionService(BaseSessionService):
         ``request_id`` is derived from the request, so calling again after an
         unknown outcome stores the event once. An event already in
         ``session.events`` (the same id and fields) is not stored again.
+
+        Tool confirmations (unless ``approvals=False``): an event making
+        ``adk_request_confirmation`` calls is followed by one
+        ``RequestApproval`` per call; a user's event replying to one first
+        reads the session's approvals (``ListApprovals``) and decides a
+        pending one as the reply says (``DecideApproval``). A reply
+        contradicting a recorded decision raises ``ApprovalAlreadyDecided``
+        and stores nothing.
         """
         if event.partial:
             return event
@@ -790,8 +1141,14 @@ class SessionstoreSessionService(BaseSessionService):
         changes += [v1.StateChange(scope=app_scope, key=k, value=v) for k, v in app.items()]
         changes += [v1.StateChange(scope=user_scope, key=k, value=v) for k, v in user.items()]
         store_id = session_store_id(session.app_name, session.user_id, session.id)
-        message = event_message(event)
         expected = _marker_sequence(session)
+        answered: set[str] = set()
+        if self.approvals:
+            try:
+                answered, expected = await self._record_replies(session, store_id, event, expected)
+            except SessionNotFound:
+                raise SessionNotFoundError(f"Session {session.id} not found.") from None
+        message = event_message(event, answered=answered)
         digest = hashlib.sha256()
         for piece in (
             store_id,
@@ -819,6 +1176,9 @@ class SessionstoreSessionService(BaseSessionService):
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
         except SequenceMismatch:
             raise StaleSessionError(_STALE_MESSAGE) from None
+        if self.approvals:
+            for call in confirmation_calls(event):
+                await self._ask(store_id, call)
         session._storage_update_marker = _marker(response.next_sequence)
         session.last_update_time = event.timestamp
         # What BaseSessionService._commit_event_to_session does (google-adk

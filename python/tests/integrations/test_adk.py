@@ -1,6 +1,8 @@
 """The Google ADK session service against a real server: ADK's session,
 event and state semantics (app:, user:, temp: prefixes, GetSessionConfig,
-stale sessions), what lands in sessionstore, and how many RPCs it takes."""
+stale sessions), what lands in sessionstore, how many RPCs it takes, and
+ADK's tool confirmations as sessionstore approvals (a run paused in one
+process, decided from another client, resumed in a third)."""
 
 from __future__ import annotations
 
@@ -753,3 +755,539 @@ def test_the_sync_runner_and_asyncio_run_share_one_service(server: Server) -> No
         if event.content
     ] == [pair for q, a in zip(questions, answers) for pair in (("user", q), ("assistant", a))]
     asyncio.run(service._client.close())
+
+
+# -- tool confirmations as approvals -------------------------------------------
+
+#: A worker process: an ADK agent whose tools need a person's confirmation,
+#: on a ``SessionstoreSessionService`` and nothing else. ``pause`` asks for a
+#: confirmation and then waits (to be killed); ``resume`` replies with the
+#: decision recorded in sessionstore (``confirmation_reply``) and runs on.
+#: The tests import the same file (``runpy``) for the runs they make
+#: themselves.
+WORKER = r'''
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from google.adk.agents import LlmAgent
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import Runner
+from google.adk.tools import FunctionTool
+from google.adk.tools.tool_context import ToolContext
+from google.genai import types
+
+from sessionstore import AsyncClient
+from sessionstore.integrations.adk import SessionstoreSessionService
+
+APP = "bank"
+USER = "ada"
+MODEL = "gemini-fake"
+
+
+class Scripted(BaseLlm):
+    """Calls the tool the user names (``transfer 5``, ``book 3``), then
+    says what the tool answered; echoes anything else."""
+
+    async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+        last = llm_request.contents[-1]
+        answers = [p.function_response for p in last.parts or () if p.function_response]
+        words = "".join(p.text or "" for p in last.parts or ()).split()
+        if answers:
+            said = "tool said " + json.dumps(answers[-1].response, sort_keys=True)
+            parts = [types.Part(text=said)]
+        elif words and words[0] in ("transfer", "book"):
+            arg = "amount" if words[0] == "transfer" else "days"
+            call = types.FunctionCall(name=words[0], args={arg: int(words[1])})
+            parts = [types.Part(function_call=call)]
+        else:
+            parts = [types.Part(text="echo " + " ".join(words))]
+        content = types.Content(role="model", parts=parts)
+        yield LlmResponse(content=content, model_version=self.model)
+
+
+def make_agent(ran: Path) -> LlmAgent:
+    """The agent; each tool that runs writes a line to ``ran``."""
+
+    def transfer(amount: int) -> dict:
+        """Sends money."""
+        with ran.open("a") as out:
+            out.write(f"transfer {amount}\n")
+        return {"sent": amount}
+
+    def book(days: int, tool_context: ToolContext) -> dict:
+        """Books time off, as many days as approved."""
+        confirmation = tool_context.tool_confirmation
+        if confirmation is None:
+            tool_context.request_confirmation(
+                hint=f"Approve {days} days off?", payload={"approved_days": days}
+            )
+            return {"status": "awaiting approval"}
+        if not confirmation.confirmed:
+            return {"status": "rejected"}
+        approved = confirmation.payload["approved_days"]
+        with ran.open("a") as out:
+            out.write(f"book {approved}\n")
+        return {"booked": approved}
+
+    return LlmAgent(
+        name="teller",
+        model=Scripted(model=MODEL),
+        tools=[FunctionTool(transfer, require_confirmation=True), book],
+    )
+
+
+async def run(runner: Runner, session_id: str, message: types.Content) -> list[str]:
+    """Runs one turn; what the agent said."""
+    said = []
+    async for event in runner.run_async(user_id=USER, session_id=session_id, new_message=message):
+        if event.author != "user" and event.content:
+            said += [part.text for part in event.content.parts or () if part.text]
+    return said
+
+
+async def main(url: str, session_id: str, mode: str, ran: str, model: str, text: str) -> None:
+    client = AsyncClient(url)
+    service = SessionstoreSessionService(client=client, model=model or None)
+    runner = Runner(agent=make_agent(Path(ran)), app_name=APP, session_service=service)
+    if mode == "pause":
+        await service.create_session(app_name=APP, user_id=USER, session_id=session_id)
+        message = types.Content(role="user", parts=[types.Part(text=text)])
+    else:
+        message = await service.confirmation_reply(
+            app_name=APP, user_id=USER, session_id=session_id
+        )
+        if message is None:
+            print(json.dumps({"said": None}), flush=True)
+            return
+    said = await run(runner, session_id, message)
+    print(json.dumps({"said": said}), flush=True)
+    if mode == "pause":
+        print("PAUSED", flush=True)
+        time.sleep(3600)  # a worker that stays up until it is killed
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:]))
+'''
+
+BANK = "bank"
+ADA = "ada"
+
+
+@pytest.fixture
+def worker(tmp_path: Any) -> Any:
+    """The worker's file; ``runpy`` of it gives its functions."""
+    path = tmp_path / "adk_worker.py"
+    path.write_text(WORKER)
+    return path
+
+
+def bank_runner(worker: Any, service: SessionstoreSessionService, ran: Any) -> Any:
+    import runpy
+
+    from google.adk.runners import Runner
+
+    code = runpy.run_path(str(worker))
+    return Runner(agent=code["make_agent"](ran), app_name=BANK, session_service=service), code
+
+
+def user_says(text: str) -> types.Content:
+    return types.Content(role="user", parts=[types.Part(text=text)])
+
+
+def reply(call_id: str, confirmed: bool) -> types.Content:
+    """The user's reply to a confirmation, straight through ADK."""
+    return types.Content(
+        role="user",
+        parts=[tool_response(call_id, adk.CONFIRMATION_FUNCTION, {"confirmed": confirmed})],
+    )
+
+
+def ran_lines(ran: Any) -> list[str]:
+    return ran.read_text().splitlines() if ran.exists() else []
+
+
+async def answers_of(
+    adk_client: sessionstore.AsyncClient, store_id: str, call_id: str
+) -> list[v1.Message]:
+    """The stored messages answering ``call_id`` (as the server counts them)."""
+    found = []
+    async for stored in adk_client.iter_messages(store_id):
+        message = stored.message
+        blocks = [
+            b.tool_result.tool_use_id
+            for b in message.content_blocks
+            if b.WhichOneof("block") == "tool_result"
+        ]
+        if message.tool_call_id == call_id or call_id in blocks:
+            found.append(message)
+    return found
+
+
+def confirmation_call_ids(events: list[Event]) -> list[str]:
+    return [call.id for event in events for call in adk.confirmation_calls(event)]
+
+
+def replies_to(events: list[Event], call_id: str) -> list[Event]:
+    return [
+        event
+        for event in events
+        if any(r.id == call_id for r in event.get_function_responses())
+    ]
+
+
+def start_worker(worker: Any, *args: str) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, str(worker), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("reader", ["plain", "export"])
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_a_confirmation_outlives_its_process_and_resumes_from_the_store(
+    server: Server, worker: Any, tmp_path: Any, decision: str, reader: str
+) -> None:
+    """A run pauses on ``FunctionTool(require_confirmation=True)`` in one
+    process, which is then killed (SIGKILL); the approval it asked for is
+    in sessionstore, where another client decides it; a new process, with
+    nothing but the store, turns the decision into ADK's reply and
+    resumes: the tool runs when approved and not when denied, and the
+    history ADK reads back answers each call once."""
+    import json
+    import signal
+
+    ran = tmp_path / "ran.txt"
+    model = "gemini-fake" if reader == "export" else ""
+    paused = start_worker(worker, server.url, "s1", "pause", str(ran), model, "transfer 5")
+    try:
+        assert paused.stdout is not None
+        lines = []
+        for line in paused.stdout:
+            lines.append(line.strip())
+            if line.strip() == "PAUSED":
+                break
+        assert lines[-1] == "PAUSED", (lines, paused.stderr.read() if paused.stderr else "")
+        assert json.loads(lines[-2]) == {"said": []}  # nothing said: it waits
+    finally:
+        paused.send_signal(signal.SIGKILL)
+        paused.wait()
+    assert paused.returncode == -signal.SIGKILL
+    assert ran_lines(ran) == []
+
+    store_id = session_store_id(BANK, ADA, "s1")
+    with server.client() as client:
+        pending = list(client.iter_approvals(state="pending"))
+        assert [(a.session_id, a.title) for a in pending] == [(store_id, 'transfer({"amount": 5})')]
+        approval = pending[0]
+        detail = json.loads(approval.detail_json)
+        assert detail["originalFunctionCall"]["name"] == "transfer"
+        assert detail["originalFunctionCall"]["args"] == {"amount": 5}
+        assert "hint" in detail["toolConfirmation"]
+        decided = client.decide_approval(
+            store_id,
+            approval_id=approval.approval_id,
+            decision=decision,
+            reason="over the limit" if decision == "deny" else "",
+            decided_by="ops",
+        )
+        assert decided.HasField("tool_result") == (decision == "deny")
+
+    resumed = start_worker(worker, server.url, "s1", "resume", str(ran), model, "")
+    out, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err
+    said = json.loads(out.strip().splitlines()[-1])["said"]
+    if decision == "approve":
+        assert ran_lines(ran) == ["transfer 5"]
+        assert said == ['tool said {"sent": 5}']
+    else:
+        assert ran_lines(ran) == []
+        assert said == ['tool said {"error": "This tool call is rejected."}']
+
+    async def check() -> None:
+        async with server.async_client() as adk_client:
+            service = SessionstoreSessionService(
+                client=adk_client, model=model or None
+            )
+            session = await service.get_session(app_name=BANK, user_id=ADA, session_id="s1")
+            assert session is not None
+            [call_id] = confirmation_call_ids(session.events)
+            assert call_id == approval.tool_call_id
+            # ADK reads one reply, the one the resumed run sent.
+            [answer] = replies_to(session.events, call_id)
+            assert answer.author == "user"
+            # The store answers the call once: the reply when approved, the
+            # denial's tool result (the reason) when denied.
+            native = await answers_of(adk_client, store_id, call_id)
+            assert len(native) == 1
+            if decision == "deny":
+                assert native[0].role == v1.ROLE_TOOL and native[0].tool_error
+                assert native[0].content == "over the limit"
+            got = await adk_client.get_approval(store_id, approval_id=approval.approval_id)
+            assert got.decided_by == "ops"  # the reply did not decide it again
+            # Nothing is open any more, and the conversation goes on.
+            again = await service.confirmation_reply(app_name=BANK, user_id=ADA, session_id="s1")
+            assert again is None
+            runner, code = bank_runner(worker, service, ran)
+            assert await code["run"](runner, "s1", user_says("hello")) == ["echo hello"]
+
+    asyncio.run(check())
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("confirmed", [True, False])
+async def test_a_reply_through_adk_decides_the_approval(
+    service: SessionstoreSessionService,
+    adk_client: CountingClient,
+    worker: Any,
+    tmp_path: Any,
+    confirmed: bool,
+) -> None:
+    """The user answers ADK itself (its web UI, a FunctionResponse): the
+    pending approval is decided as the reply says, before the reply is
+    stored, so no other client can decide it the other way."""
+    ran = tmp_path / "ran.txt"
+    runner, code = bank_runner(worker, service, ran)
+    await service.create_session(app_name=BANK, user_id=ADA, session_id="s")
+    assert await code["run"](runner, "s", user_says("transfer 7")) == []
+    store_id = session_store_id(BANK, ADA, "s")
+    [approval] = [a async for a in adk_client.iter_approvals(session_id=store_id)]
+    assert approval.state == v1.APPROVAL_STATE_PENDING
+
+    said = await code["run"](runner, "s", reply(approval.tool_call_id, confirmed))
+    got = await adk_client.get_approval(store_id, approval_id=approval.approval_id)
+    assert got.decided_by == "adk:ada"
+    answers = await answers_of(adk_client, store_id, approval.tool_call_id)
+    assert len(answers) == 1
+    if confirmed:
+        assert got.state == v1.APPROVAL_STATE_APPROVED
+        assert ran_lines(ran) == ["transfer 7"] and said == ['tool said {"sent": 7}']
+        assert answers[0].role == v1.ROLE_USER  # the reply itself
+    else:
+        assert got.state == v1.APPROVAL_STATE_DENIED
+        assert got.reason == "This tool call is rejected."
+        assert ran_lines(ran) == []
+        assert said == ['tool said {"error": "This tool call is rejected."}']
+        assert answers[0].role == v1.ROLE_TOOL  # the denial's tool result
+    session = await service.get_session(app_name=BANK, user_id=ADA, session_id="s")
+    assert session is not None and len(replies_to(session.events, approval.tool_call_id)) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_reply_against_the_recorded_decision_is_refused(
+    service: SessionstoreSessionService,
+    adk_client: CountingClient,
+    worker: Any,
+    tmp_path: Any,
+) -> None:
+    """Denied in sessionstore, then confirmed through ADK (a stale UI): the
+    recorded decision stands. The reply raises ``ApprovalAlreadyDecided``
+    before it is stored and before the tool could run; the store's reply
+    resumes the run."""
+    ran = tmp_path / "ran.txt"
+    runner, code = bank_runner(worker, service, ran)
+    await service.create_session(app_name=BANK, user_id=ADA, session_id="s")
+    await code["run"](runner, "s", user_says("transfer 9"))
+    store_id = session_store_id(BANK, ADA, "s")
+    [approval] = [a async for a in adk_client.iter_approvals(session_id=store_id)]
+    await adk_client.decide_approval(
+        store_id, approval_id=approval.approval_id, decision="deny", reason="no", decided_by="ops"
+    )
+    before = (await adk_client.get_session(store_id)).next_sequence
+    with pytest.raises(sessionstore.ApprovalAlreadyDecided) as refused:
+        await code["run"](runner, "s", reply(approval.tool_call_id, True))
+    assert refused.value.state == v1.APPROVAL_STATE_DENIED and refused.value.decided_by == "ops"
+    assert ran_lines(ran) == []
+    assert (await adk_client.get_session(store_id)).next_sequence == before
+
+    message = await service.confirmation_reply(app_name=BANK, user_id=ADA, session_id="s")
+    assert message is not None
+    assert [p.function_response.response for p in message.parts or ()] == [{"confirmed": False}]
+    said = await code["run"](runner, "s", message)
+    assert said == ['tool said {"error": "This tool call is rejected."}']
+    assert ran_lines(ran) == []
+    assert len(await answers_of(adk_client, store_id, approval.tool_call_id)) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_tool_asking_with_a_payload_gets_it_back(
+    service: SessionstoreSessionService,
+    adk_client: CountingClient,
+    worker: Any,
+    tmp_path: Any,
+) -> None:
+    """``tool_context.request_confirmation(hint=..., payload=...)``: the
+    approval shows the hint and payload, and the reply made from the
+    decision carries the payload back to the tool."""
+    import json
+
+    ran = tmp_path / "ran.txt"
+    runner, code = bank_runner(worker, service, ran)
+    await service.create_session(app_name=BANK, user_id=ADA, session_id="s")
+    # ADK lets the model answer the tool's own reply meanwhile (here: what
+    # the tool said, "awaiting approval"): a tool asking by itself does not
+    # end the turn.
+    await code["run"](runner, "s", user_says("book 3"))
+    assert ran_lines(ran) == []
+    store_id = session_store_id(BANK, ADA, "s")
+    assert await service.confirmation_reply(app_name=BANK, user_id=ADA, session_id="s") is None
+    [approval] = [a async for a in adk_client.iter_approvals(session_id=store_id)]
+    assert approval.title == 'book({"days": 3})'
+    confirmation = json.loads(approval.detail_json)["toolConfirmation"]
+    assert confirmation["hint"] == "Approve 3 days off?"
+    assert confirmation["payload"] == {"approved_days": 3}
+    await adk_client.decide_approval(store_id, approval_id=approval.approval_id, decision="approve")
+    message = await service.confirmation_reply(app_name=BANK, user_id=ADA, session_id="s")
+    assert message is not None
+    [part] = message.parts or []
+    assert part.function_response is not None
+    assert part.function_response.id == approval.tool_call_id
+    assert part.function_response.response == {"confirmed": True, "payload": {"approved_days": 3}}
+    assert await code["run"](runner, "s", message) == ['tool said {"booked": 3}']
+    assert ran_lines(ran) == ["book 3"]
+
+
+def confirmation_event(call_id: str) -> list[Event]:
+    """A model's call and ADK's request to confirm it, as ADK stores them."""
+    original = types.FunctionCall(id="adk-orig", name="transfer", args={"amount": 1})
+    ask = types.FunctionCall(
+        id=call_id,
+        name=adk.CONFIRMATION_FUNCTION,
+        args={
+            "originalFunctionCall": original.model_dump(exclude_none=True, by_alias=True),
+            "toolConfirmation": {"hint": "ok?", "confirmed": False},
+        },
+    )
+    return [
+        model_event("gemini-fake", types.Part(function_call=original)),
+        Event(
+            invocation_id="inv",
+            author="teller",
+            content=types.Content(role="model", parts=[types.Part(function_call=ask)]),
+            long_running_tool_ids={call_id},
+        ),
+    ]
+
+
+@pytest.mark.asyncio
+async def test_confirmation_rpcs_as_the_server_counts_them(
+    metered_server: Server, meter: RpcMeter
+) -> None:
+    """An event asking for a confirmation is its ``AppendExchange`` and one
+    ``RequestApproval``; a user's reply to one adds a ``ListApprovals``,
+    and a ``DecideApproval`` when the approval is still pending (a reply
+    given to ADK directly; after a denial's tool result the reply is
+    still one ``AppendExchange``: the adapter expects the sequence after
+    it); ``approvals=False`` stores events alone."""
+    costs: dict[str, dict[str, int]] = {}
+    async with metered_server.async_client() as client:
+        service = SessionstoreSessionService(client=client)
+        session = await service.create_session(app_name=BANK, user_id=ADA, session_id="s")
+        call, ask = confirmation_event("adk-ask")
+        await service.append_event(session, call)
+        with meter() as costs["append_event (asks a confirmation)"]:
+            await service.append_event(session, ask)
+        store_id = session_store_id(BANK, ADA, "s")
+        [approval] = [a async for a in client.iter_approvals(session_id=store_id)]
+        with meter() as costs["confirmation_reply (pending)"]:
+            assert (
+                await service.confirmation_reply(app_name=BANK, user_id=ADA, session_id="s")
+                is None
+            )
+        await client.decide_approval(store_id, approval_id=approval.approval_id, decision="approve")
+        with meter() as costs["confirmation_reply (decided)"]:
+            message = await service.confirmation_reply(app_name=BANK, user_id=ADA, session_id="s")
+        assert message is not None
+        session = await service.get_session(app_name=BANK, user_id=ADA, session_id="s")
+        assert session is not None
+        with meter() as costs["append_event (the reply)"]:
+            await service.append_event(
+                session, Event(invocation_id="inv2", author="user", content=message)
+            )
+        pending = await service.create_session(app_name=BANK, user_id=ADA, session_id="u")
+        for event in confirmation_event("adk-ask-u"):
+            await service.append_event(pending, event)
+        with meter() as costs["append_event (the reply, still pending)"]:
+            await service.append_event(
+                pending,
+                Event(invocation_id="inv3", author="user", content=reply("adk-ask-u", False)),
+            )
+        plain = SessionstoreSessionService(client=client, approvals=False)
+        other = await plain.create_session(app_name=BANK, user_id=ADA, session_id="t")
+        call, ask = confirmation_event("adk-ask-2")
+        await plain.append_event(other, call)
+        with meter() as costs["append_event (approvals=False)"]:
+            await plain.append_event(other, ask)
+    assert costs == {
+        "append_event (asks a confirmation)": {"AppendExchange": 1, "RequestApproval": 1},
+        "confirmation_reply (pending)": {"ListMessages": 1, "ListApprovals": 1},
+        "confirmation_reply (decided)": {"ListMessages": 1, "ListApprovals": 1},
+        "append_event (the reply)": {"ListApprovals": 1, "AppendExchange": 1},
+        "append_event (the reply, still pending)": {
+            "ListApprovals": 1,
+            "DecideApproval": 1,
+            "AppendExchange": 1,
+        },
+        "append_event (approvals=False)": {"AppendExchange": 1},
+    }
+
+
+@pytest.mark.asyncio
+async def test_a_lost_approval_request_is_asked_when_resuming(
+    adk_client: CountingClient,
+) -> None:
+    """A process killed between storing the event and asking
+    ``RequestApproval`` (here: a service with ``approvals=False`` stored
+    it): ``confirmation_reply`` finds the confirmation without an approval
+    and asks for it."""
+    plain = SessionstoreSessionService(client=adk_client, approvals=False)
+    session = await plain.create_session(app_name=BANK, user_id=ADA, session_id="s")
+    for event in confirmation_event("adk-ask"):
+        await plain.append_event(session, event)
+    store_id = session_store_id(BANK, ADA, "s")
+    assert [a async for a in adk_client.iter_approvals(session_id=store_id)] == []
+    assert await plain.confirmation_reply(app_name=BANK, user_id=ADA, session_id="s") is None
+    assert [a async for a in adk_client.iter_approvals(session_id=store_id)] == []
+
+    service = SessionstoreSessionService(client=adk_client)
+    assert await service.confirmation_reply(app_name=BANK, user_id=ADA, session_id="s") is None
+    [approval] = [a async for a in adk_client.iter_approvals(session_id=store_id)]
+    assert approval.tool_call_id == "adk-ask" and approval.title == 'transfer({"amount": 1})'
+    await adk_client.decide_approval(store_id, approval_id=approval.approval_id, decision="deny")
+    message = await service.confirmation_reply(app_name=BANK, user_id=ADA, session_id="s")
+    assert message == reply("adk-ask", False)
+    with pytest.raises(SessionNotFoundError):
+        await service.confirmation_reply(app_name=BANK, user_id=ADA, session_id="none")
+
+
+def test_confirmation_message_takes_decisions_only() -> None:
+    detail = '{"toolConfirmation": {"hint": "?", "payload": [1, 2]}}'
+    approved = v1.Approval(
+        approval_id="apr_1", tool_call_id="c1", state=v1.APPROVAL_STATE_APPROVED, detail_json=detail
+    )
+    denied = v1.Approval(approval_id="apr_2", tool_call_id="c2", state=v1.APPROVAL_STATE_DENIED)
+    message = adk.confirmation_message([approved, denied])
+    assert message.role == "user"
+    assert [
+        (p.function_response.id, p.function_response.name, p.function_response.response)
+        for p in message.parts or ()
+        if p.function_response
+    ] == [
+        ("c1", "adk_request_confirmation", {"confirmed": True, "payload": [1, 2]}),
+        ("c2", "adk_request_confirmation", {"confirmed": False}),
+    ]
+    for state in (v1.APPROVAL_STATE_PENDING, v1.APPROVAL_STATE_EXPIRED):
+        with pytest.raises(ValueError, match="not decided"):
+            adk.confirmation_message([v1.Approval(approval_id="apr_3", state=state)])
+    with pytest.raises(ValueError):
+        adk.confirmation_message([])
