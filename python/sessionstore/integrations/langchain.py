@@ -95,6 +95,30 @@ original is kept in the session's metadata under
 in a worker thread (``asyncio.to_thread``), so they never block the event
 loop; with only ``async_client``, the sync methods raise ``RuntimeError``
 (an asyncio client cannot be driven from synchronous code safely).
+
+**Approvals, and why LangGraph's interrupts are out of reach.** The tool
+calls of a stored ``AIMessage`` are the session's native tool calls, so the
+plain client asks for a person's decision on one
+(``client.request_approval(history.store_session_id, tool_call_id=...)``)
+and anyone decides it (``decide_approval``, ``sessions approve``/``deny``).
+A denial stores the call's result on the server, which ``messages`` reads
+as ``ToolMessage(reason, tool_call_id=..., status="error", name=TOOL)``: do
+not add one of your own for that call. An approval adds nothing; the
+tool's ``ToolMessage`` is added as usual. The history itself asks for and
+decides nothing, because no pause passes through it: LangChain hands a
+``BaseChatMessageHistory`` the messages to add and asks it for the
+messages, and never tells it that a tool is about to run.
+``RunnableWithMessageHistory`` has no pause at all; LangGraph's
+``interrupt()`` (and LangChain's ``HumanInTheLoopMiddleware``, built on
+it) stops a node, and the graph's *checkpointer* (a ``langgraph``
+``BaseCheckpointSaver``) records the pending interrupt among its
+checkpoint's writes and matches ``Command(resume=...)`` to it by thread. A
+chat message history is not a checkpointer and never sees either; this
+package has none (and does not depend on ``langgraph``). What works is the
+caller asking around the interrupt, with the call stored here so that it
+can be approved (the README's "LangChain and LangGraph: approvals around
+interrupts" has the example); the pause itself stays in the graph's own
+checkpointer, which must be a durable one for another process to resume.
 """
 
 from __future__ import annotations

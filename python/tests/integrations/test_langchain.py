@@ -802,3 +802,42 @@ def test_runnable_with_message_history_runs_sync_and_in_one_loop_after_another(
         for pair in (("human", question), ("ai", answer))
     ]
     asyncio.run(async_client.close())
+
+
+# -- approvals -----------------------------------------------------------------
+
+
+def test_an_approval_on_a_tool_call_of_the_history(server: Server) -> None:
+    """The history reaches no pause of its own (see the module's
+    documentation), but an ``AIMessage``'s tool calls are the session's
+    native tool calls, so the plain client asks for approvals on them; a
+    denial, decided by another client, reads back as the call's
+    ``ToolMessage`` (the reason, ``status="error"``), for every reader and
+    for a model's export; an approval adds nothing."""
+    with server.client() as client, server.client() as decider:
+        history = SessionstoreChatMessageHistory("approvals", client=client)
+        calls = [
+            {"name": "transfer", "args": {"amount": 5}, "id": "call_1", "type": "tool_call"},
+            {"name": "lookup", "args": {"q": "rates"}, "id": "call_2", "type": "tool_call"},
+        ]
+        asked = AIMessage("", tool_calls=calls)
+        history.add_messages([HumanMessage("send 5"), asked])
+        sid = history.store_session_id
+        denied = client.request_approval(sid, tool_call_id="call_1", title="transfer 5")
+        approved = client.request_approval(sid, tool_call_id="call_2", title="lookup")
+        decider.decide_approval(
+            sid, approval_id=denied.approval.approval_id, decision="deny", reason="over the limit"
+        )
+        decider.decide_approval(sid, approval_id=approved.approval.approval_id, decision="approve")
+        denial = ToolMessage(
+            "over the limit", tool_call_id="call_1", status="error", name="transfer"
+        )
+        assert history.messages == [HumanMessage("send 5"), asked, denial]
+        # The approved call runs; its result is added as any other.
+        result = ToolMessage("1.1", tool_call_id="call_2")
+        history.add_messages([result])
+        assert history.messages == [HumanMessage("send 5"), asked, denial, result]
+        for_model = SessionstoreChatMessageHistory("approvals", client=client, model="openai/gpt-5")
+        assert for_model.messages == [HumanMessage("send 5"), asked, denial, result]
+        with pytest.raises(sessionstore.ToolCallAnswered):
+            client.request_approval(sid, tool_call_id="call_1")
