@@ -110,32 +110,99 @@ any loop: ``Runner.run_sync`` (the thread's loop), ``asyncio.run`` again and
 again, ``Runner.run`` / ``Runner.run_streamed`` inside a running loop, or
 several threads at once, each with its own loop. The ``AsyncClient`` opens
 a channel per loop it is used in (see :class:`sessionstore.AsyncClient`).
+
+**Durable tool approvals.** A tool made with ``needs_approval=True`` pauses
+the run: ``result.interruptions`` holds one ``ToolApprovalItem`` per call
+waiting, and the SDK continues the run from its ``RunState`` once each is
+approved or rejected. :func:`request_approvals` keeps that pause in the
+store, so the call is decided by anyone, and the run continued by any
+process, after the one that paused it is gone::
+
+    result = await Runner.run(agent, "Delete q3.txt", session=session)
+    if result.interruptions:
+        await request_approvals(session, result)  # this process may now exit
+
+    # Anyone: client.decide_approval(session.store_session_id,
+    #     approval_id=..., decision="approve")  (or "deny", reason=...),
+    # the CLI's `sessions approve` / `sessions deny`, a UI.
+
+    # Any process, later (None: nothing to continue yet):
+    result = await resume(session, agent, wait=True)
+
+- :func:`request_approvals` writes the run's snapshot (the SDK's
+  ``RunState.to_json()``, compressed) to the session's state under
+  :data:`RUN_STATE_KEY_PREFIX` (one ``SetState`` per 60,000 characters,
+  usually one; the snapshot holds the run's input, so it grows with the
+  conversation), then one ``RequestApproval`` per interruption: the call's
+  id (the SDK stores the ``function_call`` before it pauses), the tool's
+  name as the title, and as ``detail_json`` the tool, the agent, the
+  arguments and the snapshot's reference (:data:`APPROVAL_DETAIL_KEY`).
+- :func:`load_decided_run` (and :func:`resume`, which then runs
+  ``Runner.run(agent, state, session=session)``) finds the session's
+  newest paused run (``ListApprovals``; ``GetState`` per chunk), answers
+  ``None`` while an approval is pending or waits for the decisions
+  (``wait``, ``timeout``), checks the snapshot against the digest its
+  approvals recorded, rebuilds the ``RunState`` and applies each decision
+  through the SDK: approved, ``approve``; denied, ``reject`` with the
+  denial's reason; expired, ``reject`` (``expired_message``). It takes the
+  run once (``DeleteState`` of the snapshot with its version): of all the
+  processes that try, one continues it, so an approved call runs at most
+  once (a process that dies after taking the run leaves it unfinished; the
+  history keeps what it stored).
+- A denial: the server stores the call's tool result (the reason) as it
+  records the denial, and the SDK writes its own output for the rejected
+  call (the same reason) when the run continues. The session that resumed
+  the run leaves the SDK's out, so the history holds one output for the
+  call, as the SDK's own ``SQLiteSession`` would. Resume with the session
+  object given to :func:`load_decided_run`. With several calls paused
+  together, a denied call's output is stored when it is denied, so it comes
+  before the outputs of the calls that run when the run goes on (the SDK's
+  own session keeps the calls' order; the items are the same).
+- The run's model requests recorded before the pause are not recorded
+  again after it (``model=``).
+- Only calls the session's history holds can be asked about: the function
+  tools of the session's own run (the server refuses others with
+  ``UnknownToolCall``; a nested ``Agent.as_tool`` run's calls never reach
+  the session).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import re
 import uuid
+import zlib
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from .. import v1
-from .._errors import SessionNotFound
-from .._requests import ReasoningPolicyLike, new_request_id
+from .._errors import (
+    ApprovalExists,
+    SessionNotFound,
+    SessionstoreError,
+    StateNotFound,
+    StateVersionMismatch,
+)
+from .._requests import ReasoningPolicyLike, TimeLike, new_request_id
 from ..aio import AsyncClient
 from ._models import checked_provider
 
 try:
-    from agents.items import TResponseInputItem
+    from agents.agent import Agent
+    from agents.items import ToolApprovalItem, TResponseInputItem
     from agents.memory.session import SessionABC
     from agents.memory.session_settings import (
         SessionSettings,
         coerce_session_settings,
         resolve_session_limit,
     )
+    from agents.result import RunResult, RunResultStreaming
+    from agents.run import Runner
+    from agents.run_state import RunState
 except ImportError as error:  # pragma: no cover - exercised without the extra
     raise ImportError(
         "sessionstore.integrations.openai_agents needs the OpenAI Agents SDK: "
@@ -143,13 +210,18 @@ except ImportError as error:  # pragma: no cover - exercised without the extra
     ) from error
 
 __all__ = [
+    "APPROVAL_DETAIL_KEY",
     "ITEM_BLOCK_TYPE",
+    "RUN_STATE_KEY_PREFIX",
     "SESSION_ID_METADATA_KEY",
     "SessionstoreSession",
     "item_from_message",
     "items_from_message",
+    "load_decided_run",
     "message_from_item",
     "messages_from_items",
+    "request_approvals",
+    "resume",
     "sdk_session_id",
     "store_session_id",
 ]
@@ -547,6 +619,10 @@ class SessionstoreSession(SessionABC):
         self.client = client
         #: The sessionstore session id this session reads and writes.
         self.store_session_id = store_session_id(session_id)
+        # Tool calls the store answered itself (a denied approval's tool
+        # result, see load_decided_run): add_items leaves out the SDK's own
+        # output for them, so each call keeps one output.
+        self._answered_calls: set[str] = set()
 
     def __repr__(self) -> str:
         return f"SessionstoreSession({self.session_id!r}, store_session_id={self.store_session_id!r})"
@@ -614,10 +690,17 @@ class SessionstoreSession(SessionABC):
         """Appends ``items`` in one ``AppendExchange`` (all or none), which
         creates the session if it does not exist (``create_if_missing``).
         ``TypeError`` before any RPC if an item is not JSON-serializable.
+        The SDK's output for a call whose denial the store already answered
+        (see :func:`load_decided_run`) is left out; with nothing else left,
+        no RPC.
         ``wrapper`` is the run's context (``RunContextWrapper``), which the
         SDK passes: with ``model`` set, the provider call carries the tokens
         of the requests it holds that this session has not recorded yet."""
-        batch = [cast(Mapping[str, Any], item) for item in items]
+        batch = [
+            cast(Mapping[str, Any], item)
+            for item in items
+            if not self._answered_by_store(cast(Mapping[str, Any], item))
+        ]
         if not batch:
             return
         exchange: dict[str, Any] = {}
@@ -637,6 +720,15 @@ class SessionstoreSession(SessionABC):
         await _settle(self._append(exchange))
         if recorded is not None:
             recorded.mark_recorded()
+
+    def _answered_by_store(self, item: Mapping[str, Any]) -> bool:
+        """Whether ``item`` is the SDK's output for a tool call whose result
+        the store already holds (a denial's, see :func:`load_decided_run`)."""
+        return (
+            bool(self._answered_calls)
+            and item.get("type") == "function_call_output"
+            and item.get("call_id") in self._answered_calls
+        )
 
     async def _append(self, exchange: dict[str, Any]) -> None:
         await self.client.append_exchange(
@@ -693,3 +785,413 @@ class SessionstoreSession(SessionABC):
             await self.client.rollback_session(self.store_session_id, after_sequence=-1)
         except SessionNotFound:
             pass
+
+
+# -- durable tool approvals ----------------------------------------------------
+
+#: Where a paused run's snapshot is kept: session state entries
+#: ``RUN_STATE_KEY_PREFIX + <run key> + "." + <n>``, the chunks of its text.
+RUN_STATE_KEY_PREFIX = "openai_agents.run_state."
+#: The key of an approval's ``detail_json`` naming the paused run it belongs
+#: to: ``{"run": <run key>, "chunks": <n>, "sha256": <the snapshot's digest>}``.
+APPROVAL_DETAIL_KEY = "openai_agents_run"
+
+#: A state value holds at most 64 KiB: a snapshot is split into chunks of this
+#: many (ASCII) characters.
+_CHUNK_CHARS = 60_000
+_TITLE_BYTES = 1024
+#: A call's arguments shown in the approval's detail_json (at most 64 KiB),
+#: cut to this many characters.
+_ARGUMENTS_CHARS = 16_384
+_SNAPSHOT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class _RunRef:
+    """The paused run an approval belongs to (its detail's
+    :data:`APPROVAL_DETAIL_KEY`)."""
+
+    run: str
+    chunks: int
+    sha256: str
+
+    def key(self, chunk: int) -> str:
+        return f"{RUN_STATE_KEY_PREFIX}{self.run}.{chunk}"
+
+    def as_detail(self) -> dict[str, Any]:
+        return {"run": self.run, "chunks": self.chunks, "sha256": self.sha256}
+
+    @classmethod
+    def of(cls, approval: v1.Approval) -> _RunRef | None:
+        """The run an approval this module requested names; ``None`` for
+        any other approval."""
+        try:
+            detail = json.loads(approval.detail_json) if approval.detail_json else None
+        except ValueError:
+            return None
+        ref = detail.get(APPROVAL_DETAIL_KEY) if isinstance(detail, dict) else None
+        if not isinstance(ref, dict):
+            return None
+        run, chunks, digest = ref.get("run"), ref.get("chunks"), ref.get("sha256")
+        if not (isinstance(run, str) and isinstance(chunks, int) and isinstance(digest, str)):
+            return None
+        if chunks < 1:
+            return None
+        return cls(run, chunks, digest)
+
+
+def _call_id(item: ToolApprovalItem) -> str:
+    """The id of the tool call an interruption asks about."""
+    raw = item.raw_item
+    for name in ("call_id", "id"):
+        value = raw.get(name) if isinstance(raw, Mapping) else getattr(raw, name, None)
+        if isinstance(value, str) and value:
+            return value
+    raise ValueError(f"the interruption for tool {item.name!r} names no tool call id")
+
+
+def _arguments(item: ToolApprovalItem) -> Any:
+    """The call's arguments as the decider is shown them: parsed JSON when
+    they parse, else the text (cut to ``_ARGUMENTS_CHARS``)."""
+    raw = item.raw_item
+    value = raw.get("arguments") if isinstance(raw, Mapping) else getattr(raw, "arguments", None)
+    if not isinstance(value, str):
+        return None
+    if len(value) > _ARGUMENTS_CHARS:
+        return value[:_ARGUMENTS_CHARS] + "…"
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _title(item: ToolApprovalItem) -> str:
+    encoded = (item.name or "tool call").encode("utf-8")[:_TITLE_BYTES]
+    return encoded.decode("utf-8", errors="ignore")
+
+
+def _snapshot(
+    result: RunResult | RunResultStreaming,
+    context_serializer: Any,
+    strict_context: bool,
+) -> tuple[_RunRef, list[str]]:
+    """The paused run's snapshot (the SDK's ``RunState`` JSON, with what the
+    session recorded of the run's usage) as state values, and its reference."""
+    state = result.to_state()
+    recorded = getattr(result.context_wrapper, _RECORDED_ATTRIBUTE, None)
+    envelope = {
+        "format": _SNAPSHOT_FORMAT,
+        "state": state.to_json(context_serializer=context_serializer, strict_context=strict_context),
+        "recorded_requests": dict(recorded) if isinstance(recorded, dict) else {},
+    }
+    raw = json.dumps(envelope, separators=(",", ":")).encode("ascii")
+    digest = hashlib.sha256(raw).hexdigest()
+    text = base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
+    chunks = [text[start : start + _CHUNK_CHARS] for start in range(0, len(text), _CHUNK_CHARS)]
+    # The run key is the digest's: asking again for the same paused run
+    # (a retry after a failure) writes the same entries and finds its own
+    # approvals.
+    return _RunRef(run=digest[:32], chunks=len(chunks), sha256=digest), chunks
+
+
+async def request_approvals(
+    session: SessionstoreSession,
+    result: RunResult | RunResultStreaming,
+    *,
+    expire_time: TimeLike | None = None,
+    run_id: str = "",
+    context_serializer: Any = None,
+    strict_context: bool = False,
+) -> list[v1.Approval]:
+    """Makes the approvals a paused run waits for durable: one stored
+    approval per interruption of ``result`` (the result of ``Runner.run`` /
+    ``Runner.run_streamed`` with ``session``; its ``interruptions`` are the
+    SDK's ``ToolApprovalItem`` objects), answered in their order.
+
+    First the run's snapshot (``result.to_state().to_json()``, compressed)
+    is written to the session's state under :data:`RUN_STATE_KEY_PREFIX`
+    (one ``SetState`` per 60,000 characters of it, usually one). Then each
+    interruption is one ``RequestApproval``: ``tool_call_id`` the call's id
+    (the ``function_call`` the SDK stored in the session before it paused),
+    ``title`` the tool's name, ``detail_json`` ``{"tool", "agent",
+    "arguments", "openai_agents_run": {"run", "chunks", "sha256"}}``: what
+    the decider is shown, and the snapshot it belongs to. ``expire_time``
+    and ``run_id`` are passed on (``run_id`` is needed only while a run of
+    yours holds the session's lease).
+
+    Anyone can then decide them (``decide_approval``, the CLI, a UI), and
+    :func:`load_decided_run` / :func:`resume` continue the run in any
+    process, through the SDK's own ``RunState``. Asking again for the same
+    paused run answers the approvals already asked for. No interruptions:
+    ``[]``, no RPC.
+
+    The server refuses (``UnknownToolCall``) a call the session's history
+    does not hold: approvals of function tools the session's run calls are
+    what this keeps, not those of a nested agent run (``Agent.as_tool``),
+    whose calls never reach the session. ``context_serializer`` and
+    ``strict_context`` are ``RunState.to_json``'s, for a run context that is
+    not a mapping.
+    """
+    interruptions = list(result.interruptions)
+    if not interruptions:
+        return []
+    calls = [_call_id(item) for item in interruptions]  # ValueError before any RPC
+    ref, chunks = _snapshot(result, context_serializer, strict_context)
+    client, sid = session.client, session.store_session_id
+    # The first chunk last: a loader that finds it finds the others.
+    for index in [*range(1, len(chunks)), 0]:
+        await client.set_state(sid, key=ref.key(index), value=chunks[index])
+    approvals: list[v1.Approval] = []
+    for item, call in zip(interruptions, calls):
+        detail = {
+            "tool": item.name,
+            "agent": getattr(item.agent, "name", None),
+            "arguments": _arguments(item),
+            APPROVAL_DETAIL_KEY: ref.as_detail(),
+        }
+        try:
+            response = await client.request_approval(
+                sid,
+                tool_call_id=call,
+                title=_title(item),
+                detail_json=json.dumps(detail, ensure_ascii=False),
+                run_id=run_id,
+                expire_time=expire_time,
+            )
+            approvals.append(response.approval)
+        except ApprovalExists as error:
+            existing = await client.get_approval(sid, approval_id=error.approval_id)
+            if _RunRef.of(existing) != ref:
+                raise  # another paused run asks about this call
+            approvals.append(existing)
+    return approvals
+
+
+@dataclass
+class _PausedRun:
+    ref: _RunRef
+    approvals: list[v1.Approval]
+    first_chunk: v1.StateEntry
+
+
+async def _paused_run(client: AsyncClient, sid: str) -> _PausedRun | None:
+    """The session's newest paused run whose snapshot is still there (not
+    yet taken by a loader), with its approvals."""
+    groups: dict[_RunRef, list[v1.Approval]] = {}
+    async for approval in client.iter_approvals(session_id=sid):
+        ref = _RunRef.of(approval)
+        if ref is not None:
+            groups.setdefault(ref, []).append(approval)
+    for ref in reversed(list(groups)):
+        try:
+            first = await client.get_state(sid, key=ref.key(0))
+        except StateNotFound:
+            continue  # taken (resumed), or never fully written
+        return _PausedRun(ref, groups[ref], first)
+    return None
+
+
+async def _until_decided(
+    client: AsyncClient, sid: str, after_revision: int, pending: set[str]
+) -> None:
+    """Returns once every approval of ``pending`` is decided or expired (the
+    session's ``approval_decided`` events after ``after_revision``)."""
+    async with client.watch(sid, after_revision=after_revision) as events:
+        async for event in events:
+            if event.WhichOneof("event") == "approval_decided":
+                pending.discard(event.approval_decided.approval.approval_id)
+                if not pending:
+                    return
+
+
+async def _read_snapshot(client: AsyncClient, sid: str, paused: _PausedRun) -> dict[str, Any]:
+    """The snapshot's envelope, checked against the digest its approvals
+    recorded."""
+    ref = paused.ref
+    rest = await asyncio.gather(
+        *(client.get_state(sid, key=ref.key(index)) for index in range(1, ref.chunks))
+    )
+    text = paused.first_chunk.value + "".join(entry.value for entry in rest)
+    try:
+        raw = zlib.decompress(base64.b64decode(text.encode("ascii"), validate=True))
+    except (ValueError, zlib.error):
+        raw = b""
+    if hashlib.sha256(raw).hexdigest() != ref.sha256:
+        raise ValueError(
+            f"the stored snapshot of paused run {ref.run} is not the one its approvals "
+            "were asked for (its state entries were changed)"
+        )
+    envelope = json.loads(raw)
+    if not isinstance(envelope, dict) or envelope.get("format") != _SNAPSHOT_FORMAT:
+        raise ValueError(f"paused run {ref.run}: unknown snapshot format")
+    return envelope
+
+
+async def load_decided_run(
+    session: SessionstoreSession,
+    agent: Agent[Any],
+    *,
+    wait: bool = False,
+    timeout: float | None = None,
+    expired_message: str | None = None,
+    context_override: Any = None,
+    context_deserializer: Any = None,
+    strict_context: bool = False,
+) -> RunState[Any, Agent[Any]] | None:
+    """The session's paused run, rebuilt from the store alone with its
+    approvals' decisions applied, for ``Runner.run(agent, state,
+    session=session)`` to continue; ``None`` when there is none to continue.
+
+    It finds the newest run :func:`request_approvals` recorded for the
+    session (``ListApprovals`` of the session) whose snapshot is still in the
+    session's state. While any of its approvals is pending it answers
+    ``None``, or with ``wait`` waits for the decisions (watching the
+    session's ``approval_decided`` events; ``None`` if ``timeout`` seconds
+    pass first). Then it rebuilds the SDK's ``RunState`` (``RunState.from_json``
+    with ``agent``, the run's starting agent, and ``context_override`` /
+    ``context_deserializer`` / ``strict_context``, passed on), and for each
+    interruption decides as recorded:
+
+    - approved: ``state.approve(item)``: the tool runs when the run goes on;
+    - denied: ``state.reject(item, rejection_message=approval.reason)``. The
+      server already stored the call's tool result (the reason, as
+      ``DecideApproval`` does for a denial); the SDK's output for the call
+      says the same, and ``session`` leaves it out when the run saves its
+      items, so the call has one output, as in the SDK's own sessions (it
+      was stored when the call was denied, so before the outputs of calls
+      paused with it that run now). Give the denial a reason: it is what
+      the model reads;
+    - expired: ``state.reject(item, rejection_message=expired_message)``
+      (``None``: the SDK's default text, or the run's
+      ``tool_error_formatter``); the SDK stores that output.
+
+    An interruption with no approval recorded is left undecided (the
+    resumed run pauses on it again).
+
+    The run is taken once: the snapshot's first state entry is deleted with
+    its version (``DeleteState`` with ``expected_version``), and a loader
+    that loses that race, or comes later, gets ``None``; the other entries
+    are then deleted too. So a decided call runs at most once, however many
+    processes try to resume it; if the process that took the run dies before
+    the run ends, the run is not continued (the session's history keeps
+    what the run stored).
+
+    Resume with this same ``session`` object: it is the one that knows which
+    denied calls the store answered. A snapshot whose digest is not the one
+    the approvals recorded (its state entries changed) raises
+    ``ValueError``. The snapshot is as trustworthy as the store: the SDK
+    resumes what it holds.
+    """
+    client, sid = session.client, session.store_session_id
+    while True:
+        try:
+            revision = (await client.get_session(sid)).revision if wait else 0
+            paused = await _paused_run(client, sid)
+        except SessionNotFound:
+            return None
+        if paused is None:
+            return None
+        pending = {
+            approval.approval_id
+            for approval in paused.approvals
+            if approval.state == v1.APPROVAL_STATE_PENDING
+        }
+        if not pending:
+            break
+        if not wait:
+            return None
+        try:
+            await asyncio.wait_for(_until_decided(client, sid, revision, pending), timeout)
+        except asyncio.TimeoutError:
+            return None
+        except SessionNotFound:
+            return None
+
+    envelope = await _read_snapshot(client, sid, paused)
+    state = await RunState.from_json(
+        agent,
+        envelope["state"],
+        context_override=context_override,
+        context_deserializer=context_deserializer,
+        strict_context=strict_context,
+    )
+    decisions = {approval.tool_call_id: approval for approval in paused.approvals}
+    answered: set[str] = set()
+    for item in state.get_interruptions():
+        approval = decisions.get(_call_id(item))
+        if approval is None:
+            continue
+        if approval.state == v1.APPROVAL_STATE_APPROVED:
+            state.approve(item)
+        elif approval.state == v1.APPROVAL_STATE_DENIED:
+            state.reject(item, rejection_message=approval.reason)
+            answered.add(approval.tool_call_id)
+        elif approval.state == v1.APPROVAL_STATE_EXPIRED:
+            state.reject(item, rejection_message=expired_message)
+
+    # Take the run: one loader wins.
+    try:
+        await client.delete_state(
+            sid, key=paused.ref.key(0), expected_version=paused.first_chunk.version
+        )
+    except (StateNotFound, StateVersionMismatch):
+        return None
+    await asyncio.gather(
+        *(
+            _forget(client, sid, paused.ref.key(index))
+            for index in range(1, paused.ref.chunks)
+        )
+    )
+    session._answered_calls.update(answered)
+    # What the session recorded of the run's model requests (the snapshot
+    # keeps their usage), so the resumed run's appends record only new ones.
+    recorded = envelope.get("recorded_requests")
+    wrapper = getattr(state, "_context", None)
+    if isinstance(recorded, dict) and recorded and wrapper is not None:
+        try:
+            setattr(wrapper, _RECORDED_ATTRIBUTE, dict(recorded))
+        except (AttributeError, TypeError):  # pragma: no cover - a context without attributes
+            pass
+    return state
+
+
+async def _forget(client: AsyncClient, sid: str, key: str) -> None:
+    """Deletes a state entry of a taken snapshot; one left behind (a failed
+    call) is only unused data."""
+    try:
+        await client.delete_state(sid, key=key)
+    except SessionstoreError:
+        pass
+
+
+async def resume(
+    session: SessionstoreSession,
+    agent: Agent[Any],
+    *,
+    wait: bool = False,
+    timeout: float | None = None,
+    expired_message: str | None = None,
+    context_override: Any = None,
+    context_deserializer: Any = None,
+    strict_context: bool = False,
+    **run_kwargs: Any,
+) -> RunResult | None:
+    """Continues the session's paused run once its approvals are decided:
+    :func:`load_decided_run` (``None`` when there is none to continue, or
+    its approvals are still pending and ``wait`` is false), then
+    ``Runner.run(agent, state, session=session, **run_kwargs)``
+    (``run_config``, ``max_turns``, ``hooks``, …). If the resumed run pauses
+    again, pass its result to :func:`request_approvals`."""
+    state = await load_decided_run(
+        session,
+        agent,
+        wait=wait,
+        timeout=timeout,
+        expired_message=expired_message,
+        context_override=context_override,
+        context_deserializer=context_deserializer,
+        strict_context=strict_context,
+    )
+    if state is None:
+        return None
+    return await Runner.run(agent, state, session=session, **run_kwargs)
