@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import datetime
 import json
+import os
+import queue
 import re
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Callable, cast
 
 import pytest
@@ -28,19 +36,25 @@ except ImportError:  # not a skip: these tests must run wherever the package is 
 
 from agents import Agent, RunConfig, Runner, TResponseInputItem
 from agents.memory import Session, SessionSettings
-from agents.testing import ScriptedModel, assistant_message
+from agents.testing import ScriptedModel, assistant_message, function_call
 
 import sessionstore
 from sessionstore import v1
 from sessionstore.integrations.openai_agents import (
+    APPROVAL_DETAIL_KEY,
     ITEM_BLOCK_TYPE,
+    RUN_STATE_KEY_PREFIX,
     SESSION_ID_METADATA_KEY,
     SessionstoreSession,
+    load_decided_run,
+    request_approvals,
+    resume,
     sdk_session_id,
     store_session_id,
 )
 
 from ..conftest import RpcMeter, Server
+from . import openai_agents_approvals_process as approvals_run
 
 ALLOWED_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 
@@ -1002,3 +1016,376 @@ async def test_runner_sends_a_model_only_its_own_reasoning(
     sent = model.calls[-1].input
     assert kinds(sent) == ["message", "reasoning", "message", "message", "message", "message"]
     assert sent[1]["encrypted_content"] == "gAAAA-gpt5"
+
+
+# -- durable tool approvals: pause in one process, decide, resume in another ------
+
+APPROVALS_PROCESS = Path(approvals_run.__file__)
+
+
+class Process:
+    """A process of ``openai_agents_approvals_process.py``, whose output
+    lines are read as they come (JSON each)."""
+
+    def __init__(self, mode: str, server: Server, session_id: str, marks: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(APPROVALS_PROCESS), mode, server.url, session_id, str(marks)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.errors: list[str] = []
+        threading.Thread(target=self._read, args=(self.proc.stdout, self.lines), daemon=True).start()
+        threading.Thread(target=self._collect, daemon=True).start()
+
+    @staticmethod
+    def _read(stream: Any, lines: queue.Queue[str | None]) -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    def _collect(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.errors.append(line)
+
+    def next(self, timeout: float = 60) -> Any:
+        """The next JSON line the process prints."""
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no output in {timeout}s: {''.join(self.errors)}") from None
+        assert line is not None, f"exited {self.proc.wait()}: {''.join(self.errors)}"
+        return json.loads(line)
+
+    def kill(self) -> None:
+        """SIGKILL, and wait for the process to be gone."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def wait(self) -> None:
+        assert self.proc.wait(120) == 0, "".join(self.errors)
+
+
+async def reference_history(decision: str, reason: str = "") -> list[Any]:
+    """The history the SDK's own ``SQLiteSession`` holds after the same
+    turns, the run paused, decided in memory and resumed."""
+    from agents import SQLiteSession
+
+    with tempfile.TemporaryDirectory() as marks:
+        agent, model = approvals_run.build(Path(marks))
+        session = SQLiteSession("reference")
+        result = await approvals_run.run_until_paused(agent, model, session)
+        state = result.to_state()
+        for item in state.get_interruptions():
+            if decision == "approve":
+                state.approve(item)
+            else:
+                state.reject(item, rejection_message=reason)
+        model.enqueue([assistant_message(approvals_run.ANSWER)])
+        await Runner.run(agent, state, session=session, run_config=approvals_run.CONFIG)
+        return await session.get_items()
+
+
+def outputs_of(items: list[Any], call_id: str) -> list[Any]:
+    return [
+        item for item in items
+        if item.get("type") == "function_call_output" and item.get("call_id") == call_id
+    ]
+
+
+def snapshot_entries(client: sessionstore.Client, store_id: str) -> list[str]:
+    return [
+        entry.key for entry in client.iter_state(store_id)
+        if entry.key.startswith(RUN_STATE_KEY_PREFIX)
+    ]
+
+
+def test_a_run_paused_for_approval_is_approved_elsewhere_and_resumed_after_a_kill(
+    server: Server, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    session_id = "approvals/approve"
+    store_id = store_session_id(session_id)
+    # Process 1: the run pauses; its approval is asked for; then it is killed.
+    pauser = Process("pause", server, session_id, marks)
+    (approval_id,) = pauser.next()["approvals"]
+    pauser.kill()
+    assert not list(marks.iterdir())  # the tool has not run
+    with server.client() as client:
+        approval = client.get_approval(store_id, approval_id=approval_id)
+        assert approval.state == v1.APPROVAL_STATE_PENDING
+        assert (approval.tool_call_id, approval.title) == (approvals_run.CALL_ID, "delete_file")
+        detail = json.loads(approval.detail_json)
+        assert (detail["tool"], detail["agent"]) == ("delete_file", "janitor")
+        assert detail["arguments"] == {"path": approvals_run.PATH}
+        assert snapshot_entries(client, store_id)
+
+        # Process 3 starts first: nothing to continue while pending, so it waits.
+        resumer = Process("wait-and-resume", server, session_id, marks)
+        assert resumer.next() == {"ready": False}
+        # Process 2 (this one, with the plain client) decides.
+        client.decide_approval(
+            store_id, approval_id=approval_id, decision="approve", decided_by="ops@example.com"
+        )
+        resumed = resumer.next(timeout=120)
+        resumer.wait()
+        assert (resumed["final_output"], resumed["interruptions"]) == (approvals_run.ANSWER, 0)
+        # The tool ran once, in the resumed process.
+        assert [mark.name for mark in marks.iterdir()] == [f"ran-{resumer.proc.pid}"]
+        # The resumed run took its snapshot: nothing is left to continue.
+        assert snapshot_entries(client, store_id) == []
+
+    async def stored() -> list[Any]:
+        async with server.async_client() as client:
+            session = SessionstoreSession(session_id, client=client)
+            return await session.get_items()
+
+    history = asyncio.run(stored())
+    assert history == asyncio.run(reference_history("approve"))
+    (output,) = outputs_of(history, approvals_run.CALL_ID)
+    assert output["output"] == f"deleted {approvals_run.PATH}"
+    # Again: the run was continued already.
+    again = Process("resume", server, session_id, marks)
+    assert again.next() is None
+    again.wait()
+
+
+def test_a_run_paused_for_approval_is_denied_elsewhere_and_resumed_after_a_kill(
+    server: Server, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    session_id = "approvals/deny"
+    store_id = store_session_id(session_id)
+    reason = "Keep that file: finance needs it."
+    pauser = Process("pause", server, session_id, marks)
+    (approval_id,) = pauser.next()["approvals"]
+    pauser.kill()
+    with server.client() as client:
+        decided = client.decide_approval(
+            store_id, approval_id=approval_id, decision="deny", reason=reason
+        )
+        # The server stored the call's tool result with the denial.
+        assert decided.tool_result.message.tool_call_id == approvals_run.CALL_ID
+    resumer = Process("resume", server, session_id, marks)
+    resumed = resumer.next(timeout=120)
+    resumer.wait()
+    assert resumed["final_output"] == approvals_run.ANSWER
+    assert not list(marks.iterdir())  # the tool never ran
+    # The resumed model read the denial once, with its reason.
+    (sent,) = outputs_of(resumed["model_input"], approvals_run.CALL_ID)
+    assert sent["output"] == reason
+
+    async def stored() -> list[Any]:
+        async with server.async_client() as client:
+            session = SessionstoreSession(session_id, client=client)
+            return await session.get_items()
+
+    history = asyncio.run(stored())
+    # As the SDK's own session holds it: one output for the call (the one
+    # the server stored with the denial), then the answer.
+    assert history == asyncio.run(reference_history("deny", reason))
+    assert len(outputs_of(history, approvals_run.CALL_ID)) == 1
+
+
+@pytest.mark.asyncio
+async def test_pending_approvals_continue_nothing_and_a_run_is_taken_once(
+    make_session: Callable[..., SessionstoreSession],
+    client: sessionstore.AsyncClient,
+    tmp_path: Path,
+) -> None:
+    agent, model = approvals_run.build(tmp_path)
+    session = make_session("approvals-once")
+    result = await approvals_run.run_until_paused(agent, model, session)
+    approvals = await request_approvals(session, result)
+    # Asked again for the same paused run: the same approvals.
+    assert [a.approval_id for a in await request_approvals(session, result)] == [
+        a.approval_id for a in approvals
+    ]
+    assert await load_decided_run(make_session("approvals-once"), agent) is None
+    assert await load_decided_run(make_session("approvals-once"), agent, wait=True, timeout=0.2) is None
+    await client.decide_approval(
+        session.store_session_id, approval_id=approvals[0].approval_id, decision="approve"
+    )
+    # Five loaders at once: one gets the run.
+    loaded = await asyncio.gather(
+        *(load_decided_run(make_session("approvals-once"), agent) for _ in range(5))
+    )
+    assert sum(state is not None for state in loaded) == 1
+    assert await load_decided_run(make_session("approvals-once"), agent) is None
+    # A session with no paused run, or none at all; a run that did not pause.
+    assert await load_decided_run(make_session("never-paused"), agent) is None
+    model.enqueue([assistant_message("Hi.")])
+    done = make_session("no-interruptions")
+    finished = await Runner.run(agent, "Hi", session=done, run_config=approvals_run.CONFIG)
+    assert await request_approvals(done, finished) == []
+    assert await load_decided_run(done, agent) is None
+
+
+@pytest.mark.asyncio
+async def test_a_long_conversation_pauses_and_resumes_across_several_state_entries(
+    make_session: Callable[..., SessionstoreSession],
+    client: sessionstore.AsyncClient,
+    tmp_path: Path,
+) -> None:
+    agent, model = approvals_run.build(tmp_path)
+    session = make_session("approvals-long")
+    # 400 KB of history that does not compress much: the run's snapshot
+    # (which holds the run's input, the history) is several state values.
+    history = [user(os.urandom(2000).hex()) for _ in range(100)]
+    await session.add_items(history)
+    result = await approvals_run.run_until_paused(agent, model, session)
+    (approval,) = await request_approvals(session, result)
+    detail = json.loads(approval.detail_json)[APPROVAL_DETAIL_KEY]
+    assert detail["chunks"] > 2
+    entries = [e async for e in client.iter_state(session.store_session_id)]
+    assert len(entries) == detail["chunks"]
+    assert all(len(entry.value) <= 64 * 1024 for entry in entries)
+    await client.decide_approval(
+        session.store_session_id, approval_id=approval.approval_id, decision="approve"
+    )
+    model.enqueue([assistant_message(approvals_run.ANSWER)])
+    resumed = await resume(make_session("approvals-long"), agent, run_config=approvals_run.CONFIG)
+    assert resumed is not None and resumed.final_output == approvals_run.ANSWER
+    # The history, the two turns, the call and its output: each once.
+    assert len(model.calls[-1].input) == len(history) + 5
+    assert [e async for e in client.iter_state(session.store_session_id)] == []
+
+
+@pytest.mark.asyncio
+async def test_a_changed_snapshot_is_refused(
+    make_session: Callable[..., SessionstoreSession],
+    client: sessionstore.AsyncClient,
+    tmp_path: Path,
+) -> None:
+    agent, model = approvals_run.build(tmp_path)
+    session = make_session("approvals-changed")
+    result = await approvals_run.run_until_paused(agent, model, session)
+    (approval,) = await request_approvals(session, result)
+    ref = json.loads(approval.detail_json)[APPROVAL_DETAIL_KEY]
+    await client.decide_approval(
+        session.store_session_id, approval_id=approval.approval_id, decision="approve"
+    )
+    key = f"{RUN_STATE_KEY_PREFIX}{ref['run']}.0"
+    await client.set_state(session.store_session_id, key=key, value="eJwLzs8tKEotLgYAEF4Dpg==")
+    with pytest.raises(ValueError, match="not the one its approvals were asked for"):
+        await load_decided_run(session, agent)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.asyncio
+async def test_an_expired_approval_rejects_the_call(
+    make_session: Callable[..., SessionstoreSession],
+    client: sessionstore.AsyncClient,
+    tmp_path: Path,
+) -> None:
+    agent, model = approvals_run.build(tmp_path)
+    session = make_session("approvals-expired")
+    result = await approvals_run.run_until_paused(agent, model, session)
+    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
+    (approval,) = await request_approvals(session, result, expire_time=soon)
+    assert approval.expire_time.seconds > 0
+    # Nobody decides: waiting ends with the expiry (recorded within 10 s).
+    model.enqueue([assistant_message(approvals_run.ANSWER)])
+    resumer = make_session("approvals-expired")
+    resumed = await resume(
+        resumer, agent, wait=True, timeout=30, expired_message="Nobody approved in time.",
+        run_config=approvals_run.CONFIG,
+    )
+    assert resumed is not None and resumed.final_output == approvals_run.ANSWER
+    assert not list(tmp_path.iterdir())
+    (output,) = outputs_of(await resumer.get_items(), approvals_run.CALL_ID)
+    assert output["output"] == "Nobody approved in time."
+    stored = await client.get_approval(session.store_session_id, approval_id=approval.approval_id)
+    assert stored.state == v1.APPROVAL_STATE_EXPIRED
+
+
+@pytest.mark.asyncio
+async def test_a_resumed_run_records_only_its_new_model_requests(
+    make_session: Callable[..., SessionstoreSession],
+    client: sessionstore.AsyncClient,
+    tmp_path: Path,
+) -> None:
+    from agents.testing import ModelStep
+
+    agent, model = approvals_run.build(tmp_path)
+    session = make_session("approvals-usage", model="gpt-5")
+    model.enqueue(
+        ModelStep(
+            output=[function_call("delete_file", {"path": "/a"}, call_id="call_a")],
+            usage=usage(100, 20),
+        )
+    )
+    result = await Runner.run(agent, "Delete /a", session=session, run_config=approvals_run.CONFIG)
+    (approval,) = await request_approvals(session, result)
+    await client.decide_approval(
+        session.store_session_id, approval_id=approval.approval_id, decision="approve"
+    )
+    model.enqueue(ModelStep(output=[assistant_message("Deleted.")], usage=usage(150, 7)))
+    resumed = await resume(
+        make_session("approvals-usage", model="gpt-5"), agent, run_config=approvals_run.CONFIG
+    )
+    assert resumed is not None
+    calls = [c async for c in client.iter_provider_calls(session.store_session_id)]
+    assert [(c.prompt_tokens, c.completion_tokens) for c in calls] == [(100, 20), (150, 7)]
+
+
+@pytest.mark.asyncio
+async def test_two_calls_paused_together_one_approved_one_denied(
+    make_session: Callable[..., SessionstoreSession],
+    client: sessionstore.AsyncClient,
+    tmp_path: Path,
+) -> None:
+    from agents import SQLiteSession
+
+    def script(model: ScriptedModel) -> None:
+        model.enqueue(
+            [
+                function_call("delete_file", {"path": "/a"}, call_id="call_a"),
+                function_call("delete_file", {"path": "/b"}, call_id="call_b"),
+            ]
+        )
+        model.enqueue([assistant_message("Deleted /a; /b stays.")])
+
+    (tmp_path / "reference").mkdir()
+    (tmp_path / "store").mkdir()
+    # The SDK's own session, decided in memory.
+    agent, model = approvals_run.build(tmp_path / "reference")
+    script(model)
+    reference = SQLiteSession("reference")
+    paused = await Runner.run(agent, "Delete /a and /b", session=reference, run_config=approvals_run.CONFIG)
+    state = paused.to_state()
+    first, second = state.get_interruptions()
+    state.approve(first)
+    state.reject(second, rejection_message="Not /b.")
+    await Runner.run(agent, state, session=reference, run_config=approvals_run.CONFIG)
+
+    # The same, decided through the store.
+    agent, model = approvals_run.build(tmp_path / "store")
+    script(model)
+    session = make_session("approvals-two")
+    paused = await Runner.run(agent, "Delete /a and /b", session=session, run_config=approvals_run.CONFIG)
+    approvals = await request_approvals(session, paused)
+    assert [a.tool_call_id for a in approvals] == ["call_a", "call_b"]
+    await client.decide_approval(
+        session.store_session_id, approval_id=approvals[0].approval_id, decision="approve"
+    )
+    assert await load_decided_run(make_session("approvals-two"), agent) is None  # one pending
+    await client.decide_approval(
+        session.store_session_id, approval_id=approvals[1].approval_id, decision="deny",
+        reason="Not /b.",
+    )
+    resumed = await resume(make_session("approvals-two"), agent, run_config=approvals_run.CONFIG)
+    assert resumed is not None and resumed.final_output == "Deleted /a; /b stays."
+    assert [mark.read_text() for mark in (tmp_path / "store").iterdir()] == ["/a"]
+    history = await session.get_items()
+    # The items the SDK's own session holds, each call with one output; the
+    # denied call's was stored when it was denied, so it comes before the
+    # output of the call that ran when the run went on.
+    expected = await reference.get_items()
+    assert [item.get("call_id") for item in expected[3:5]] == ["call_a", "call_b"]
+    expected[3:5] = reversed(expected[3:5])
+    assert history == expected
