@@ -1389,3 +1389,32 @@ async def test_two_calls_paused_together_one_approved_one_denied(
     assert [item.get("call_id") for item in expected[3:5]] == ["call_a", "call_b"]
     expected[3:5] = reversed(expected[3:5])
     assert history == expected
+
+
+@pytest.mark.asyncio
+async def test_approval_rpc_costs_as_the_server_counts_them(
+    metered_server: Server, meter: RpcMeter, tmp_path: Path
+) -> None:
+    costs: dict[str, dict[str, int]] = {}
+    agent, model = approvals_run.build(tmp_path)
+    async with metered_server.async_client() as client:
+        session = SessionstoreSession("metered-approvals", client=client)
+        result = await approvals_run.run_until_paused(agent, model, session)
+        with meter() as costs["request_approvals (one call)"]:
+            (approval,) = await request_approvals(session, result)
+        with meter() as costs["load_decided_run (pending)"]:
+            assert await load_decided_run(session, agent) is None
+        await client.decide_approval(
+            session.store_session_id, approval_id=approval.approval_id, decision="approve"
+        )
+        with meter() as costs["load_decided_run (decided)"]:
+            assert await load_decided_run(session, agent) is not None
+        with meter() as costs["load_decided_run (taken)"]:
+            assert await load_decided_run(session, agent) is None
+    print("OpenAI Agents approval RPC costs:", {c: dict(cost) for c, cost in costs.items()})
+    assert costs == {
+        "request_approvals (one call)": {"SetState": 1, "RequestApproval": 1},
+        "load_decided_run (pending)": {"ListApprovals": 1, "GetState": 1},
+        "load_decided_run (decided)": {"ListApprovals": 1, "GetState": 1, "DeleteState": 1},
+        "load_decided_run (taken)": {"ListApprovals": 1, "GetState NotFound": 1},
+    }
