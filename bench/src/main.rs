@@ -16,6 +16,7 @@
 
 mod append;
 mod compare;
+mod control;
 mod erase;
 mod failover;
 mod history;
@@ -180,6 +181,10 @@ enum Bench {
     /// 16 clients' appends through two replicas, on servers the run makes
     /// itself (only when asked for).
     Failover,
+    /// The run control plane: queued input submitted and taken, an
+    /// approval decided on one replica seen by a watcher on another, and
+    /// appends beside idle approvals and queued inputs.
+    Control,
 }
 
 /// Sizes and durations of one run.
@@ -232,6 +237,8 @@ struct Plan {
     scale_samples: usize,
     /// The failover's warm-up and its measured windows.
     failover: failover::Shape,
+    /// The control plane's decisions timed, idle rows and rounds.
+    control: control::Shape,
     /// The agent frameworks' round trips: per measured session, runs, and
     /// the pre-fill of each store.
     agents: peers::AgentsShape,
@@ -254,6 +261,7 @@ impl Plan {
                 Bench::Watch,
                 Bench::Memory,
                 Bench::Live,
+                Bench::Control,
             ];
             if !quick {
                 all.push(Bench::Peers);
@@ -380,6 +388,25 @@ impl Plan {
                 } else {
                     5.0
                 })),
+            },
+            control: if quick {
+                control::Shape {
+                    decisions: 20,
+                    approval_sessions: 10,
+                    approvals_each: 10,
+                    queue_sessions: 4,
+                    inputs_each: 5,
+                    rounds: repeat,
+                }
+            } else {
+                control::Shape {
+                    decisions: 200,
+                    approval_sessions: 200,
+                    approvals_each: 50,
+                    queue_sessions: 100,
+                    inputs_each: 50,
+                    rounds: args.repeat.unwrap_or(5),
+                }
             },
             agents: peers::AgentsShape {
                 round_trips: if quick { 20 } else { 200 },
@@ -546,6 +573,7 @@ async fn run(args: &Args) -> anyhow::Result<()> {
             (Bench::Delete, "delete"),
             (Bench::Scale, "scale"),
             (Bench::Replicas, "replicas"),
+            (Bench::Control, "control"),
         ];
         for (group, name) in groups.into_iter().filter(|(group, _)| plan.runs(*group)) {
             let db = fresh_database(backend, postgres, name).await?;
@@ -560,6 +588,9 @@ async fn run(args: &Args) -> anyhow::Result<()> {
                 Bench::Delete => delete_benchmarks(&plan, &binary, db, &mut report).await,
                 Bench::Scale => scale_benchmarks(&plan, &binary, db, &mut report).await,
                 Bench::Replicas => replicas_benchmarks(&plan, &binary, db, &mut report).await,
+                Bench::Control => {
+                    control::benchmarks(&plan, &binary, db, postgres, &mut report).await
+                }
                 // The others run on the main database above, or on none.
                 _ => Ok(()),
             })
