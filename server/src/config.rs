@@ -121,6 +121,13 @@ pub struct ServeConfig {
     )]
     pub sqlite_wal_writes: WalWritesMode,
 
+    /// PostgreSQL: batch writers committing appends side by side on this
+    /// replica, each on a connection of its own taken from
+    /// `--max-connections` (at most half of it). A session's appends
+    /// always go to the same writer. Unset: one per core, at most 4.
+    #[arg(long, env = "SESSIONSTORE_APPEND_WRITERS", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub append_writers: Option<u32>,
+
     /// Threads that run the gRPC calls (the async runtime's workers).
     /// Default: one per core, one fewer (at least one) with a SQLite file
     /// database, whose appends are written on a thread of their own.

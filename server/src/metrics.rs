@@ -98,6 +98,28 @@ pub struct PoolStatus {
     pub max: u32,
     /// Writes waiting for a writer task (SQLite: every write; PostgreSQL: appends).
     pub queued_writes: Option<usize>,
+    /// PostgreSQL's append writers' batches so far.
+    pub append_batches: Option<BatchFigures>,
+}
+
+/// What the PostgreSQL append writers have done since the store opened:
+/// how many batches, how large, how many round trips each took, and how
+/// long they kept the writers busy (read at scrape time).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BatchFigures {
+    /// Writers on this replica.
+    pub writers: usize,
+    /// Batches tried (a batch redone counts again).
+    pub batches: u64,
+    /// Appends in those batches.
+    pub appends: u64,
+    /// Statements sent to the database for them, `BEGIN` and `COMMIT`
+    /// included, each one round trip.
+    pub round_trips: u64,
+    /// Microseconds the writers spent in batches, summed over writers.
+    pub busy_micros: u64,
+    /// Batches being written now.
+    pub in_flight: u64,
 }
 
 type PoolProbe = Box<dyn Fn() -> PoolStatus + Send + Sync>;
@@ -366,6 +388,9 @@ impl Metrics {
                     queued as u64,
                 );
             }
+            if let Some(batches) = pool.append_batches {
+                render_batches(&mut out, &batches);
+            }
         }
         if let Some(bytes) = resident_bytes() {
             gauge(
@@ -377,6 +402,46 @@ impl Metrics {
         }
         out
     }
+}
+
+fn render_batches(out: &mut String, batches: &BatchFigures) {
+    gauge(
+        out,
+        "sessionstore_append_writers",
+        "PostgreSQL append writers on this replica (--append-writers).",
+        batches.writers as u64,
+    );
+    gauge(
+        out,
+        "sessionstore_append_batches_in_flight",
+        "PostgreSQL append batches being written now.",
+        batches.in_flight,
+    );
+    counter(
+        out,
+        "sessionstore_append_batches_total",
+        "PostgreSQL append batches tried (a batch redone counts again).",
+        batches.batches,
+    );
+    counter(
+        out,
+        "sessionstore_append_batched_appends_total",
+        "Appends in those batches.",
+        batches.appends,
+    );
+    counter(
+        out,
+        "sessionstore_append_batch_round_trips_total",
+        "Statements the append batches sent, BEGIN and COMMIT included.",
+        batches.round_trips,
+    );
+    let name = "sessionstore_append_batch_busy_seconds_total";
+    let _ = write!(
+        out,
+        "# HELP {name} Seconds the append writers spent in batches, summed over writers.\n\
+         # TYPE {name} counter\n{name} {}\n",
+        batches.busy_micros as f64 / 1e6
+    );
 }
 
 fn counter(out: &mut String, name: &str, help: &str, value: u64) {

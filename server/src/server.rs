@@ -114,6 +114,7 @@ pub async fn serve_with_metrics(
     prepare_sqlite_path(&url)?;
     let options = StoreOptions {
         max_connections: config.database.max_connections,
+        append_writers: config.append_writers,
         recheck_interval: config.recheck_interval(),
         search: config.search == crate::config::SearchMode::On,
         wal_writes: match config.sqlite_wal_writes {

@@ -5,6 +5,7 @@
 
 mod support;
 
+mod append_writers;
 mod approvals;
 mod auth;
 mod backup;

@@ -87,6 +87,9 @@ impl OpenError {
 pub struct StoreOptions {
     /// PostgreSQL pool size per replica.
     pub max_connections: u32,
+    /// PostgreSQL append writers per replica (`--append-writers`); `None`:
+    /// one per core, at most 4.
+    pub append_writers: Option<u32>,
     /// How often a PostgreSQL replica re-reads the heads of watched sessions,
     /// in case a commit hint was lost.
     pub recheck_interval: std::time::Duration,
@@ -119,6 +122,7 @@ impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             max_connections: 16,
+            append_writers: None,
             recheck_interval: std::time::Duration::from_secs(5),
             search: true,
             advertised_address: None,

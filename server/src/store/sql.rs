@@ -180,6 +180,11 @@ pub(super) trait Backend: Send + Sync + 'static {
     /// Writes queued and not yet taken by a writer.
     fn queued_writes(&self) -> usize;
 
+    /// What the append writers' batches have done (PostgreSQL).
+    fn append_batches(&self) -> Option<crate::metrics::BatchFigures> {
+        None
+    }
+
     /// Finishes the writes queued, stops every task and thread of the
     /// backend, and closes `pool` ([`close_pool`]).
     fn close<'a>(&'a self, pool: &'a AnyPool) -> BoxFuture<'a, ()>;
@@ -1283,6 +1288,7 @@ impl Store for SqlStore {
             idle: pool.num_idle(),
             max: pool.options().get_max_connections(),
             queued_writes: Some(self.inner.backend.queued_writes()),
+            append_batches: self.inner.backend.append_batches(),
         }
     }
 

@@ -69,6 +69,7 @@ impl TestServer {
             cors_allowed_origins: Vec::new(),
             search: Default::default(),
             sqlite_wal_writes: Default::default(),
+            append_writers: None,
             worker_threads: None,
             tls: Default::default(),
             limits: Default::default(),

@@ -42,6 +42,8 @@ pub struct Written {
     /// changed it since): the transaction must be rolled back and the run
     /// redone from rows read.
     pub stale: bool,
+    /// Statements sent, each one round trip.
+    pub round_trips: usize,
 }
 
 /// Reads what `run` does not have yet (the sessions it was not given, and
@@ -55,7 +57,9 @@ pub async fn append_run<C: RunConnection>(
 ) -> std::result::Result<Written, sqlx::Error> {
     let folded = run.reads_request_ids_with_sessions();
     let mut ids_read = false;
+    let mut round_trips = 0;
     for statement in run.session_reads() {
+        round_trips += 1;
         for row in conn.rows(&statement).await? {
             if folded && !ids_read {
                 let ids = row
@@ -73,6 +77,7 @@ pub async fn append_run<C: RunConnection>(
     // given kept sessions does not read them at all (below).
     if !ids_read && !run.kept {
         for statement in run.request_id_reads() {
+            round_trips += 1;
             for row in conn.rows(&statement).await? {
                 run.add_stored_request_id(&row).map_err(decode_error)?;
             }
@@ -92,10 +97,12 @@ pub async fn append_run<C: RunConnection>(
             outcomes,
             sessions: Vec::new(),
             stale: true,
+            round_trips,
         });
     }
     let mut versions = HashMap::new();
     for statement in &writes {
+        round_trips += 1;
         if dialect == Dialect::Postgres {
             for row in conn.rows(statement).await? {
                 versions.insert(
@@ -132,6 +139,7 @@ pub async fn append_run<C: RunConnection>(
         outcomes,
         sessions,
         stale,
+        round_trips,
     })
 }
 

@@ -3,6 +3,7 @@
 //! (`append/`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,7 @@ use super::hints;
 use super::primary::Reachability;
 use super::writes::write;
 use crate::domain::{Error, NewExchange, Timestamp};
+use crate::metrics::BatchFigures;
 use crate::store::ops::{Dialect, SearchWrites};
 use crate::store::writer::{PendingAppend, Publisher, by_outcome, enqueue, next_batch};
 use crate::store::{CommitSink, append, fault};
@@ -26,25 +28,69 @@ use crate::store::{CommitSink, append, fault};
 pub(super) struct Appends {
     queues: Vec<mpsc::Sender<Option<PendingAppend>>>,
     writers: Mutex<Vec<JoinHandle<()>>>,
+    figures: Arc<Figures>,
+}
+
+/// The writers' running figures ([`BatchFigures`]), shared by them all.
+#[derive(Default)]
+struct Figures {
+    batches: AtomicU64,
+    appends: AtomicU64,
+    round_trips: AtomicU64,
+    busy_micros: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+impl Figures {
+    /// A batch of `appends` begins; the guard counts it in flight and,
+    /// when dropped, its time.
+    fn batch(&self, appends: usize) -> InFlight<'_> {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.appends.fetch_add(appends as u64, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight {
+            figures: self,
+            began: Instant::now(),
+        }
+    }
+
+    fn round_trips(&self, count: usize) {
+        self.round_trips.fetch_add(count as u64, Ordering::Relaxed);
+    }
+}
+
+struct InFlight<'a> {
+    figures: &'a Figures,
+    began: Instant,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let micros = u64::try_from(self.began.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.figures
+            .busy_micros
+            .fetch_add(micros, Ordering::Relaxed);
+        self.figures.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Appends {
-    /// Starts the writers for a store pool of `max_connections`, each
-    /// with a connection of its own from `connections` (a pool of
-    /// [`append_writers`] connections), and the store's `pool` for the
+    /// Starts `count` writers, each with a connection of its own from
+    /// `connections` (a pool of as many), and the store's `pool` for the
     /// appends the general path takes.
     pub(super) fn start(
         pool: &AnyPool,
         connections: &PgPool,
         sink: &Arc<dyn CommitSink>,
-        max_connections: u32,
+        count: usize,
         search: SearchWrites,
         reachability: &Reachability,
     ) -> std::io::Result<Self> {
         let publisher = Publisher::start()?;
+        let figures = Arc::new(Figures::default());
         let mut queues = Vec::new();
         let mut writers = Vec::new();
-        for _ in 0..append_writers(max_connections) {
+        for _ in 0..count {
             let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
             queues.push(queue);
             writers.push(tokio::spawn(run_append_writer(
@@ -55,11 +101,13 @@ impl Appends {
                 publisher.clone(),
                 search,
                 reachability.clone(),
+                Arc::clone(&figures),
             )));
         }
         Ok(Appends {
             queues,
             writers: Mutex::new(writers),
+            figures,
         })
     }
 
@@ -79,6 +127,19 @@ impl Appends {
             std::mem::take(&mut *self.writers.lock().unwrap_or_else(PoisonError::into_inner));
         for writer in writers {
             let _ = writer.await;
+        }
+    }
+
+    /// What the writers' batches have done so far.
+    pub(super) fn figures(&self) -> BatchFigures {
+        let figures = &self.figures;
+        BatchFigures {
+            writers: self.queues.len(),
+            batches: figures.batches.load(Ordering::Relaxed),
+            appends: figures.appends.load(Ordering::Relaxed),
+            round_trips: figures.round_trips.load(Ordering::Relaxed),
+            busy_micros: figures.busy_micros.load(Ordering::Relaxed),
+            in_flight: figures.in_flight.load(Ordering::Relaxed),
         }
     }
 
@@ -115,16 +176,23 @@ const MAX_BATCH: usize = 256;
 /// writers appended 1–29% more than 4 with 6–32% less server CPU per
 /// exchange (4 made smaller batches, more commits competing for the same
 /// cores), and 1 writer appended 24–29% less than 2 (BENCHMARKS.md).
-pub(super) fn append_writers(max_connections: u32) -> usize {
+/// `--append-writers`, when given, replaces the count by cores, bounded
+/// by half the pool.
+pub(super) fn append_writers(max_connections: u32, asked: Option<u32>) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    writers_for(max_connections, cores)
+    writers_for(max_connections, cores, asked)
 }
 
-fn writers_for(max_connections: u32, cores: usize) -> usize {
-    usize::try_from(max_connections / 4)
-        .unwrap_or(1)
-        .min(cores)
-        .clamp(1, 4)
+fn writers_for(max_connections: u32, cores: usize, asked: Option<u32>) -> usize {
+    match asked {
+        Some(asked) => usize::try_from(asked.min(max_connections / 2))
+            .unwrap_or(1)
+            .max(1),
+        None => usize::try_from(max_connections / 4)
+            .unwrap_or(1)
+            .min(cores)
+            .clamp(1, 4),
+    }
 }
 
 /// One batch writer: takes every append queued for it (up to
@@ -138,6 +206,7 @@ async fn run_append_writer(
     publisher: Publisher,
     search: SearchWrites,
     reachability: Reachability,
+    figures: Arc<Figures>,
 ) {
     // The writer keeps its connection between batches: taking one from the
     // pool costs a round trip (its liveness check) of the few a batch
@@ -171,6 +240,7 @@ async fn run_append_writer(
                 publisher: &publisher,
                 search,
                 reachability: &reachability,
+                figures: &figures,
             };
             writer.commit_appends(batch).await;
         }
@@ -327,6 +397,7 @@ struct Writer<'a> {
     publisher: &'a Publisher,
     search: SearchWrites,
     reachability: &'a Reachability,
+    figures: &'a Figures,
 }
 
 /// Writes a batch's deferred appends through the general path, one after
@@ -407,7 +478,9 @@ impl Writer<'_> {
                 .map(|job| (job.tenant(), job.op().0.as_ref()))
                 .collect();
             let mut lent = Vec::new();
+            let in_flight = self.figures.batch(jobs.len());
             let attempt = self.attempt(&requests, &jobs, &mut lent).await;
+            drop(in_flight);
             match attempt {
                 Ok(Attempt::Committed(written)) => {
                     self.kept.keep(written.sessions);
@@ -512,6 +585,7 @@ impl Writer<'_> {
         // run at 64 clients, where the primary key's index took 2%
         // (BENCHMARKS.md). What else this connection runs reads by key.
         if !held.begun {
+            self.figures.round_trips(1);
             held.connection
                 .execute("SET client_min_messages = error; SET enable_seqscan = off; COMMIT; BEGIN")
                 .await?;
@@ -522,6 +596,8 @@ impl Writer<'_> {
         let now = Timestamp::now();
         *lent = self.kept.lend(&mut run, requests, now);
         let written = append::append_run(&mut **connection, run, now).await?;
+        // And one more below: the commit, or the rollback.
+        self.figures.round_trips(written.round_trips + 1);
         // Redone at once: the redo's transaction begins in the same round trip.
         if written.stale {
             connection.execute("ROLLBACK; BEGIN").await?;
@@ -571,11 +647,15 @@ mod tests {
     #[test]
     fn writers_follow_the_cores_and_the_pool() {
         // One per core, at most four, at most a quarter of the pool, at least one.
-        assert_eq!(writers_for(16, 2), 2);
-        assert_eq!(writers_for(16, 8), 4);
-        assert_eq!(writers_for(16, 1), 1);
-        assert_eq!(writers_for(8, 8), 2);
-        assert_eq!(writers_for(2, 8), 1);
-        assert_eq!(writers_for(64, 64), 4);
+        assert_eq!(writers_for(16, 2, None), 2);
+        assert_eq!(writers_for(16, 8, None), 4);
+        assert_eq!(writers_for(16, 1, None), 1);
+        assert_eq!(writers_for(8, 8, None), 2);
+        assert_eq!(writers_for(2, 8, None), 1);
+        assert_eq!(writers_for(64, 64, None), 4);
+        // Asked for: as many, at most half the pool, at least one.
+        assert_eq!(writers_for(16, 2, Some(8)), 8);
+        assert_eq!(writers_for(16, 2, Some(12)), 8);
+        assert_eq!(writers_for(2, 2, Some(4)), 1);
     }
 }

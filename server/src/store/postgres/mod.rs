@@ -125,7 +125,7 @@ pub(super) async fn open(
     // pool, so they bind through PostgreSQL's own driver:
     // `append::RunConnection`), taken out of the store's share, as they
     // were when they held the store pool's.
-    let writer_count = appends::append_writers(options.max_connections);
+    let writer_count = appends::append_writers(options.max_connections, options.append_writers);
     let writer_connections = u32::try_from(writer_count).unwrap_or(1);
     let pool = located
         .any_pool(options.max_connections.saturating_sub(writer_connections))
@@ -156,7 +156,7 @@ pub(super) async fn open(
         &pool,
         &writers,
         &sink,
-        options.max_connections,
+        writer_count,
         search,
         &located.reachability(),
     )
@@ -279,6 +279,10 @@ impl Backend for Postgres {
 
     fn queued_writes(&self) -> usize {
         self.appends.queued()
+    }
+
+    fn append_batches(&self) -> Option<crate::metrics::BatchFigures> {
+        Some(self.appends.figures())
     }
 
     fn close<'a>(&'a self, pool: &'a AnyPool) -> BoxFuture<'a, ()> {
