@@ -128,6 +128,21 @@ pub struct ServeConfig {
     #[arg(long, env = "SESSIONSTORE_APPEND_WRITERS", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub append_writers: Option<u32>,
 
+    /// PostgreSQL: `on`, an append batch whose sessions its writer kept
+    /// from its last batch is one statement outside any transaction,
+    /// which commits as it succeeds and writes nothing if one of them
+    /// changed elsewhere: one round trip per batch, and its commit hints
+    /// sent after the answer from a task of their own (but a run's close,
+    /// whose hint goes before). `off`: every batch in a transaction,
+    /// `COMMIT` in a round trip of its own with the hints.
+    #[arg(
+        long,
+        env = "SESSIONSTORE_APPEND_ONE_TRIP",
+        value_enum,
+        default_value_t = Switch::On
+    )]
+    pub append_one_trip: Switch,
+
     /// Threads that run the gRPC calls (the async runtime's workers).
     /// Default: one per core, one fewer (at least one) with a SQLite file
     /// database, whose appends are written on a thread of their own.
@@ -306,6 +321,14 @@ pub enum SearchMode {
     #[default]
     On,
     /// Not kept; SearchMessages fails SEARCH_DISABLED.
+    Off,
+}
+
+/// A mechanism switched on or off (`--append-one-trip`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    #[default]
+    On,
     Off,
 }
 

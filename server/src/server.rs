@@ -115,6 +115,7 @@ pub async fn serve_with_metrics(
     let options = StoreOptions {
         max_connections: config.database.max_connections,
         append_writers: config.append_writers,
+        append_one_trip: config.append_one_trip == crate::config::Switch::On,
         recheck_interval: config.recheck_interval(),
         search: config.search == crate::config::SearchMode::On,
         wal_writes: match config.sqlite_wal_writes {

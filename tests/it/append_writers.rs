@@ -145,8 +145,8 @@ async fn eight_writers_keep_each_sessions_order_once() {
     assert!(batches >= 1.0, "{text}");
     assert!(appends >= batches, "every batch holds an append");
     assert!(
-        round_trips >= 2.0 * batches,
-        "a batch takes its write and its commit at least"
+        round_trips >= batches,
+        "a batch takes one round trip at least"
     );
     assert_eq!(
         sample(&text, "sessionstore_append_batches_in_flight "),

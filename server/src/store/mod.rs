@@ -90,6 +90,10 @@ pub struct StoreOptions {
     /// PostgreSQL append writers per replica (`--append-writers`); `None`:
     /// one per core, at most 4.
     pub append_writers: Option<u32>,
+    /// PostgreSQL: whether an append batch whose sessions a writer keeps
+    /// commits in one round trip, as a statement of its own
+    /// (`--append-one-trip`).
+    pub append_one_trip: bool,
     /// How often a PostgreSQL replica re-reads the heads of watched sessions,
     /// in case a commit hint was lost.
     pub recheck_interval: std::time::Duration,
@@ -123,6 +127,7 @@ impl Default for StoreOptions {
         StoreOptions {
             max_connections: 16,
             append_writers: None,
+            append_one_trip: true,
             recheck_interval: std::time::Duration::from_secs(5),
             search: true,
             advertised_address: None,

@@ -4,7 +4,10 @@
 use super::*;
 use sqlx::Connection as _;
 
-crate::postgres_tests!(postgres_writers_leave_no_transaction_open,);
+crate::postgres_tests!(
+    postgres_writers_leave_no_transaction_open,
+    one_trip_batches_leave_nothing_open_and_redo_a_changed_session,
+);
 
 crate::backend_tests!(
     appends_are_numbered_and_a_retry_is_answered_once,
@@ -181,8 +184,15 @@ async fn a_full_history_append_stores_only_its_new_tail(backend: Backend) {
 /// transaction's connection ends (killed here, as an administrator or
 /// `idle_in_transaction_session_timeout` would) appends on a new one, and
 /// once appends stop no transaction is left open.
+/// Batches in transactions (`--append-one-trip off`): the transaction
+/// begun for the next batch is ended when its connection is killed, or
+/// when no append comes.
 async fn postgres_writers_leave_no_transaction_open() {
-    let (storage, store) = open(Backend::Postgres).await;
+    let options = StoreOptions {
+        append_one_trip: false,
+        ..StoreOptions::default()
+    };
+    let (storage, store) = open_with(Backend::Postgres, &options).await;
     let observer =
         tokio::sync::Mutex::new(sqlx::PgConnection::connect(&storage.url).await.unwrap());
     let open_transactions = || {
@@ -232,5 +242,88 @@ async fn postgres_writers_leave_no_transaction_open() {
         || async { open_transactions().await.is_empty().then_some(()) },
     )
     .await;
+    store.close().await;
+}
+
+/// One-trip batches (the default): a batch on kept sessions commits as
+/// its one statement, so no transaction stays open between batches; a
+/// killed writer connection is replaced; and a kept session changed
+/// behind the writer's back fails that statement whole (nothing of it is
+/// stored) and the batch is redone from the row as it is.
+async fn one_trip_batches_leave_nothing_open_and_redo_a_changed_session() {
+    let (storage, store) = open(Backend::Postgres).await;
+    let mut observer = sqlx::PgConnection::connect(&storage.url).await.unwrap();
+    create(&store, "s").await;
+    for question in ["q1", "q2", "q3"] {
+        store
+            .append_exchange(TENANT, exchange("s", question))
+            .await
+            .unwrap();
+    }
+    let open: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND state = 'idle in transaction'",
+    )
+    .fetch_one(&mut observer)
+    .await
+    .unwrap();
+    assert_eq!(open, 0, "no transaction is left open between batches");
+
+    // The session changes behind the writer's back (as another replica's
+    // write would): the writer's kept copy is stale.
+    sqlx::query("UPDATE sessions SET title = 'changed elsewhere' WHERE id = 's'")
+        .execute(&mut observer)
+        .await
+        .unwrap();
+    store
+        .append_exchange(TENANT, exchange("s", "q4"))
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(&store, "s").await,
+        [
+            "q1",
+            "an answer",
+            "q2",
+            "an answer",
+            "q3",
+            "an answer",
+            "q4",
+            "an answer"
+        ],
+        "the stale batch wrote nothing; its redo wrote q4 once"
+    );
+    let title: String = sqlx::query_scalar("SELECT title FROM sessions WHERE id = 's'")
+        .fetch_one(&mut observer)
+        .await
+        .unwrap();
+    assert_eq!(title, "changed elsewhere", "the redo kept the other change");
+
+    // Every other connection of the database killed, the writer's among
+    // them: the next append is written on a fresh one.
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(&mut observer)
+    .await
+    .unwrap();
+    crate::support::poll_until(
+        "an append after the connections were killed",
+        std::time::Duration::from_secs(20),
+        || async {
+            store
+                .append_exchange(TENANT, exchange("s", "q5"))
+                .await
+                .ok()
+        },
+    )
+    .await;
+    let stored = texts(&store, "s").await;
+    assert_eq!(
+        stored.iter().filter(|text| *text == "q5").count(),
+        1,
+        "q5 once: {stored:?}"
+    );
     store.close().await;
 }

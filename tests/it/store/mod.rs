@@ -23,15 +23,15 @@ const TENANT: &str = "acme";
 /// The store over a fresh database of `backend` (kept alive by the
 /// returned `Storage`).
 async fn open(backend: Backend) -> (Storage, SqlStore) {
+    open_with(backend, &StoreOptions::default()).await
+}
+
+async fn open_with(backend: Backend, options: &StoreOptions) -> (Storage, SqlStore) {
     let storage = Storage::new(backend).await;
     sessionstore_server::server::prepare_sqlite_path(&storage.url).unwrap();
-    let store = store::open(
-        &storage.url,
-        Arc::new(Hub::default()),
-        &StoreOptions::default(),
-    )
-    .await
-    .unwrap();
+    let store = store::open(&storage.url, Arc::new(Hub::default()), options)
+        .await
+        .unwrap();
     (storage, store)
 }
 

@@ -70,6 +70,7 @@ impl TestServer {
             search: Default::default(),
             sqlite_wal_writes: Default::default(),
             append_writers: None,
+            append_one_trip: Default::default(),
             worker_threads: None,
             tls: Default::default(),
             limits: Default::default(),

@@ -128,6 +128,13 @@ impl<'a> Run<'a> {
         statements::session_reads(self.dialect, &self.unread_sessions(), keyed.as_deref())
     }
 
+    /// Whether the run reads nothing before it writes: every session it
+    /// names was given kept ([`Run::add_kept`]), so it neither reads nor
+    /// locks a session, nor reads stored request ids.
+    pub fn reads_nothing(&self) -> bool {
+        self.kept && self.unread_sessions().is_empty()
+    }
+
     /// Whether [`Run::session_reads`] also reads the stored request ids,
     /// instead of [`Run::request_id_reads`] doing it: on PostgreSQL, for a
     /// run whose sessions and ids each fit in one statement (every run the

@@ -105,10 +105,12 @@ pub async fn append_run<C: RunConnection>(
         round_trips += 1;
         if dialect == Dialect::Postgres {
             for row in conn.rows(statement).await? {
-                versions.insert(
-                    row.int("key").map_err(decode_error)?,
-                    row.raw_text("version").map_err(decode_error)?,
-                );
+                let key = row.int("key").map_err(decode_error)?;
+                // The row of the versions' check (`statements::combined`).
+                if key == -1 {
+                    continue;
+                }
+                versions.insert(key, row.raw_text("version").map_err(decode_error)?);
             }
         } else {
             conn.run(statement).await?;

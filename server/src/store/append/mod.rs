@@ -33,4 +33,4 @@ mod tests;
 
 pub use decide::{Kept, Loaded, Outcome, Run, admit};
 pub use exec::{Written, append_all, append_loaded, append_run};
-pub use statements::{Statement, Value};
+pub use statements::{STALE_SESSION, Statement, Value};

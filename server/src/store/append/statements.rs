@@ -18,6 +18,10 @@ pub(super) const ROWS_PER_STATEMENT: usize = 500;
 /// request ids ([`Run::reads_request_ids_with_sessions`]).
 pub(super) const STORED_REQUEST_IDS: &str = "stored_request_ids";
 
+/// The SQLSTATE of a PostgreSQL run's write that found a session changed
+/// since the version it was given (see `combined`): `division_by_zero`.
+pub const STALE_SESSION: &str = "22012";
+
 /// A statement with its parameters, numbered `$1…` in order of appearance.
 pub struct Statement {
     pub sql: String,
@@ -315,6 +319,13 @@ impl Rows {
         insert_search_log(&mut statements, insert_into, self.changed);
         let updates =
             statements.len()..statements.len() + changed.len().div_ceil(ROWS_PER_STATEMENT);
+        // Every session's version known: each update applies only to the
+        // row at that version, and the statement fails unless all did.
+        let checked = (!changed.is_empty()
+            && changed
+                .iter()
+                .all(|state| versions.contains_key(&state.key)))
+        .then_some(changed.len());
         update_sessions(&mut statements, dialect, changed, versions);
         insert(
             &mut statements,
@@ -335,7 +346,7 @@ impl Rows {
             self.keys,
         );
         if dialect == Dialect::Postgres && !statements.is_empty() {
-            return vec![combined(statements, updates)];
+            return vec![combined(statements, updates, checked)];
         }
         statements
     }
@@ -419,7 +430,18 @@ fn insert_search_log(
 /// 0012). It returns what the session updates (the statements at
 /// `updates`) return: each changed session's key and new row version. The
 /// commit hints are sent after the commit (`postgres/hints.rs`).
-fn combined(statements: Vec<Statement>, updates: Range<usize>) -> Statement {
+///
+/// With `checked` (the sessions updated only at the versions given, this
+/// many), the statement fails (`division_by_zero`, [`STALE_SESSION`])
+/// unless every one was at its version, so it writes nothing when one
+/// changed elsewhere: it may then run as a transaction of its own, which
+/// commits when it succeeds (the PostgreSQL append writers' one round
+/// trip). The check is a row of its own, key -1, after the sessions'.
+fn combined(
+    statements: Vec<Statement>,
+    updates: Range<usize>,
+    checked: Option<usize>,
+) -> Statement {
     let mut sql = String::from("WITH ");
     let mut params = Vec::new();
     for (number, statement) in statements.into_iter().enumerate() {
@@ -438,8 +460,15 @@ fn combined(statements: Vec<Statement>, updates: Range<usize>) -> Statement {
     if returned.is_empty() {
         sql.push_str(" SELECT 1 WHERE false");
     } else {
+        let returned = returned.join(" UNION ALL ");
         sql.push(' ');
-        sql.push_str(&returned.join(" UNION ALL "));
+        sql.push_str(&returned);
+        if let Some(count) = checked {
+            sql.push_str(&format!(
+                " UNION ALL SELECT -1, (1 / (SELECT CASE WHEN count(*) = {count} THEN 1 ELSE 0 END \
+                 FROM ({returned}) AS updated))::text"
+            ));
+        }
     }
     Statement { sql, params }
 }

@@ -13,7 +13,7 @@ use sqlx::{AnyPool, Executor as _, Postgres};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::hints;
+use super::hints::{self, Hinter};
 use super::primary::Reachability;
 use super::writes::write;
 use crate::domain::{Error, NewExchange, Timestamp};
@@ -83,10 +83,12 @@ impl Appends {
         connections: &PgPool,
         sink: &Arc<dyn CommitSink>,
         count: usize,
+        one_trip: bool,
         search: SearchWrites,
         reachability: &Reachability,
     ) -> std::io::Result<Self> {
         let publisher = Publisher::start()?;
+        let hinter = Hinter::start(pool.clone());
         let figures = Arc::new(Figures::default());
         let mut queues = Vec::new();
         let mut writers = Vec::new();
@@ -102,6 +104,8 @@ impl Appends {
                 search,
                 reachability.clone(),
                 Arc::clone(&figures),
+                one_trip,
+                hinter.clone(),
             )));
         }
         Ok(Appends {
@@ -207,6 +211,8 @@ async fn run_append_writer(
     search: SearchWrites,
     reachability: Reachability,
     figures: Arc<Figures>,
+    one_trip: bool,
+    hinter: Hinter,
 ) {
     // The writer keeps its connection between batches: taking one from the
     // pool costs a round trip (its liveness check) of the few a batch
@@ -241,6 +247,8 @@ async fn run_append_writer(
                 search,
                 reachability: &reachability,
                 figures: &figures,
+                one_trip,
+                hinter: &hinter,
             };
             writer.commit_appends(batch).await;
         }
@@ -398,6 +406,10 @@ struct Writer<'a> {
     search: SearchWrites,
     reachability: &'a Reachability,
     figures: &'a Figures,
+    /// Whether a batch of kept sessions commits in one round trip
+    /// (`--append-one-trip`).
+    one_trip: bool,
+    hinter: &'a Hinter,
 }
 
 /// Writes a batch's deferred appends through the general path, one after
@@ -549,11 +561,15 @@ impl Writer<'_> {
         .await;
     }
 
-    /// One try at a batch, in one transaction on the writer's connection
-    /// (begun by the commit before it, or here): the kept sessions given
-    /// and the others read and locked, the write, then `COMMIT` with the
-    /// hints (and the next `BEGIN`) unless a caller gave up or a kept
-    /// session had changed. `lent` gets the kept sessions given.
+    /// One try at a batch. A batch whose sessions are all kept is one
+    /// statement with no transaction around it ([`Writer::one_trip`]): it
+    /// commits as it succeeds, and fails, writing nothing, if a kept
+    /// session changed. Any other runs in one transaction on the writer's
+    /// connection (begun by the commit before it, or here): the kept
+    /// sessions given and the others read and locked, the write, then
+    /// `COMMIT` with the hints (and, without one-trip batches, the next
+    /// `BEGIN`) unless a caller gave up or a kept session had changed.
+    /// `lent` gets the kept sessions given.
     async fn attempt(
         &mut self,
         requests: &[(&str, &NewExchange)],
@@ -562,58 +578,112 @@ impl Writer<'_> {
     ) -> Result<Attempt, sqlx::Error> {
         let held = match self.held {
             Some(held) => held,
-            None => self.held.insert(Held {
-                connection: self.connections.acquire().await?,
-                begun: false,
-            }),
+            None => {
+                let mut connection = self.connections.acquire().await?;
+                // A plain BEGIN rather than sqlx's transaction, which would
+                // end with a COMMIT of its own: the commit hints (and the
+                // next batch's BEGIN) share the COMMIT's round trip
+                // (`hints::commit_and_begin`). That round trip ends the
+                // hints' own implicit transaction with a `COMMIT`, which
+                // PostgreSQL answers with a warning: the writer's
+                // connection does not log warnings.
+                //
+                // Nor does it scan a table whole where an index would do:
+                // a batch's session update joins its few keys with
+                // `sessions`, and once its prepared plan is fixed on a
+                // small table (a few busy sessions, as a gateway with few
+                // users has), PostgreSQL scans it page by page, every row
+                // version that appends left since the last vacuum
+                // included: a tenth of PostgreSQL's CPU in an append run at
+                // 64 clients, where the primary key's index took 2%
+                // (BENCHMARKS.md). What else this connection runs reads by
+                // key.
+                self.figures.round_trips(1);
+                connection
+                    .execute("SET client_min_messages = error; SET enable_seqscan = off")
+                    .await?;
+                self.held.insert(Held {
+                    connection,
+                    begun: false,
+                })
+            }
         };
-        // A plain BEGIN rather than sqlx's transaction, which would end
-        // with a COMMIT of its own: the commit hints and the next batch's
-        // BEGIN share the COMMIT's round trip (`hints::commit_and_begin`).
-        // That round trip ends the hints' own implicit transaction with a
-        // `COMMIT`, which PostgreSQL answers with a warning: the writer's
-        // connection does not log warnings, set in the same round trip as
-        // its first `BEGIN` (the `SET` ends its own implicit transaction
-        // with a `COMMIT` whose warning it already silences).
-        //
-        // Nor does it scan a table whole where an index would do: a
-        // batch's session update joins its few keys with `sessions`, and
-        // once its prepared plan is fixed on a small table (a few busy
-        // sessions, as a gateway with few users has), PostgreSQL scans it
-        // page by page, every row version that appends left since the
-        // last vacuum included: a tenth of PostgreSQL's CPU in an append
-        // run at 64 clients, where the primary key's index took 2%
-        // (BENCHMARKS.md). What else this connection runs reads by key.
-        if !held.begun {
-            self.figures.round_trips(1);
-            held.connection
-                .execute("SET client_min_messages = error; SET enable_seqscan = off; COMMIT; BEGIN")
-                .await?;
-            held.begun = true;
-        }
-        let connection = &mut held.connection;
         let mut run = append::Run::new(Dialect::Postgres, self.search, requests);
         let now = Timestamp::now();
         *lent = self.kept.lend(&mut run, requests, now);
-        let written = append::append_run(&mut **connection, run, now).await?;
+        let one_trip = self.one_trip && !held.begun && run.reads_nothing();
+        if !one_trip && !held.begun {
+            self.figures.round_trips(1);
+            held.connection.execute("BEGIN").await?;
+            held.begun = true;
+        }
+        let connection = &mut held.connection;
+        let written = match append::append_run(&mut **connection, run, now).await {
+            Ok(written) => written,
+            // A kept session changed elsewhere: the write failed whole.
+            Err(error) if stale(&error) => {
+                self.figures.round_trips(1);
+                if held.begun {
+                    self.figures.round_trips(1);
+                    connection.execute("ROLLBACK").await?;
+                    held.begun = false;
+                }
+                return Ok(Attempt::Stale);
+            }
+            Err(error) => return Err(error),
+        };
+        self.figures.round_trips(written.round_trips);
+        if one_trip {
+            // Nothing was written if the run refused an append on what a
+            // kept session was; else the write has committed.
+            if written.stale {
+                return Ok(Attempt::Stale);
+            }
+            let hints = hints_of(&written);
+            if hints::close_runs(&hints) {
+                self.figures.round_trips(1);
+                hints::send_on(connection, &hints).await;
+            } else {
+                self.hinter.send(hints);
+            }
+            return Ok(Attempt::Committed(written));
+        }
         // And one more below: the commit, or the rollback.
-        self.figures.round_trips(written.round_trips + 1);
-        // Redone at once: the redo's transaction begins in the same round trip.
+        self.figures.round_trips(1);
         if written.stale {
-            connection.execute("ROLLBACK; BEGIN").await?;
+            connection.execute("ROLLBACK").await?;
+            held.begun = false;
             return Ok(Attempt::Stale);
         }
         if jobs.iter().any(PendingAppend::abandoned) {
-            connection.execute("ROLLBACK; BEGIN").await?;
+            connection.execute("ROLLBACK").await?;
+            held.begun = false;
             return Ok(Attempt::Abandoned);
         }
-        let hints = hints::of(written.outcomes.iter().flat_map(|outcome| match outcome {
-            append::Outcome::Done(Ok(applied)) => applied.events.as_slice(),
-            _ => &[],
-        }));
-        held.begun = hints::commit_and_begin(connection, &hints).await?;
+        let hints = hints_of(&written);
+        // Without one-trip batches, the next batch's transaction begins in
+        // the commit's round trip; with them, the next batch (on the
+        // sessions kept now) needs none.
+        held.begun = hints::commit_and_begin(connection, &hints, !self.one_trip).await?;
         Ok(Attempt::Committed(written))
     }
+}
+
+/// The commit hints of what `written` applied.
+fn hints_of(written: &append::Written) -> Vec<String> {
+    hints::of(written.outcomes.iter().flat_map(|outcome| match outcome {
+        append::Outcome::Done(Ok(applied)) => applied.events.as_slice(),
+        _ => &[],
+    }))
+}
+
+/// Whether `error` is a write's refusal of a kept session that changed
+/// (`append::STALE_SESSION`).
+fn stale(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|error| error.code())
+        .is_some_and(|code| code == append::STALE_SESSION)
 }
 
 /// Gives the writer's connection back after a failed batch, its

@@ -56,9 +56,10 @@ pub(super) fn of<'a>(
 pub(super) async fn commit_and_begin(
     conn: &mut PgConnection,
     hints: &[String],
+    begin: bool,
 ) -> Result<bool, sqlx::Error> {
     let mut sql = String::from("COMMIT");
-    let mut statements = 2;
+    let mut statements = if begin { 2 } else { 1 };
     for chunk in hints.chunks(HINTS_PER_STATEMENT) {
         sql.push_str("; ");
         sql.push_str(&statement(chunk));
@@ -68,7 +69,9 @@ pub(super) async fn commit_and_begin(
         sql.push_str("; COMMIT");
         statements += 1;
     }
-    sql.push_str("; BEGIN");
+    if begin {
+        sql.push_str("; BEGIN");
+    }
     let mut results = conn.execute_many(sql.as_str());
     // The first result is the commit's.
     match results.next().await {
@@ -86,7 +89,68 @@ pub(super) async fn commit_and_begin(
             }
         }
     }
-    Ok(answered == statements)
+    Ok(begin && answered == statements)
+}
+
+/// [`send`] on an append writer's connection.
+pub(super) async fn send_on(conn: &mut PgConnection, hints: &[String]) -> bool {
+    for chunk in hints.chunks(HINTS_PER_STATEMENT) {
+        if let Err(error) = conn.execute(statement(chunk).as_str()).await {
+            lost(&error);
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether `hints` must reach the other replicas before the callers are
+/// answered: one closes a run, whose caller may publish the next run's
+/// deltas right after its answer (see the module's comment).
+pub(super) fn close_runs(hints: &[String]) -> bool {
+    hints
+        .iter()
+        .any(|hint| parse(hint).is_some_and(|hint| hint.closed_run.is_some()))
+}
+
+/// Sends commit hints from a task of its own, on a connection of the
+/// store's pool, so that a writer that committed in one round trip answers
+/// its callers without waiting for a second. Hints queued while it sends
+/// go together in its next statement. (Hints of a run's close are not
+/// handed here: [`close_runs`].)
+#[derive(Clone)]
+pub(super) struct Hinter {
+    queue: tokio::sync::mpsc::UnboundedSender<Vec<String>>,
+}
+
+impl Hinter {
+    /// Starts the task; it stops once every clone is dropped.
+    pub(super) fn start(pool: sqlx::AnyPool) -> Hinter {
+        let (queue, mut hints) = tokio::sync::mpsc::unbounded_channel::<Vec<String>>();
+        tokio::spawn(async move {
+            while let Some(first) = hints.recv().await {
+                let mut all = first;
+                while let Ok(more) = hints.try_recv() {
+                    all.extend(more);
+                }
+                match pool.acquire().await {
+                    Ok(mut conn) => {
+                        if !send(&mut *conn, &all).await {
+                            conn.close_on_drop();
+                        }
+                    }
+                    Err(error) => lost(&error),
+                }
+            }
+        });
+        Hinter { queue }
+    }
+
+    /// Queues `hints` to be sent.
+    pub(super) fn send(&self, hints: Vec<String>) {
+        if !hints.is_empty() {
+            let _ = self.queue.send(hints);
+        }
+    }
 }
 
 /// Sends `hints` on `conn`, outside any transaction. `false` if that

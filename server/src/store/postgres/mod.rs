@@ -157,6 +157,7 @@ pub(super) async fn open(
         &writers,
         &sink,
         writer_count,
+        options.append_one_trip,
         search,
         &located.reachability(),
     )
