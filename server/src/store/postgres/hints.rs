@@ -13,9 +13,13 @@
 //! holds the lock for microseconds. The append writers send the hints in
 //! the same round trip as their `COMMIT` ([`commit_and_begin`]); the general path,
 //! whose transaction sqlx ends, sends them in one of their own ([`send`]).
+//! A writer's one-trip batch (a statement committing on its own) hands its
+//! hints to a task that sends them after the answers ([`Hinter`]): a
+//! watcher on another replica learns of the commit a moment later, and the
+//! caller is not kept waiting for a second round trip.
 //!
-//! Sent before the answers, a run's closing hint still reaches the other
-//! replicas before any delta its caller publishes after the answer. A hint
+//! A run's closing hint is always sent before the answers, so it reaches the
+//! other replicas before any delta its caller publishes after the answer. A hint
 //! that is lost (the connection failed just after the commit, the replica
 //! stopped) loses no event: listeners re-read the watched sessions' heads
 //! every `recheck_interval`.
@@ -127,18 +131,28 @@ impl Hinter {
     pub(super) fn start(pool: sqlx::AnyPool) -> Hinter {
         let (queue, mut hints) = tokio::sync::mpsc::unbounded_channel::<Vec<String>>();
         tokio::spawn(async move {
+            // Kept between sends: taking one from the pool costs a round
+            // trip of its own (its liveness check).
+            let mut held: Option<sqlx::pool::PoolConnection<sqlx::Any>> = None;
             while let Some(first) = hints.recv().await {
                 let mut all = first;
                 while let Ok(more) = hints.try_recv() {
                     all.extend(more);
                 }
-                match pool.acquire().await {
-                    Ok(mut conn) => {
-                        if !send(&mut *conn, &all).await {
-                            conn.close_on_drop();
+                let conn = match held.as_mut() {
+                    Some(conn) => conn,
+                    None => match pool.acquire().await {
+                        Ok(conn) => held.insert(conn),
+                        Err(error) => {
+                            lost(&error);
+                            continue;
                         }
-                    }
-                    Err(error) => lost(&error),
+                    },
+                };
+                if !send(&mut *conn, &all).await
+                    && let Some(mut conn) = held.take()
+                {
+                    conn.close_on_drop();
                 }
             }
         });
