@@ -95,18 +95,18 @@ impl Appends {
         for _ in 0..count {
             let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
             queues.push(queue);
-            writers.push(tokio::spawn(run_append_writer(
-                pool.clone(),
-                connections.clone(),
-                jobs,
-                Arc::clone(sink),
-                publisher.clone(),
+            let shared = Shared {
+                pool: pool.clone(),
+                connections: connections.clone(),
+                sink: Arc::clone(sink),
+                publisher: publisher.clone(),
                 search,
-                reachability.clone(),
-                Arc::clone(&figures),
+                reachability: reachability.clone(),
+                figures: Arc::clone(&figures),
                 one_trip,
-                hinter.clone(),
-            )));
+                hinter: hinter.clone(),
+            };
+            writers.push(tokio::spawn(run_append_writer(jobs, shared)));
         }
         Ok(Appends {
             queues,
@@ -199,21 +199,37 @@ fn writers_for(max_connections: u32, cores: usize, asked: Option<u32>) -> usize 
     }
 }
 
-/// One batch writer: takes every append queued for it (up to
-/// [`MAX_BATCH`]) and commits them in one transaction through the bulk
-/// path. Several run side by side; `None` stops one.
-async fn run_append_writer(
+/// What every writer of a replica shares.
+struct Shared {
+    /// The store's pool, for the general path.
     pool: AnyPool,
+    /// The writers' own connections.
     connections: PgPool,
-    mut jobs: mpsc::Receiver<Option<PendingAppend>>,
     sink: Arc<dyn CommitSink>,
     publisher: Publisher,
     search: SearchWrites,
     reachability: Reachability,
     figures: Arc<Figures>,
+    /// `--append-one-trip`.
     one_trip: bool,
     hinter: Hinter,
-) {
+}
+
+/// One batch writer: takes every append queued for it (up to
+/// [`MAX_BATCH`]) and commits them in one transaction through the bulk
+/// path. Several run side by side; `None` stops one.
+async fn run_append_writer(mut jobs: mpsc::Receiver<Option<PendingAppend>>, shared: Shared) {
+    let Shared {
+        pool,
+        connections,
+        sink,
+        publisher,
+        search,
+        reachability,
+        figures,
+        one_trip,
+        hinter,
+    } = shared;
     // The writer keeps its connection between batches: taking one from the
     // pool costs a round trip (its liveness check) of the few a batch
     // takes. A connection that failed is dropped and replaced.
