@@ -36,6 +36,7 @@ use crate::support::*;
 crate::backend_tests!(
     a_request_is_pending_until_approved,
     a_denial_appends_the_tool_result,
+    a_redacted_denial_leaves_no_text_in_its_decision,
     refused_requests_write_nothing,
     refused_decisions_write_nothing,
     a_decision_is_taken_once_and_retries_answer_it,
@@ -549,6 +550,63 @@ async fn replay(client: &mut Client, session: &str, after: i64) -> Vec<pb::Sessi
 
 // ---------------------------------------------------------------------------
 // Requesting and deciding
+
+/// RedactMessage of a denial's tool result erases its text from the
+/// decision's event in the replay and from the answer to the decision's
+/// retry, as from every other read. (The approval's own `reason`, which
+/// the denial's text repeats, is the decision's, and stays.)
+async fn a_redacted_denial_leaves_no_text_in_its_decision(backend: Backend) {
+    const SECRET: &str = "the secret reason nobody may read again";
+    let server = TestServer::start(backend).await;
+    let mut client = server.client().await;
+    let id = "ses_redacted_denial";
+    session_calling(&mut client, id, &["call_1"]).await;
+    let approval = pending(&mut client, ask(id, "call_1")).await;
+    let denial = pb::DecideApprovalRequest {
+        request_id: "deny-once".to_owned(),
+        ..deny(&approval, SECRET)
+    };
+    let denied = decide(&mut client, denial.clone()).await;
+    let result = denied.tool_result.clone().expect("a denial's tool result");
+    assert!(format!("{result:?}").contains(SECRET));
+
+    client
+        .redact_message(pb::RedactMessageRequest {
+            session_id: id.to_owned(),
+            message_id: result.id.clone(),
+            reason: "privacy".to_owned(),
+            ..Default::default()
+        })
+        .await
+        .expect("redact the denial's tool result");
+
+    let events = replay(&mut client, id, 0).await;
+    let decided = events
+        .iter()
+        .find(|event| matches!(event.event, Some(Event::ApprovalDecided(_))))
+        .expect("the decision in the replay");
+    let decided = approval_decided(decided);
+    let kept = decided
+        .tool_result
+        .as_ref()
+        .expect("the decision's tool result");
+    assert_eq!(kept.id, result.id);
+    assert!(kept.redacted, "{kept:?}");
+    // (The approval keeps its reason: a field of the decision, not of
+    // the message.)
+    assert!(!format!("{kept:?}").contains(SECRET), "{kept:?}");
+    assert_eq!(
+        decided.approval.as_ref().map(|a| a.reason.as_str()),
+        Some(SECRET)
+    );
+
+    let retried = decide(&mut client, denial).await;
+    let answered = retried.tool_result.expect("the retry's tool result");
+    assert!(answered.redacted, "{answered:?}");
+    assert!(!format!("{answered:?}").contains(SECRET));
+    let stored = all_messages(&mut client, id).await;
+    assert!(!format!("{stored:?}").contains(SECRET));
+}
 
 async fn a_request_is_pending_until_approved(backend: Backend) {
     let server = TestServer::start(backend).await;

@@ -519,6 +519,14 @@ pub fn scrub(change: &mut super::Change, message_id: &str) -> bool {
             *previous = redacted(previous);
             changed = true;
         }
+        // A denial's tool result, appended with the decision.
+        Change::ApprovalDecided {
+            tool_result: Some(stored),
+            ..
+        } if stored.id == message_id => {
+            erase(stored);
+            changed = true;
+        }
         _ => {}
     }
     changed

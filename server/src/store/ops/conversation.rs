@@ -310,6 +310,35 @@ impl Tx<'_> {
         })
     }
 
+    /// Erases the message `message_id` from the decisions that appended it
+    /// (a denial's tool result, kept to answer the decision's retry).
+    async fn redact_kept_denials(&mut self, session_key: i64, message_id: &str) -> Result<()> {
+        let kept: Vec<(String, Vec<u8>)> = sqlx::query_as(
+            "SELECT approval_id, tool_result FROM approvals \
+             WHERE session_key = $1 AND tool_result IS NOT NULL",
+        )
+        .bind(session_key)
+        .fetch_all(&mut *self.conn)
+        .await?;
+        for (approval_id, encoded) in kept {
+            let mut stored = wire::decode_stored_message(&encoded)?;
+            if stored.id != message_id {
+                continue;
+            }
+            stored.message = control::redacted(&stored.message);
+            stored.redacted = true;
+            sqlx::query(
+                "UPDATE approvals SET tool_result = $1 WHERE session_key = $2 AND approval_id = $3",
+            )
+            .bind(wire::encode_stored_message(&stored))
+            .bind(session_key)
+            .bind(approval_id)
+            .execute(&mut *self.conn)
+            .await?;
+        }
+        Ok(())
+    }
+
     pub(super) async fn redact(
         &mut self,
         row: &mut SessionRow,
@@ -349,6 +378,7 @@ impl Tx<'_> {
                     .await?;
             }
         }
+        self.redact_kept_denials(row.key, &old.id).await?;
         let change = Change::MessageRedacted {
             message_id: old.id,
             sequence: old.sequence,
