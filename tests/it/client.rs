@@ -14,8 +14,8 @@ use sessionstore_client::{
 };
 
 use crate::support::{
-    Backend, Proxy, ServerProcess, Storage, TestServer, assert_appended, sessionstore_binary,
-    token_line,
+    Backend, Proxy, ServerProcess, Storage, TestServer, assert_appended, patient_client,
+    sessionstore_binary, token_line,
 };
 
 crate::backend_tests!(
@@ -28,24 +28,6 @@ crate::backend_tests!(
 
 /// Safety net for "the next event arrives": generous, never a pacing sleep.
 const NEXT_EVENT: Duration = Duration::from_secs(30);
-
-/// Retries quick and many, so a test rides out a server restart.
-fn patient() -> RetryPolicy {
-    RetryPolicy::default()
-        .max_attempts(200)
-        .initial_backoff(Duration::from_millis(20))
-        .max_backoff(Duration::from_millis(200))
-}
-
-async fn connect(endpoint: &str) -> Client {
-    Client::builder(endpoint)
-        .connect_timeout(Duration::from_secs(5))
-        .retry_policy(patient())
-        .watch_retry_policy(patient())
-        .connect()
-        .await
-        .expect("connect")
-}
 
 fn exchange(session_id: &str, question: &str, answer: &str) -> Exchange {
     Exchange::new(session_id)
@@ -94,7 +76,7 @@ fn revisions(events: &[pb::SessionEvent]) -> Vec<i64> {
 
 async fn typed_calls_round_trip(backend: Backend) {
     let server = TestServer::start(backend).await;
-    let client = connect(&server.endpoint()).await;
+    let client = patient_client(&server.endpoint()).await;
 
     let session = client
         .create_session(
@@ -180,7 +162,7 @@ async fn typed_calls_round_trip(backend: Backend) {
 
 async fn errors_are_typed(backend: Backend) {
     let server = TestServer::start(backend).await;
-    let client = connect(&server.endpoint()).await;
+    let client = patient_client(&server.endpoint()).await;
 
     match client.get_session("ses_missing").await {
         Err(error @ Error::NotFound { .. }) => {
@@ -285,7 +267,7 @@ async fn errors_are_typed(backend: Backend) {
 
 async fn one_request_id_is_one_write(backend: Backend) {
     let server = TestServer::start(backend).await;
-    let client = connect(&server.endpoint()).await;
+    let client = patient_client(&server.endpoint()).await;
     client
         .create_session(NewSession::new().id("ses_once"))
         .await
@@ -318,7 +300,7 @@ async fn one_request_id_is_one_write(backend: Backend) {
 
 async fn list_sessions_follows_page_tokens(backend: Backend) {
     let server = TestServer::start(backend).await;
-    let client = connect(&server.endpoint()).await;
+    let client = patient_client(&server.endpoint()).await;
     let mut created = Vec::new();
     for i in 0..7 {
         let id = format!("ses_page_{i}");
@@ -367,7 +349,7 @@ async fn list_sessions_follows_page_tokens(backend: Backend) {
 
 async fn watch_delivers_in_order_and_ends_on_delete(backend: Backend) {
     let server = TestServer::start(backend).await;
-    let client = connect(&server.endpoint()).await;
+    let client = patient_client(&server.endpoint()).await;
     client
         .create_session(NewSession::new().id("ses_watch"))
         .await
@@ -415,7 +397,7 @@ async fn bearer_tokens_are_sent_and_refusals_are_typed() {
     })
     .await;
 
-    let anonymous = connect(&server.endpoint()).await;
+    let anonymous = patient_client(&server.endpoint()).await;
     match anonymous.get_session("ses_a").await {
         Err(error @ Error::Unauthenticated { .. }) => {
             assert_eq!(error.reason().as_deref(), Some("UNAUTHENTICATED"));
@@ -480,7 +462,7 @@ async fn next_item(events: &mut SessionEvents) -> Option<Result<pb::SessionEvent
 async fn an_append_whose_answer_is_lost_is_retried_and_stored_once() {
     let server = TestServer::start(Backend::File).await;
     let proxy = Proxy::start(server.addr).await;
-    let client = connect(&proxy.endpoint()).await;
+    let client = patient_client(&proxy.endpoint()).await;
     client
         .create_session(NewSession::new().id("ses_cut"))
         .await
@@ -500,7 +482,7 @@ async fn an_append_whose_answer_is_lost_is_retried_and_stored_once() {
         "the retry answered with the first write"
     );
 
-    let direct = connect(&server.endpoint()).await;
+    let direct = patient_client(&server.endpoint()).await;
     assert_eq!(direct.get_session("ses_cut").await.unwrap().revision, 2);
     assert_eq!(
         contents(&direct.export_history("ses_cut").await.unwrap()),
@@ -543,8 +525,8 @@ async fn an_append_whose_answer_is_lost_is_retried_and_stored_once() {
 async fn a_watch_resumes_after_its_connection_breaks() {
     let server = TestServer::start(Backend::Memory).await;
     let proxy = Proxy::start(server.addr).await;
-    let watcher = connect(&proxy.endpoint()).await;
-    let writer = connect(&server.endpoint()).await;
+    let watcher = patient_client(&proxy.endpoint()).await;
+    let writer = patient_client(&server.endpoint()).await;
     writer
         .create_session(NewSession::new().id("ses_cut_watch"))
         .await
@@ -619,9 +601,9 @@ async fn a_watcher_resumes_a_run_by_its_cursor_and_another_stops_it() {
     })
     .await;
     let proxy = Proxy::start(server.addr).await;
-    let producer = connect(&server.endpoint()).await;
-    let reloading = connect(&proxy.endpoint()).await;
-    let stopper = connect(&server.endpoint()).await;
+    let producer = patient_client(&server.endpoint()).await;
+    let reloading = patient_client(&proxy.endpoint()).await;
+    let stopper = patient_client(&server.endpoint()).await;
     let id = "ses_live_run";
     producer
         .create_session(NewSession::new().id(id))
@@ -816,7 +798,7 @@ impl Restartable {
 async fn watch_resumes_across_a_restart(stop: Stop) {
     let mut servers = Restartable::new().await;
     let mut server = servers.start("127.0.0.1:0").await;
-    let client = connect(&server.endpoint()).await;
+    let client = patient_client(&server.endpoint()).await;
     client
         .create_session(NewSession::new().id("ses_restart"))
         .await
@@ -899,7 +881,7 @@ async fn an_append_sent_while_the_server_is_down_lands_once_after_restart() {
     // Through a proxy, to see the client's attempts while the server is down.
     let upstream: SocketAddr = server.listen_address().parse().unwrap();
     let proxy = Proxy::start(upstream).await;
-    let client = connect(&proxy.endpoint()).await;
+    let client = patient_client(&proxy.endpoint()).await;
     client
         .create_session(NewSession::new().id("ses_down"))
         .await
@@ -937,7 +919,7 @@ async fn an_append_sent_while_the_server_is_down_lands_once_after_restart() {
     assert_eq!(client.append_exchange(&second).await.unwrap(), stored);
     let replayed = client.append_exchange(&first).await.unwrap();
     assert_eq!(replayed.revision, 2);
-    let direct = connect(&server.endpoint()).await;
+    let direct = patient_client(&server.endpoint()).await;
     assert_eq!(direct.get_session("ses_down").await.unwrap().revision, 3);
     assert_eq!(
         contents(&direct.export_history("ses_down").await.unwrap()),

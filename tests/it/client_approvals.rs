@@ -14,7 +14,7 @@ use sessionstore_client::{
 use tonic::Code;
 
 use crate::support::Proxy;
-use crate::support::{Backend, TestServer};
+use crate::support::{Backend, TestServer, patient_client};
 
 crate::backend_tests!(
     typed_approval_calls_round_trip,
@@ -26,21 +26,6 @@ crate::backend_tests!(
 const DETAIL: &str = "{ \"paths\" : [\"/tmp/a\"],\n  \"force\":true }";
 /// Safety net for "the next event arrives": generous, never a pacing sleep.
 const NEXT_EVENT: Duration = Duration::from_secs(30);
-
-/// Retries quick and many, as `client.rs` connects.
-async fn connect(endpoint: &str) -> Client {
-    Client::builder(endpoint)
-        .connect_timeout(Duration::from_secs(5))
-        .retry_policy(
-            RetryPolicy::default()
-                .max_attempts(200)
-                .initial_backoff(Duration::from_millis(20))
-                .max_backoff(Duration::from_millis(200)),
-        )
-        .connect()
-        .await
-        .expect("connect")
-}
 
 /// An assistant message calling each of `ids` (OpenAI style).
 fn calling(ids: &[&str]) -> Message {
@@ -87,7 +72,7 @@ fn ids(approvals: &[pb::Approval]) -> Vec<&str> {
 
 async fn typed_approval_calls_round_trip(backend: Backend) {
     let server = TestServer::start(backend).await;
-    let client = connect(&server.endpoint()).await;
+    let client = patient_client(&server.endpoint()).await;
     session_calling(&client, "ses_apr", "alice", &["call_a", "call_b"]).await;
 
     let expire = SystemTime::now() + Duration::from_secs(3600);
@@ -279,7 +264,7 @@ async fn typed_approval_calls_round_trip(backend: Backend) {
 
 async fn approval_errors_are_typed(backend: Backend) {
     let server = TestServer::start(backend).await;
-    let client = connect(&server.endpoint()).await;
+    let client = patient_client(&server.endpoint()).await;
     session_calling(&client, "ses_err", "carol", &["call_a", "call_done"]).await;
     client
         .append_exchange(&Exchange::new("ses_err").message(Message::tool("call_done", "done")))
@@ -507,7 +492,7 @@ async fn approval_errors_are_typed(backend: Backend) {
 
 async fn an_expired_approval_is_its_own_error(backend: Backend) {
     let server = TestServer::start(backend).await;
-    let client = connect(&server.endpoint()).await;
+    let client = patient_client(&server.endpoint()).await;
     session_calling(&client, "ses_exp", "erin", &["call_a"]).await;
     let expire = SystemTime::now() + Duration::from_secs(1);
     let asked = approval_of(
@@ -568,7 +553,7 @@ async fn an_expired_approval_is_its_own_error(backend: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decision_whose_answer_is_lost_is_retried_and_recorded_once() {
     let server = TestServer::start(Backend::File).await;
-    let direct = connect(&server.endpoint()).await;
+    let direct = patient_client(&server.endpoint()).await;
     session_calling(&direct, "ses_cut", "frank", &["call_a"]).await;
     let asked = approval_of(
         &direct
@@ -578,7 +563,7 @@ async fn a_decision_whose_answer_is_lost_is_retried_and_recorded_once() {
     );
 
     let proxy = Proxy::start(server.addr).await;
-    let client = connect(&proxy.endpoint()).await;
+    let client = patient_client(&proxy.endpoint()).await;
     // The connection is up before the cut is armed.
     assert_eq!(
         client

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use futures_util::{StreamExt as _, TryStreamExt as _};
 use sessionstore_client::v1::{self as pb, InputMode, Message};
-use sessionstore_client::{Client, Error, NewInput, NewSession, RetryPolicy};
+use sessionstore_client::{Client, Error, NewInput, NewSession};
 use tonic::Code;
 
 use crate::support::Proxy;
-use crate::support::{Backend, TestServer};
+use crate::support::{Backend, TestServer, patient_client};
 
 crate::backend_tests!(
     typed_queue_calls_round_trip,
@@ -25,21 +25,6 @@ crate::backend_tests!(
 const LEASE: Duration = Duration::from_secs(600);
 /// Safety net for "the next event arrives": generous, never a pacing sleep.
 const NEXT_EVENT: Duration = Duration::from_secs(30);
-
-/// Retries quick and many, as `client.rs` connects.
-async fn connect(endpoint: &str) -> Client {
-    Client::builder(endpoint)
-        .connect_timeout(Duration::from_secs(5))
-        .retry_policy(
-            RetryPolicy::default()
-                .max_attempts(200)
-                .initial_backoff(Duration::from_millis(20))
-                .max_backoff(Duration::from_millis(200)),
-        )
-        .connect()
-        .await
-        .expect("connect")
-}
 
 /// An input of one user message per text, queued while busy.
 fn input(session_id: &str, texts: &[&str]) -> NewInput {
@@ -98,7 +83,7 @@ async fn kinds_after(client: &Client, session_id: &str, after: i64) -> Vec<(i64,
 
 async fn typed_queue_calls_round_trip(backend: Backend) {
     let server = TestServer::start(backend).await;
-    let client = connect(&server.endpoint()).await;
+    let client = patient_client(&server.endpoint()).await;
     client
         .create_session(NewSession::new().id("ses_q"))
         .await
@@ -226,7 +211,7 @@ async fn typed_queue_calls_round_trip(backend: Backend) {
 
 async fn queue_errors_are_typed(backend: Backend) {
     let server = TestServer::start(backend).await;
-    let client = connect(&server.endpoint()).await;
+    let client = patient_client(&server.endpoint()).await;
     client
         .create_session(NewSession::new().id("ses_err"))
         .await
@@ -372,7 +357,7 @@ async fn queue_errors_are_typed(backend: Backend) {
 
 async fn the_run_helper_takes_queued_input(backend: Backend) {
     let server = TestServer::start(backend).await;
-    let client = connect(&server.endpoint()).await;
+    let client = patient_client(&server.endpoint()).await;
     client
         .create_session(NewSession::new().id("ses_run"))
         .await
@@ -479,14 +464,14 @@ async fn the_run_helper_takes_queued_input(backend: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_whose_answer_is_lost_is_retried_and_queued_once() {
     let server = TestServer::start(Backend::File).await;
-    let direct = connect(&server.endpoint()).await;
+    let direct = patient_client(&server.endpoint()).await;
     direct
         .create_session(NewSession::new().id("ses_cut"))
         .await
         .unwrap();
 
     let proxy = Proxy::start(server.addr).await;
-    let client = connect(&proxy.endpoint()).await;
+    let client = patient_client(&proxy.endpoint()).await;
     // The connection is up before the cut is armed.
     assert_eq!(revision(&client, "ses_cut").await, 1);
     assert_eq!(proxy.accepted(), 1);

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+mod client_crate;
 pub mod cluster;
 mod postgres;
 pub mod prereq;
@@ -12,6 +13,7 @@ mod proxy;
 mod rpc;
 mod server;
 
+pub use client_crate::patient_client;
 pub use postgres::*;
 pub use proxy::Proxy;
 pub use rpc::*;
