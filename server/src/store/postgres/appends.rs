@@ -21,6 +21,7 @@ use crate::metrics::BatchFigures;
 use crate::store::ops::{Dialect, SearchWrites};
 use crate::store::writer::{PendingAppend, Publisher, by_outcome, enqueue, next_batch};
 use crate::store::{CommitSink, append, fault};
+use crate::wire::EncodedEvent;
 
 /// The batch writers' queues. A session's appends always go to the same
 /// writer (by a hash of its tenant and id), so they batch together and
@@ -656,7 +657,7 @@ impl Writer<'_> {
                 return Ok(Attempt::Stale);
             }
             let hints = hints_of(&written);
-            if hints::close_runs(&hints) {
+            if hints::close_runs(applied_events(&written)) {
                 self.figures.round_trips(1);
                 hints::send_on(connection, &hints).await;
             } else {
@@ -687,10 +688,15 @@ impl Writer<'_> {
 
 /// The commit hints of what `written` applied.
 fn hints_of(written: &append::Written) -> Vec<String> {
-    hints::of(written.outcomes.iter().flat_map(|outcome| match outcome {
+    hints::of(applied_events(written))
+}
+
+/// The events `written` applied: (internal session key, event).
+fn applied_events(written: &append::Written) -> impl Iterator<Item = &(i64, Arc<EncodedEvent>)> {
+    written.outcomes.iter().flat_map(|outcome| match outcome {
         append::Outcome::Done(Ok(applied)) => applied.events.as_slice(),
         _ => &[],
-    }))
+    })
 }
 
 /// Whether `error` is a write's refusal of a kept session that changed

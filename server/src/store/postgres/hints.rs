@@ -107,29 +107,36 @@ pub(super) async fn send_on(conn: &mut PgConnection, hints: &[String]) -> bool {
     true
 }
 
-/// Whether `hints` must reach the other replicas before the callers are
-/// answered: one closes a run, whose caller may publish the next run's
-/// deltas right after its answer (see the module's comment).
-pub(super) fn close_runs(hints: &[String]) -> bool {
-    hints
-        .iter()
-        .any(|hint| parse(hint).is_some_and(|hint| hint.closed_run.is_some()))
+/// Whether the hints of `events` must reach the other replicas before the
+/// callers are answered: one closes a run, whose caller may publish the
+/// next run's deltas right after its answer (see the module's comment).
+pub(super) fn close_runs<'a>(
+    events: impl IntoIterator<Item = &'a (i64, Arc<EncodedEvent>)>,
+) -> bool {
+    events
+        .into_iter()
+        .any(|(_, event)| matches!(event.effect, Effect::ClosesRun(_)))
 }
 
 /// Sends commit hints from a task of its own, on a connection of the
 /// store's pool, so that a writer that committed in one round trip answers
 /// its callers without waiting for a second. Hints queued while it sends
 /// go together in its next statement. (Hints of a run's close are not
-/// handed here: [`close_runs`].)
+/// handed here: [`close_runs`].) At most [`HINTER_QUEUE`] batches wait;
+/// past that (the database unreachable for a while) a batch's hints are
+/// dropped, as if lost on the way.
 #[derive(Clone)]
 pub(super) struct Hinter {
-    queue: tokio::sync::mpsc::UnboundedSender<Vec<String>>,
+    queue: tokio::sync::mpsc::Sender<Vec<String>>,
 }
+
+/// Batches of hints a [`Hinter`] holds before it drops new ones.
+const HINTER_QUEUE: usize = 4096;
 
 impl Hinter {
     /// Starts the task; it stops once every clone is dropped.
     pub(super) fn start(pool: sqlx::AnyPool) -> Hinter {
-        let (queue, mut hints) = tokio::sync::mpsc::unbounded_channel::<Vec<String>>();
+        let (queue, mut hints) = tokio::sync::mpsc::channel::<Vec<String>>(HINTER_QUEUE);
         tokio::spawn(async move {
             // Kept between sends: taking one from the pool costs a round
             // trip of its own (its liveness check).
@@ -161,8 +168,8 @@ impl Hinter {
 
     /// Queues `hints` to be sent.
     pub(super) fn send(&self, hints: Vec<String>) {
-        if !hints.is_empty() {
-            let _ = self.queue.send(hints);
+        if !hints.is_empty() && self.queue.try_send(hints).is_err() {
+            tracing::debug!("commit hints dropped: too many wait to be sent");
         }
     }
 }
