@@ -21,14 +21,13 @@
 //! lease expiry, RollbackSession, DeleteSession and ForkSession; and, with
 //! the real binary, that a pending approval and a decision survive SIGKILL.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
 use sessionstore_client::v1::session_event::Event;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::support::*;
@@ -398,36 +397,6 @@ fn unknown_id(id: &str) -> String {
 // ---------------------------------------------------------------------------
 // Answers
 
-/// The ErrorInfo metadata of a status (empty without ErrorInfo).
-fn metadata(status: &Status) -> HashMap<String, String> {
-    use tonic_types::StatusExt as _;
-    status
-        .get_error_details()
-        .error_info()
-        .map(|info| info.metadata.clone())
-        .unwrap_or_default()
-}
-
-/// `code` with ErrorInfo reason `reason`.
-#[track_caller]
-fn assert_status(status: &Status, code: Code, reason: &str) {
-    assert_eq!(
-        (status.code(), error_details(status).0.as_deref()),
-        (code, Some(reason)),
-        "{status:?}"
-    );
-}
-
-/// `code` with a BadRequest field violation naming `field`.
-#[track_caller]
-fn assert_names_field(status: &Status, code: Code, field: &str) {
-    assert_eq!(
-        (status.code(), error_details(status).1.as_deref()),
-        (code, Some(field)),
-        "{status:?}"
-    );
-}
-
 /// RESOURCE_EXHAUSTED / LIMIT_EXCEEDED naming `field`.
 #[track_caller]
 fn assert_too_large(status: &Status, field: &str) {
@@ -444,7 +413,7 @@ fn assert_already_decided(status: &Status, decided: &pb::Approval, label: &str) 
         (Code::FailedPrecondition, Some("APPROVAL_ALREADY_DECIDED")),
         "{label}: {status:?}"
     );
-    let metadata = metadata(status);
+    let metadata = error_metadata(status);
     let named = |key: &str| metadata.get(key).map(String::as_str);
     assert_eq!(
         (named("approval_id"), named("state"), named("decided_by")),
@@ -647,7 +616,7 @@ async fn a_request_is_pending_until_approved(backend: Backend) {
     let exists = request_err(&mut client, ask(id, "call_1")).await;
     assert_status(&exists, Code::AlreadyExists, "APPROVAL_EXISTS");
     assert_eq!(
-        metadata(&exists).get("approval_id"),
+        error_metadata(&exists).get("approval_id"),
         Some(&pending.approval_id)
     );
 
@@ -683,7 +652,7 @@ async fn a_request_is_pending_until_approved(backend: Backend) {
     let exists = request_err(&mut client, ask(id, "call_1")).await;
     assert_status(&exists, Code::AlreadyExists, "APPROVAL_EXISTS");
     assert_eq!(
-        metadata(&exists).get("approval_id"),
+        error_metadata(&exists).get("approval_id"),
         Some(&pending.approval_id)
     );
     assert_eq!(revision(&mut client, id).await, 4);
@@ -2199,18 +2168,6 @@ async fn another_tenants_session_is_unknown_to_approvals(backend: Backend) {
 // ---------------------------------------------------------------------------
 // Durability
 
-/// A client of `server` with short connect and call timeouts.
-async fn client_of(server: &ServerProcess) -> Client {
-    let channel = Endpoint::from_shared(server.endpoint())
-        .expect("endpoint")
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await
-        .expect("connect to sessionstore");
-    SessionStoreClient::new(channel)
-}
-
 /// The real binary on SQLite, killed with SIGKILL after a request and
 /// after a decision: the pending approval survives, and so does the
 /// decision, which a retry with its request id answers.
@@ -2233,13 +2190,13 @@ async fn a_pending_approval_and_a_decision_survive_sigkill() {
     let id = "ses_crash";
 
     let mut server = start(1).await;
-    let mut client = client_of(&server).await;
+    let mut client = server.short_timeout_client().await;
     session_calling(&mut client, id, &["call_1"]).await;
     let asked = pending(&mut client, ask(id, "call_1")).await;
     server.kill().await;
 
     let mut server = start(2).await;
-    let mut client = client_of(&server).await;
+    let mut client = server.short_timeout_client().await;
     assert_eq!(
         reread(&mut client, &asked).await,
         asked,
@@ -2258,7 +2215,7 @@ async fn a_pending_approval_and_a_decision_survive_sigkill() {
     server.kill().await;
 
     let server = start(3).await;
-    let mut client = client_of(&server).await;
+    let mut client = server.short_timeout_client().await;
     let retry = decide(&mut client, keyed).await;
     assert_eq!(
         retry, first,

@@ -4,25 +4,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
-use tonic::transport::{Channel, Endpoint};
 
 use crate::support::{
     ServerProcess, all_messages, assistant, call, sessionstore_binary, user, watch,
 };
-
-/// A client of `server` with short connect and call timeouts.
-async fn client_of(server: &ServerProcess) -> SessionStoreClient<Channel> {
-    let channel = Endpoint::from_shared(server.endpoint())
-        .expect("endpoint")
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await
-        .expect("connect to sessionstore");
-    SessionStoreClient::new(channel)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_keeps_every_acknowledged_exchange() {
@@ -42,7 +28,7 @@ async fn sigkill_keeps_every_acknowledged_exchange() {
         &[],
     )
     .await;
-    let mut client = client_of(&server).await;
+    let mut client = server.short_timeout_client().await;
     let session_id = client
         .create_session(pb::CreateSessionRequest {
             session_id: "ses_crash".into(),
@@ -59,7 +45,7 @@ async fn sigkill_keeps_every_acknowledged_exchange() {
     let enough_tx = Arc::new(enough_tx);
     let mut writers = Vec::new();
     for w in 0..WRITERS {
-        let mut client = client_of(&server).await;
+        let mut client = server.short_timeout_client().await;
         let id = session_id.clone();
         let acked = Arc::clone(&acked);
         let enough_tx = Arc::clone(&enough_tx);
@@ -119,7 +105,7 @@ async fn sigkill_keeps_every_acknowledged_exchange() {
         &[],
     )
     .await;
-    let mut client = client_of(&server).await;
+    let mut client = server.short_timeout_client().await;
     let stored = all_messages(&mut client, &session_id).await;
 
     // Contiguous from 0, whole exchanges only.

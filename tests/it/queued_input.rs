@@ -35,7 +35,7 @@ use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
 use sessionstore_client::v1::InputMode;
 use sessionstore_client::v1::session_event::Event;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::support::*;
@@ -416,36 +416,6 @@ async fn history_texts(client: &mut Client, session: &str) -> Vec<String> {
 
 // ---------------------------------------------------------------------------
 // Answers
-
-/// The ErrorInfo metadata of a status (empty without ErrorInfo).
-fn metadata(status: &Status) -> HashMap<String, String> {
-    use tonic_types::StatusExt as _;
-    status
-        .get_error_details()
-        .error_info()
-        .map(|info| info.metadata.clone())
-        .unwrap_or_default()
-}
-
-/// `code` with ErrorInfo reason `reason`.
-#[track_caller]
-fn assert_status(status: &Status, code: Code, reason: &str) {
-    assert_eq!(
-        (status.code(), error_details(status).0.as_deref()),
-        (code, Some(reason)),
-        "{status:?}"
-    );
-}
-
-/// `code` with a BadRequest field violation naming `field`.
-#[track_caller]
-fn assert_names_field(status: &Status, code: Code, field: &str) {
-    assert_eq!(
-        (status.code(), error_details(status).1.as_deref()),
-        (code, Some(field)),
-        "{status:?}"
-    );
-}
 
 /// A new input as queued: a server-made id, the session, `position`, the
 /// messages and mode as `request` sent them (UNSPECIFIED may be kept as
@@ -1243,7 +1213,7 @@ async fn a_queue_holds_at_most_a_hundred_waiting_inputs(backend: Backend) {
         let status = submit_err(&mut client, input(id, mode, &["one too many"])).await;
         assert_status(&status, Code::ResourceExhausted, "QUEUE_FULL");
         assert_eq!(
-            metadata(&status).get("limit").map(String::as_str),
+            error_metadata(&status).get("limit").map(String::as_str),
             Some("100"),
             "{mode:?}: {status:?}"
         );
@@ -1324,7 +1294,9 @@ async fn retries_by_request_id_answer_the_first(backend: Backend) {
         assert_eq!(status.code(), Code::AlreadyExists, "{label}: {status:?}");
         assert_status(&status, Code::AlreadyExists, "REQUEST_ID_REUSED");
         assert_eq!(
-            metadata(&status).get("request_id").map(String::as_str),
+            error_metadata(&status)
+                .get("request_id")
+                .map(String::as_str),
             Some("in-1"),
             "{label}: the caller's key, as sent"
         );
@@ -2270,18 +2242,6 @@ async fn another_tenants_session_is_unknown_to_the_queue(backend: Backend) {
 // ---------------------------------------------------------------------------
 // Durability
 
-/// A client of `server` with short connect and call timeouts.
-async fn client_of(server: &ServerProcess) -> Client {
-    let channel = Endpoint::from_shared(server.endpoint())
-        .expect("endpoint")
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(10))
-        .connect()
-        .await
-        .expect("connect to sessionstore");
-    SessionStoreClient::new(channel)
-}
-
 /// The real binary on SQLite, killed with SIGKILL after two submissions and
 /// after the first take: each time the waiting inputs are still there at
 /// their positions, and each is taken once.
@@ -2304,7 +2264,7 @@ async fn a_waiting_input_survives_sigkill_and_is_taken_once() {
     let id = "ses_crash";
 
     let mut server = start(1).await;
-    let mut client = client_of(&server).await;
+    let mut client = server.short_timeout_client().await;
     create_owned(&mut client, id, "alice").await;
     begin_run(&mut client, id, "run-a", LONG_LEASE).await;
     let keyed_first = keyed(input(id, InputMode::Queue, &["first"]), "in-crash");
@@ -2315,7 +2275,7 @@ async fn a_waiting_input_survives_sigkill_and_is_taken_once() {
     server.kill().await;
 
     let mut server = start(2).await;
-    let mut client = client_of(&server).await;
+    let mut client = server.short_timeout_client().await;
     assert_eq!(
         waiting(&mut client, id).await,
         [first.clone(), second.clone()],
@@ -2333,7 +2293,7 @@ async fn a_waiting_input_survives_sigkill_and_is_taken_once() {
     server.kill().await;
 
     let server = start(3).await;
-    let mut client = client_of(&server).await;
+    let mut client = server.short_timeout_client().await;
     assert_eq!(
         waiting(&mut client, id).await,
         std::slice::from_ref(&second)

@@ -246,6 +246,36 @@ pub fn error_details(status: &tonic::Status) -> (Option<String>, Option<String>)
     (reason, field)
 }
 
+/// The ErrorInfo metadata of a status (empty without ErrorInfo).
+pub fn error_metadata(status: &tonic::Status) -> std::collections::HashMap<String, String> {
+    use tonic_types::StatusExt as _;
+    status
+        .get_error_details()
+        .error_info()
+        .map(|info| info.metadata.clone())
+        .unwrap_or_default()
+}
+
+/// `code` with ErrorInfo reason `reason`.
+#[track_caller]
+pub fn assert_status(status: &tonic::Status, code: tonic::Code, reason: &str) {
+    assert_eq!(
+        (status.code(), error_details(status).0.as_deref()),
+        (code, Some(reason)),
+        "{status:?}"
+    );
+}
+
+/// `code` with a BadRequest field violation naming `field`.
+#[track_caller]
+pub fn assert_names_field(status: &tonic::Status, code: tonic::Code, field: &str) {
+    assert_eq!(
+        (status.code(), error_details(status).1.as_deref()),
+        (code, Some(field)),
+        "{status:?}"
+    );
+}
+
 /// The session, which must exist.
 pub async fn get(client: &mut SessionStoreClient<Channel>, id: &str) -> pb::Session {
     client

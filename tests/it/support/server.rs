@@ -318,6 +318,19 @@ impl ServerProcess {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// A client with short connect and call timeouts (2 s, 10 s): a test
+    /// of a killed or restarted binary fails fast instead of hanging.
+    pub async fn short_timeout_client(&self) -> SessionStoreClient<Channel> {
+        let channel = tonic::transport::Endpoint::from_shared(self.endpoint())
+            .expect("endpoint")
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(10))
+            .connect()
+            .await
+            .expect("connect to sessionstore");
+        SessionStoreClient::new(channel)
+    }
+
     /// SIGKILL, and wait for the process to be gone.
     pub async fn kill(&mut self) {
         self.child.kill().await.expect("SIGKILL sessionstore");
