@@ -16,7 +16,10 @@ use crate::support::{
     event_kind, get, next_change, rename, user,
 };
 
-crate::postgres_tests!(live_runs_cross_replicas,);
+crate::postgres_tests!(
+    live_runs_cross_replicas,
+    a_run_closed_by_an_append_is_closed_elsewhere_before_its_answer,
+);
 
 crate::backend_tests!(
     cursor_resumes_exactly_once_at_any_point,
@@ -735,5 +738,50 @@ async fn live_runs_cross_replicas() {
     }
     // Repeated on C: the same revision, nothing written.
     assert_eq!(cancel(&mut c, id, "r1", "").await, cancelled);
+    stop_all(servers).await;
+}
+
+/// Turn after turn, a producer on A stores its answer (closing the run's
+/// partial output, so delta indexes start over) and at once publishes the
+/// next turn's first delta, index 0 again. A watcher on B gets every
+/// turn's delta: the close reached B before the delta did, although A's
+/// writer commits these appends in one round trip (its session kept) and
+/// sends other hints after its answers.
+async fn a_run_closed_by_an_append_is_closed_elsewhere_before_its_answer() {
+    const TURNS: usize = 60;
+    let servers = replicas(|_| {}).await;
+    let mut a = connect(&servers[0].endpoint()).await;
+    let mut b = connect(&servers[1].endpoint()).await;
+    let id = "ses_turns";
+    create(&mut a, id).await;
+    let head = get(&mut a, id).await.revision;
+    let mut on_b = watch_with(&mut b, id, head, &[]).await;
+    assert_eq!(event_kind(&next_change(&mut on_b).await), "caught_up");
+    // B listens once a commit on A reaches it.
+    rename(&mut a, id, "listening").await;
+    assert_eq!(event_kind(&next_change(&mut on_b).await), "session_updated");
+
+    publish(&mut a, text_delta(id, "r1", 0, "turn 0")).await;
+    for turn in 0..TURNS {
+        // This turn's delta, then its answer.
+        let wanted = format!("turn {turn}");
+        let event = next_change(&mut on_b).await;
+        let delta =
+            delta_of(&event).unwrap_or_else(|| panic!("turn {turn}: {event:?} before its delta"));
+        assert_eq!(delta, (0, 0, wanted), "turn {turn}");
+        let stored = store_answer(&mut a, id, "r1", &format!("answer {turn}"), false).await;
+        // At once, the next turn's first delta.
+        publish(
+            &mut a,
+            text_delta(id, "r1", 0, &format!("turn {}", turn + 1)),
+        )
+        .await;
+        let event = next_change(&mut on_b).await;
+        assert_eq!(
+            (event_kind(&event), event.revision),
+            ("exchange_appended", stored.revision),
+            "turn {turn}: the answer before the next turn's delta"
+        );
+    }
     stop_all(servers).await;
 }
