@@ -743,10 +743,12 @@ async fn live_runs_cross_replicas() {
 
 /// Turn after turn, a producer on A stores its answer (closing the run's
 /// partial output, so delta indexes start over) and at once publishes the
-/// next turn's first delta, index 0 again. A watcher on B gets every
-/// turn's delta: the close reached B before the delta did, although A's
-/// writer commits these appends in one round trip (its session kept) and
-/// sends other hints after its answers.
+/// next turn's first delta, index 0 again. A watcher on B gets the answer,
+/// then that delta, every turn: B's hub holds a delta that arrives while it
+/// reads the commits hinted before it (without that, about one run in four
+/// lost a turn's delta, judged against the previous turn's index), and A
+/// sends a run's closing hint before its answer although its writer commits
+/// these appends in one round trip (its session kept).
 async fn a_run_closed_by_an_append_is_closed_elsewhere_before_its_answer() {
     const TURNS: usize = 60;
     let servers = replicas(|_| {}).await;

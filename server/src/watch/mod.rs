@@ -11,7 +11,8 @@
 //! replica, or a local commit that arrives ahead of an earlier one, makes
 //! the hub's fetcher read the missing events from the log once and put
 //! them on the channel in order: one query per session, however many
-//! watchers it has.
+//! watchers it has. Deltas arriving meanwhile wait for those events, so a
+//! watcher sees a run's closing commit before the deltas published after it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -65,6 +66,23 @@ struct Channel {
     wanted: i64,
     /// The fetcher has been asked to read `published..wanted`.
     fetching: bool,
+    /// Deltas that arrived while the fetcher reads: they go out after the
+    /// events it reads ([`Channel::fetched`]), so that watchers get what
+    /// happened in the order the hints and deltas arrived (a run's closing
+    /// exchange, then its next turn's first delta, which starts the
+    /// indexes over).
+    held: Vec<Arc<Ephemeral>>,
+}
+
+impl Channel {
+    /// The fetcher is done reading: the deltas held meanwhile go out.
+    /// `false` if the channel has no receiver left.
+    fn fetched(&mut self) -> bool {
+        self.fetching = false;
+        self.held
+            .drain(..)
+            .all(|ephemeral| self.sender.send(Live::Ephemeral(ephemeral)).is_ok())
+    }
 }
 
 /// Routes committed events to the watchers of each session.
@@ -166,6 +184,7 @@ impl Hub {
                 published: head,
                 wanted: head,
                 fetching: false,
+                held: Vec::new(),
             })
             .sender
             .subscribe();
@@ -178,15 +197,6 @@ impl Hub {
 }
 
 impl Hub {
-    fn send(&self, session_key: i64, item: Live) {
-        let mut sessions = lock(&self.sessions);
-        if let Some(channel) = sessions.get(&session_key)
-            && channel.sender.send(item).is_err()
-        {
-            sessions.remove(&session_key);
-        }
-    }
-
     /// Puts `events` (in revision order) on the session's channel, skipping
     /// what it already carried. At a gap the rest waits for the fetcher,
     /// which reads the log from the last revision carried.
@@ -278,7 +288,9 @@ impl Hub {
                     return;
                 };
                 if channel.wanted <= channel.published {
-                    channel.fetching = false;
+                    if !channel.fetched() {
+                        sessions.remove(&session_key);
+                    }
                     return;
                 }
                 channel.published
@@ -297,8 +309,10 @@ impl Hub {
                 // Let each watcher try the log itself.
                 let mut sessions = lock(&self.sessions);
                 if let Some(channel) = sessions.get_mut(&session_key) {
-                    channel.fetching = false;
                     let _ = channel.sender.send(Live::Head(channel.wanted));
+                    if !channel.fetched() {
+                        sessions.remove(&session_key);
+                    }
                 }
                 return;
             }
@@ -350,7 +364,15 @@ impl CommitSink for Hub {
 
     fn ephemeral(&self, session_key: i64, ephemeral: Arc<Ephemeral>) {
         self.buffer(session_key, &ephemeral);
-        self.send(session_key, Live::Ephemeral(ephemeral));
+        let mut sessions = lock(&self.sessions);
+        let Some(channel) = sessions.get_mut(&session_key) else {
+            return;
+        };
+        if channel.fetching {
+            channel.held.push(ephemeral);
+        } else if channel.sender.send(Live::Ephemeral(ephemeral)).is_err() {
+            sessions.remove(&session_key);
+        }
     }
 
     fn run_closed(&self, session_key: i64, run_id: &str) {
