@@ -191,26 +191,7 @@ async fn export_json(client: &Client, id: &str, out: &mut impl Write) -> anyhow:
                 Ok((page.provider_calls, page.next_page_token))
             }
         },
-        |_, call: pb::ProviderCall| {
-            Ok(ExportedCall {
-                create_time: call.create_time.as_ref().map(time_text),
-                id: call.id,
-                request_id: call.request_id,
-                provider: call.provider,
-                model: call.model,
-                requested_provider: call.requested_provider,
-                requested_model: call.requested_model,
-                prompt_tokens: call.prompt_tokens,
-                completion_tokens: call.completion_tokens,
-                total_tokens: call.total_tokens,
-                cost_micros_usd: call.cost_micros_usd,
-                cached_input_tokens: call.cached_input_tokens,
-                cache_creation_input_tokens: call.cache_creation_input_tokens,
-                reasoning_tokens: call.reasoning_tokens,
-                usage_json: call.usage_json,
-                duration_micros: call.duration.as_ref().map_or(0, wire::duration_micros),
-            })
-        },
+        |_, call: pb::ProviderCall| Ok(ExportedCall::from(call)),
     )
     .await?;
 

@@ -31,8 +31,11 @@ use std::path::Path;
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
+use sessionstore_client::v1 as pb;
+
 use crate::domain::calendar::{days_from_civil, rfc3339};
 use crate::domain::{Message, Timestamp};
+use crate::wire;
 
 pub(super) const FORMAT_V1: &str = "sessionstore.export.v1";
 pub(super) const FORMAT_V2: &str = "sessionstore.export.v2";
@@ -109,6 +112,54 @@ pub(super) struct ExportedCall {
     pub(super) usage_json: String,
     #[serde(skip_serializing_if = "is_zero")]
     pub(super) duration_micros: i64,
+}
+
+impl From<pb::ProviderCall> for ExportedCall {
+    /// A call as `ListProviderCalls` returns it, for the file.
+    fn from(call: pb::ProviderCall) -> Self {
+        ExportedCall {
+            create_time: call.create_time.as_ref().map(time_text),
+            id: call.id,
+            request_id: call.request_id,
+            provider: call.provider,
+            model: call.model,
+            requested_provider: call.requested_provider,
+            requested_model: call.requested_model,
+            prompt_tokens: call.prompt_tokens,
+            completion_tokens: call.completion_tokens,
+            total_tokens: call.total_tokens,
+            cost_micros_usd: call.cost_micros_usd,
+            cached_input_tokens: call.cached_input_tokens,
+            cache_creation_input_tokens: call.cache_creation_input_tokens,
+            reasoning_tokens: call.reasoning_tokens,
+            usage_json: call.usage_json,
+            duration_micros: call.duration.as_ref().map_or(0, wire::duration_micros),
+        }
+    }
+}
+
+impl ExportedCall {
+    /// The call to record again on import: every field but the id and the
+    /// time, which the server makes.
+    pub(super) fn to_record(&self) -> pb::ProviderCall {
+        pb::ProviderCall {
+            request_id: self.request_id.clone(),
+            provider: self.provider.clone(),
+            model: self.model.clone(),
+            requested_provider: self.requested_provider.clone(),
+            requested_model: self.requested_model.clone(),
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            total_tokens: self.total_tokens,
+            cost_micros_usd: self.cost_micros_usd,
+            cached_input_tokens: self.cached_input_tokens,
+            cache_creation_input_tokens: self.cache_creation_input_tokens,
+            reasoning_tokens: self.reasoning_tokens,
+            usage_json: self.usage_json.clone(),
+            duration: wire::duration_from_micros(self.duration_micros),
+            ..Default::default()
+        }
+    }
 }
 
 #[allow(
@@ -253,7 +304,43 @@ pub(super) fn time_field(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire;
+
+    #[test]
+    fn a_call_recorded_again_keeps_every_field_but_the_servers() {
+        let listed = pb::ProviderCall {
+            id: "call_1".into(),
+            request_id: "req_1".into(),
+            provider: "anthropic".into(),
+            model: "claude".into(),
+            requested_provider: "openai".into(),
+            requested_model: "gpt".into(),
+            prompt_tokens: 10,
+            completion_tokens: 20,
+            total_tokens: 30,
+            cost_micros_usd: 40,
+            cached_input_tokens: 5,
+            cache_creation_input_tokens: 6,
+            reasoning_tokens: 7,
+            usage_json: r#"{"x":1}"#.into(),
+            duration: wire::duration_from_micros(1_500),
+            create_time: Some(wire::timestamp(Timestamp(1_738_324_800_123_456))),
+            ..Default::default()
+        };
+        let exported = ExportedCall::from(listed.clone());
+        assert_eq!(
+            exported.create_time.as_deref(),
+            Some("2025-01-31T12:00:00.123456Z")
+        );
+        let recorded = exported.to_record();
+        assert_eq!(
+            recorded,
+            pb::ProviderCall {
+                id: String::new(),
+                create_time: None,
+                ..listed
+            }
+        );
+    }
 
     #[test]
     fn times_round_trip_to_the_microsecond() {

@@ -265,23 +265,7 @@ async fn replay(
         if let Some(call) = part.call {
             let call = &file.provider_calls[call];
             exchange = exchange
-                .provider_call(pb::ProviderCall {
-                    request_id: call.request_id.clone(),
-                    provider: call.provider.clone(),
-                    model: call.model.clone(),
-                    requested_provider: call.requested_provider.clone(),
-                    requested_model: call.requested_model.clone(),
-                    prompt_tokens: call.prompt_tokens,
-                    completion_tokens: call.completion_tokens,
-                    total_tokens: call.total_tokens,
-                    cost_micros_usd: call.cost_micros_usd,
-                    cached_input_tokens: call.cached_input_tokens,
-                    cache_creation_input_tokens: call.cache_creation_input_tokens,
-                    reasoning_tokens: call.reasoning_tokens,
-                    usage_json: call.usage_json.clone(),
-                    duration: wire::duration_from_micros(call.duration_micros),
-                    ..Default::default()
-                })
+                .provider_call(call.to_record())
                 .responses(part.responses.clone().map(&body));
         }
         let stored = client.append_exchange(&exchange).await?;

@@ -28,6 +28,7 @@
 use std::borrow::Cow;
 
 use sqlx::migrate::Migrator;
+use sqlx::{AnyConnection, Row as _};
 
 use super::Replica;
 
@@ -99,6 +100,45 @@ impl LedgerMigration {
     pub(super) fn no_transaction(&self) -> bool {
         self.sql.starts_with("-- no-transaction")
     }
+}
+
+/// What the database has applied: sqlx's versions and the ledger's rows.
+/// `table_exists` counts the tables named `$1` (each backend's catalog).
+pub(super) async fn applied(
+    conn: &mut AnyConnection,
+    table_exists: &str,
+) -> Result<Applied, sqlx::Error> {
+    let mut applied = Applied::default();
+    if has_table(conn, table_exists, "_sqlx_migrations").await? {
+        let versions: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                .fetch_all(&mut *conn)
+                .await?;
+        applied.sqlx = versions.into_iter().collect();
+    }
+    if has_table(conn, table_exists, "sessionstore_migrations").await? {
+        let rows = sqlx::query("SELECT version, kind FROM sessionstore_migrations")
+            .fetch_all(&mut *conn)
+            .await?;
+        for row in rows {
+            let version: i64 = row.try_get(0)?;
+            let kind: String = row.try_get(1)?;
+            applied.ledger.insert(version, Kind::of_row(&kind));
+        }
+    }
+    Ok(applied)
+}
+
+async fn has_table(
+    conn: &mut AnyConnection,
+    table_exists: &str,
+    name: &str,
+) -> Result<bool, sqlx::Error> {
+    let found: i64 = sqlx::query_scalar(table_exists)
+        .bind(name)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(found > 0)
 }
 
 /// A `ledger/` migration of `dialect`: its file, version, kind and

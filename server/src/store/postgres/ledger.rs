@@ -8,13 +8,13 @@
 //! `statement_timeout` (turned off, since a migration may take longer than
 //! a call) goes with it.
 
-use sqlx::{AnyConnection, AnyPool, Connection as _, Executor as _, Row as _};
+use sqlx::{AnyConnection, AnyPool, Connection as _, Executor as _};
 
 use super::{MIGRATOR, registry};
 use crate::store::OpenError;
 use crate::store::ledger::{
-    self, Applied, Checked, Kind, Known, LedgerMigration, Mode, PendingMigration, Plan, RECORD,
-    Refusal, Source, pending_migration,
+    self, Applied, Checked, Known, LedgerMigration, Mode, PendingMigration, Plan, RECORD, Refusal,
+    Source, pending_migration,
 };
 
 /// The advisory lock key every migrating sessionstore takes (`SESSLEDG` in
@@ -31,39 +31,13 @@ pub(in crate::store) fn schema() -> i64 {
     known().iter().map(|m| m.version).max().unwrap_or(0)
 }
 
-/// Whether the table `name` exists (in the schema the search path puts first).
-async fn exists(conn: &mut AnyConnection, name: &str) -> Result<bool, sqlx::Error> {
-    let found: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_catalog.pg_tables \
-         WHERE schemaname = current_schema() AND tablename = $1",
-    )
-    .bind(name)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(found > 0)
-}
+/// Counts the tables named `$1` (in the schema the search path puts first).
+const TABLE_EXISTS: &str = "SELECT count(*) FROM pg_catalog.pg_tables \
+     WHERE schemaname = current_schema() AND tablename = $1";
 
-/// What the database has applied: sqlx's versions and the ledger's rows.
+/// What the database has applied.
 async fn applied(conn: &mut AnyConnection) -> Result<Applied, sqlx::Error> {
-    let mut applied = Applied::default();
-    if exists(conn, "_sqlx_migrations").await? {
-        let versions: Vec<i64> =
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-                .fetch_all(&mut *conn)
-                .await?;
-        applied.sqlx = versions.into_iter().collect();
-    }
-    if exists(conn, "sessionstore_migrations").await? {
-        let rows = sqlx::query("SELECT version, kind FROM sessionstore_migrations")
-            .fetch_all(&mut *conn)
-            .await?;
-        for row in rows {
-            let version: i64 = row.try_get(0)?;
-            let kind: String = row.try_get(1)?;
-            applied.ledger.insert(version, Kind::of_row(&kind));
-        }
-    }
-    Ok(applied)
+    ledger::applied(conn, TABLE_EXISTS).await
 }
 
 /// `migrate --check`: reads, applies nothing, takes no lock.

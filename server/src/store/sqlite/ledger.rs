@@ -3,12 +3,12 @@
 //! in a `BEGIN IMMEDIATE` transaction with its ledger row, after checking
 //! the row is not there: two processes migrating one file apply it once.
 
-use sqlx::{AnyConnection, AnyPool, Connection as _, Executor as _, Row as _};
+use sqlx::{AnyConnection, AnyPool, Connection as _, Executor as _};
 
 use super::{MIGRATOR, connections};
 use crate::store::OpenError;
 use crate::store::ledger::{
-    self, Applied, Checked, Kind, Known, LedgerMigration, Mode, PendingMigration, RECORD, Source,
+    self, Applied, Checked, Known, LedgerMigration, Mode, PendingMigration, RECORD, Source,
     pending_migration,
 };
 
@@ -22,37 +22,12 @@ pub(in crate::store) fn schema() -> i64 {
     known().iter().map(|m| m.version).max().unwrap_or(0)
 }
 
-/// Whether the main database has the table `name`.
-async fn exists(conn: &mut AnyConnection, name: &str) -> Result<bool, sqlx::Error> {
-    let found: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = $1")
-            .bind(name)
-            .fetch_one(&mut *conn)
-            .await?;
-    Ok(found > 0)
-}
+/// Counts the main database's tables named `$1`.
+const TABLE_EXISTS: &str = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = $1";
 
-/// What the database has applied: sqlx's versions and the ledger's rows.
+/// What the database has applied.
 async fn applied(conn: &mut AnyConnection) -> Result<Applied, sqlx::Error> {
-    let mut applied = Applied::default();
-    if exists(conn, "_sqlx_migrations").await? {
-        let versions: Vec<i64> =
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-                .fetch_all(&mut *conn)
-                .await?;
-        applied.sqlx = versions.into_iter().collect();
-    }
-    if exists(conn, "sessionstore_migrations").await? {
-        let rows = sqlx::query("SELECT version, kind FROM sessionstore_migrations")
-            .fetch_all(&mut *conn)
-            .await?;
-        for row in rows {
-            let version: i64 = row.try_get(0)?;
-            let kind: String = row.try_get(1)?;
-            applied.ledger.insert(version, Kind::of_row(&kind));
-        }
-    }
-    Ok(applied)
+    ledger::applied(conn, TABLE_EXISTS).await
 }
 
 /// `migrate --check`: reads, applies and creates nothing.
