@@ -3,30 +3,16 @@
 //! what they print, refusals as one line on stderr with exit code 1 (a
 //! usage error 2), and `sessions watch` showing requests and decisions.
 
-use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use sessionstore_client::v1::{self as pb, ApprovalState, Message, ProviderCall};
 use sessionstore_client::{Client, Exchange, NewApproval, NewSession};
-use tokio::io::{AsyncBufReadExt as _, BufReader};
 
-use crate::support::{Backend, TestServer, sessionstore_binary};
+use crate::support::{Backend, CliWatch, TestServer, sessions_cli, table_rows};
 
 /// `sessionstore sessions --server … ARGS`: exit code, stdout, stderr.
 async fn sessions(server: &TestServer, args: &[&str]) -> (Option<i32>, String, String) {
-    let output = tokio::process::Command::new(sessionstore_binary())
-        .arg("sessions")
-        .args(["--server", &server.endpoint()])
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .await
-        .unwrap();
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    sessions_cli(&server.endpoint(), args).await
 }
 
 /// An assistant message calling each of `ids` (OpenAI style).
@@ -74,15 +60,6 @@ async fn ask(client: &Client, approval: NewApproval) -> String {
         .approval_id
 }
 
-/// The rows of a table (after its header), as their cells.
-fn rows(table: &str) -> Vec<Vec<String>> {
-    table
-        .lines()
-        .skip(1)
-        .map(|line| line.split_whitespace().map(str::to_owned).collect())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_are_listed_approved_and_denied_from_the_terminal() {
     let server = TestServer::start(Backend::File).await;
@@ -121,7 +98,7 @@ async fn approvals_are_listed_approved_and_denied_from_the_terminal() {
     ] {
         assert!(header.contains(column), "{column} missing from\n{table}");
     }
-    let listed = rows(&table);
+    let listed = table_rows(&table);
     let firsts: Vec<[&str; 4]> = listed
         .iter()
         .map(|r| [r[0].as_str(), r[1].as_str(), r[2].as_str(), r[3].as_str()])
@@ -205,7 +182,7 @@ async fn approvals_are_listed_approved_and_denied_from_the_terminal() {
     let ids: Vec<&str> = table.lines().skip(1).map(first_word).collect();
     assert_eq!(ids, [z.as_str()], "{table}");
     let (_, table, _) = sessions(&server, &["approvals", "--state", "approved"]).await;
-    let listed = rows(&table);
+    let listed = table_rows(&table);
     assert_eq!(listed.len(), 1, "{table}");
     assert_eq!(listed[0][0], a);
     assert!(listed[0].contains(&"alice".to_owned()), "{table}");
@@ -290,7 +267,7 @@ async fn approvals_are_listed_approved_and_denied_from_the_terminal() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains(&late) && err.contains("expired"), "{err}");
     let (_, table, _) = sessions(&server, &["approvals", "ses_late"]).await;
-    assert_eq!(rows(&table)[0][3], "expired", "{table}");
+    assert_eq!(table_rows(&table)[0][3], "expired", "{table}");
     server.stop().await.unwrap();
 }
 
@@ -304,36 +281,16 @@ async fn watch_shows_requests_and_decisions() {
     let server = TestServer::start(Backend::Memory).await;
     let client = Client::connect(server.endpoint()).await.unwrap();
     session_calling(&client, "ses_tail", "alice", &["call_a"]).await;
-    let mut child = tokio::process::Command::new(sessionstore_binary())
-        .args([
-            "sessions",
-            "--server",
-            &server.endpoint(),
-            "watch",
-            "ses_tail",
-        ])
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut next = async || {
-        tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("a line within the timeout")
-            .unwrap()
-            .expect("watch ended early")
-    };
-    assert!(next().await.contains("session_created"));
-    assert!(next().await.contains("exchange_appended"));
-    assert!(next().await.contains("caught_up"));
+    let mut watch = CliWatch::start(&server.endpoint(), "ses_tail");
+    assert!(watch.next_line().await.contains("session_created"));
+    assert!(watch.next_line().await.contains("exchange_appended"));
+    assert!(watch.next_line().await.contains("caught_up"));
     let id = ask(
         &client,
         NewApproval::new("ses_tail", "call_a").title("Delete everything?"),
     )
     .await;
-    let requested = next().await;
+    let requested = watch.next_line().await;
     assert!(
         requested.ends_with(&format!(
             "approval_requested  {id} call_a Delete everything?"
@@ -346,13 +303,13 @@ async fn watch_shows_requests_and_decisions() {
     )
     .await;
     assert_eq!(code, Some(0), "{err}");
-    let decided = next().await;
+    let decided = watch.next_line().await;
     assert!(
         decided.ends_with(&format!("approval_decided  {id} denied by alice: no")),
         "{decided}"
     );
     client.delete_session("ses_tail").await.unwrap();
-    assert!(next().await.contains("session_deleted"));
-    assert!(child.wait().await.unwrap().success());
+    assert!(watch.next_line().await.contains("session_deleted"));
+    assert!(watch.exited_cleanly().await);
     server.stop().await.unwrap();
 }

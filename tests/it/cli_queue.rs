@@ -4,34 +4,20 @@
 //! on stderr with exit code 1 (a usage error 2), and `sessions watch`
 //! showing inputs queued, taken and withdrawn.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::TryStreamExt as _;
 use sessionstore_client::v1::{self as pb, Message};
 use sessionstore_client::{Client, NewInput, NewSession};
-use tokio::io::{AsyncBufReadExt as _, BufReader};
 
-use crate::support::{Backend, TestServer, sessionstore_binary};
+use crate::support::{Backend, CliWatch, TestServer, sessions_cli, table_rows};
 
 /// A lease no test outlives.
 const LEASE: Duration = Duration::from_secs(600);
 
 /// `sessionstore sessions --server … ARGS`: exit code, stdout, stderr.
 async fn sessions(server: &TestServer, args: &[&str]) -> (Option<i32>, String, String) {
-    let output = tokio::process::Command::new(sessionstore_binary())
-        .arg("sessions")
-        .args(["--server", &server.endpoint()])
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .await
-        .unwrap();
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    sessions_cli(&server.endpoint(), args).await
 }
 
 /// `sessions submit` that must succeed: its one line.
@@ -52,15 +38,6 @@ fn queued_id(line: &str) -> String {
         .unwrap_or_else(|| panic!("not a queued line: {line}"));
     assert!(id.starts_with("inp_"), "{line}");
     id.to_owned()
-}
-
-/// The rows of a table (after its header), as their cells.
-fn rows(table: &str) -> Vec<Vec<String>> {
-    table
-        .lines()
-        .skip(1)
-        .map(|line| line.split_whitespace().map(str::to_owned).collect())
-        .collect()
 }
 
 async fn waiting(client: &Client, session_id: &str) -> Vec<pb::QueuedInput> {
@@ -162,7 +139,7 @@ async fn input_is_submitted_listed_and_withdrawn_from_the_terminal() {
     for column in ["POSITION", "ID", "MODE", "MESSAGES", "TEXT", "QUEUED"] {
         assert!(header.contains(column), "{column} missing from\n{table}");
     }
-    let firsts: Vec<Vec<String>> = rows(&table)
+    let firsts: Vec<Vec<String>> = table_rows(&table)
         .into_iter()
         .map(|row| row.into_iter().take(5).collect())
         .collect();
@@ -329,7 +306,10 @@ async fn a_full_queue_says_so() {
     );
     let (code, table, err) = sessions(&server, &["queue", "ses_full"]).await;
     assert_eq!(code, Some(0), "{err}");
-    let positions: Vec<String> = rows(&table).into_iter().map(|r| r[0].clone()).collect();
+    let positions: Vec<String> = table_rows(&table)
+        .into_iter()
+        .map(|r| r[0].clone())
+        .collect();
     let expected: Vec<String> = (1..=100).map(|p| p.to_string()).collect();
     assert_eq!(positions, expected, "every page, by position");
     server.stop().await.unwrap();
@@ -344,35 +324,15 @@ async fn watch_shows_inputs_queued_taken_and_withdrawn() {
         .create_session(NewSession::new().id("ses_tail"))
         .await
         .unwrap();
-    let mut child = tokio::process::Command::new(sessionstore_binary())
-        .args([
-            "sessions",
-            "--server",
-            &server.endpoint(),
-            "watch",
-            "ses_tail",
-        ])
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut next = async || {
-        tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("a line within the timeout")
-            .unwrap()
-            .expect("watch ended early")
-    };
-    assert!(next().await.contains("session_created"));
-    assert!(next().await.contains("caught_up"));
+    let mut watch = CliWatch::start(&server.endpoint(), "ses_tail");
+    assert!(watch.next_line().await.contains("session_created"));
+    assert!(watch.next_line().await.contains("caught_up"));
     let _run = client.begin_run("ses_tail", "run_a", LEASE).await.unwrap();
-    assert!(next().await.contains("run_begun"));
+    assert!(watch.next_line().await.contains("run_begun"));
 
     let said = submit(&server, &["ses_tail", "--text", "hi there"]).await;
     let first = queued_id(&said);
-    let line = next().await;
+    let line = watch.next_line().await;
     assert!(
         line.ends_with(&format!("input_queued  {first} position 1: user: hi there")),
         "{line}"
@@ -391,24 +351,29 @@ async fn watch_shows_inputs_queued_taken_and_withdrawn() {
     )
     .await;
     let second = queued_id(&said);
-    let line = next().await;
+    let line = watch.next_line().await;
     assert!(
         line.ends_with(&format!(
             "input_queued  {second} position 2 (interrupt): user: stop | user: now"
         )),
         "{line}"
     );
-    assert!(next().await.contains("run_cancel_requested  run_a"));
+    assert!(
+        watch
+            .next_line()
+            .await
+            .contains("run_cancel_requested  run_a")
+    );
 
     let (code, _, err) = sessions(&server, &["withdraw", "ses_tail", &second]).await;
     assert_eq!(code, Some(0), "{err}");
-    let line = next().await;
+    let line = watch.next_line().await;
     assert!(
         line.ends_with(&format!("input_withdrawn  {second} position 2")),
         "{line}"
     );
     client.take_queued_input("ses_tail", "run_a").await.unwrap();
-    let line = next().await;
+    let line = watch.next_line().await;
     assert!(
         line.ends_with(&format!(
             "input_taken  {first} position 1 by run_a: user: hi there"
@@ -417,7 +382,7 @@ async fn watch_shows_inputs_queued_taken_and_withdrawn() {
     );
 
     client.delete_session("ses_tail").await.unwrap();
-    assert!(next().await.contains("session_deleted"));
-    assert!(child.wait().await.unwrap().success());
+    assert!(watch.next_line().await.contains("session_deleted"));
+    assert!(watch.exited_cleanly().await);
     server.stop().await.unwrap();
 }

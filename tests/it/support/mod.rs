@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+mod cli;
 mod client_crate;
 pub mod cluster;
 mod postgres;
@@ -13,6 +14,7 @@ mod proxy;
 mod rpc;
 mod server;
 
+pub use cli::{CliWatch, sessions_cli, table_rows};
 pub use client_crate::patient_client;
 pub use postgres::*;
 pub use proxy::Proxy;
