@@ -272,6 +272,21 @@ impl Hub {
         })
     }
 
+    /// Where the fetcher reads the session's log next: after the channel's
+    /// last event. `None` once the channel has carried every revision asked
+    /// for (the deltas held meanwhile then go out) or has no watcher left.
+    fn still_wanted(&self, session_key: i64) -> Option<i64> {
+        let mut sessions = lock(&self.sessions);
+        let channel = sessions.get_mut(&session_key)?;
+        if channel.wanted > channel.published {
+            return Some(channel.published);
+        }
+        if !channel.fetched() {
+            sessions.remove(&session_key);
+        }
+        None
+    }
+
     /// Reads a session's events after the channel's last one until it has
     /// carried every revision asked for. A session with
     /// [`MANY_WATCHERS`] or more gets each page from a blocking thread, not
@@ -281,20 +296,7 @@ impl Hub {
     /// `store::writer::Publisher` answers local commits). With fewer, the
     /// hop to that thread would cost more than it spreads.
     async fn fetch<S: Store>(self: &Arc<Self>, store: &S, session_key: i64) {
-        loop {
-            let after = {
-                let mut sessions = lock(&self.sessions);
-                let Some(channel) = sessions.get_mut(&session_key) else {
-                    return;
-                };
-                if channel.wanted <= channel.published {
-                    if !channel.fetched() {
-                        sessions.remove(&session_key);
-                    }
-                    return;
-                }
-                channel.published
-            };
+        while let Some(after) = self.still_wanted(session_key) {
             let page = store
                 .read_events_bounded(session_key, after, log_page())
                 .await;
@@ -672,4 +674,89 @@ pub fn watch<S: Store>(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::{broadcast, mpsc};
+
+    use super::{Hub, Live};
+    use crate::domain::{Change, DeltaContent, Ephemeral, EphemeralKind, SessionEvent, Timestamp};
+    use crate::store::CommitSink as _;
+    use crate::wire::EncodedEvent;
+
+    const SESSION: i64 = 7;
+
+    fn delta(revision: i64, index: i64) -> Arc<Ephemeral> {
+        Arc::new(Ephemeral {
+            revision,
+            time: Timestamp(1),
+            kind: EphemeralKind::Delta {
+                run_id: "r1".into(),
+                index,
+                merged_from: None,
+                content: DeltaContent::Text(format!("delta {index}")),
+            },
+        })
+    }
+
+    fn run_ended(revision: i64) -> Arc<EncodedEvent> {
+        Arc::new(EncodedEvent::new(SessionEvent {
+            revision,
+            time: Timestamp(1),
+            change: Change::RunEnded {
+                run_id: "r1".into(),
+                expired: false,
+            },
+        }))
+    }
+
+    /// What the channel carries, as (revision of an event | delta index).
+    fn carried(receiver: &mut broadcast::Receiver<Live>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(item) = receiver.try_recv() {
+            out.push(match item {
+                Live::Event(event) => format!("event {}", event.revision),
+                Live::Ephemeral(ephemeral) => match &ephemeral.kind {
+                    EphemeralKind::Delta { index, .. } => format!("delta {index}"),
+                    EphemeralKind::RunDiscarded { .. } => "discarded".into(),
+                },
+                Live::Head(revision) => format!("head {revision}"),
+                Live::Closing => "closing".into(),
+            });
+        }
+        out
+    }
+
+    /// Another replica's commit closing run r1 is hinted, then that
+    /// replica's next delta of r1 (index 0 again) arrives while the
+    /// fetcher reads the commit: the delta goes out after the commit.
+    #[test]
+    fn a_delta_arriving_while_the_fetcher_reads_goes_out_after_what_it_reads() {
+        let hub = Arc::new(Hub::default());
+        let (fetcher, mut asked) = mpsc::unbounded_channel();
+        assert!(hub.fetcher.set(fetcher).is_ok());
+        let mut watcher = hub.subscribe(SESSION, 1);
+        hub.ephemeral(SESSION, delta(1, 0));
+        assert_eq!(carried(&mut watcher.receiver), ["delta 0"]);
+
+        hub.run_closed(SESSION, "r1");
+        hub.head_moved(SESSION, 2);
+        assert_eq!(asked.try_recv().ok(), Some(SESSION), "the fetcher is asked");
+        hub.ephemeral(SESSION, delta(2, 0));
+        assert!(carried(&mut watcher.receiver).is_empty(), "held meanwhile");
+
+        // The fetcher's turn: it reads from revision 1, delivers 2, and
+        // finds nothing more wanted.
+        assert_eq!(hub.still_wanted(SESSION), Some(1));
+        hub.deliver(SESSION, &[run_ended(2)]);
+        assert_eq!(hub.still_wanted(SESSION), None);
+        assert_eq!(carried(&mut watcher.receiver), ["event 2", "delta 0"]);
+
+        // Caught up, a delta goes straight out.
+        hub.ephemeral(SESSION, delta(2, 1));
+        assert_eq!(carried(&mut watcher.receiver), ["delta 1"]);
+    }
 }
