@@ -319,14 +319,15 @@ impl Rows {
         insert_search_log(&mut statements, insert_into, self.changed);
         let updates =
             statements.len()..statements.len() + changed.len().div_ceil(ROWS_PER_STATEMENT);
-        // Every session's version known: each update applies only to the
-        // row at that version, and the statement fails unless all did.
-        let checked = (!changed.is_empty()
+        // PostgreSQL, every session's version known: each update applies
+        // only to the row at that version, and the statement fails unless
+        // all did.
+        let checked = dialect == Dialect::Postgres
+            && !changed.is_empty()
             && changed
                 .iter()
-                .all(|state| versions.contains_key(&state.key)))
-        .then_some(changed.len());
-        update_sessions(&mut statements, dialect, changed, versions);
+                .all(|state| versions.contains_key(&state.key));
+        update_sessions(&mut statements, dialect, changed, versions, checked);
         insert(
             &mut statements,
             &format!(
@@ -346,7 +347,11 @@ impl Rows {
             self.keys,
         );
         if dialect == Dialect::Postgres && !statements.is_empty() {
-            return vec![combined(statements, updates, checked)];
+            return vec![combined(
+                statements,
+                updates,
+                checked.then_some(changed.len()),
+            )];
         }
         statements
     }
@@ -498,19 +503,16 @@ pub(super) fn renumbered(sql: &str, offset: usize) -> String {
 /// `VALUES` columns are `column1…` on both engines.
 ///
 /// On PostgreSQL each update returns the session's key and its row's new
-/// version (`xmin`), and, where every row's version is known (`versions`,
-/// as read or kept), updates only a row still at that version: a session
-/// changed since is left out of what it returns.
+/// version (`xmin`), and, `checked` (every row's version known in
+/// `versions`, as read or kept), updates only a row still at that
+/// version: a session changed since is left out of what it returns.
 fn update_sessions(
     statements: &mut Vec<Statement>,
     dialect: Dialect,
     changed: &[SessionWrite<'_>],
     versions: &HashMap<i64, String>,
+    checked: bool,
 ) {
-    let checked = dialect == Dialect::Postgres
-        && changed
-            .iter()
-            .all(|state| versions.contains_key(&state.key));
     let columns = if checked { 14 } else { 13 };
     let (update, check, returning) = match dialect {
         Dialect::Sqlite => ("UPDATE OR FAIL", "", ""),

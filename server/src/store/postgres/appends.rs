@@ -220,17 +220,6 @@ struct Shared {
 /// [`MAX_BATCH`]) and commits them in one transaction through the bulk
 /// path. Several run side by side; `None` stops one.
 async fn run_append_writer(mut jobs: mpsc::Receiver<Option<PendingAppend>>, shared: Shared) {
-    let Shared {
-        pool,
-        connections,
-        sink,
-        publisher,
-        search,
-        reachability,
-        figures,
-        one_trip,
-        hinter,
-    } = shared;
     // The writer keeps its connection between batches: taking one from the
     // pool costs a round trip (its liveness check) of the few a batch
     // takes. A connection that failed is dropped and replaced.
@@ -255,17 +244,9 @@ async fn run_append_writer(mut jobs: mpsc::Receiver<Option<PendingAppend>>, shar
         let Some((batch, stop)) = next else { break };
         if !batch.is_empty() {
             let writer = Writer {
-                pool: &pool,
-                connections: &connections,
+                shared: &shared,
                 held: &mut held,
                 kept: &mut kept,
-                sink: &sink,
-                publisher: &publisher,
-                search,
-                reachability: &reachability,
-                figures: &figures,
-                one_trip,
-                hinter: &hinter,
             };
             writer.commit_appends(batch).await;
         }
@@ -412,21 +393,9 @@ impl KeptSessions {
 
 /// A batch writer's state, for one batch.
 struct Writer<'a> {
-    /// The store's pool, for the general path.
-    pool: &'a AnyPool,
-    /// The writers' own connections.
-    connections: &'a PgPool,
+    shared: &'a Shared,
     held: &'a mut Option<Held>,
     kept: &'a mut KeptSessions,
-    sink: &'a Arc<dyn CommitSink>,
-    publisher: &'a Publisher,
-    search: SearchWrites,
-    reachability: &'a Reachability,
-    figures: &'a Figures,
-    /// Whether a batch of kept sessions commits in one round trip
-    /// (`--append-one-trip`).
-    one_trip: bool,
-    hinter: &'a Hinter,
 }
 
 /// Writes a batch's deferred appends through the general path, one after
@@ -490,7 +459,7 @@ impl Writer<'_> {
             }
             // No writable primary (a failover): answered now, not after a
             // wait for a connection behind the batch before.
-            if self.reachability.primary_lost() {
+            if self.shared.reachability.primary_lost() {
                 release(self.held);
                 let error = no_primary();
                 tracing::debug!(
@@ -507,7 +476,7 @@ impl Writer<'_> {
                 .map(|job| (job.tenant(), job.op().0.as_ref()))
                 .collect();
             let mut lent = Vec::new();
-            let in_flight = self.figures.batch(jobs.len());
+            let in_flight = self.shared.figures.batch(jobs.len());
             let attempt = self.attempt(&requests, &jobs, &mut lent).await;
             drop(in_flight);
             match attempt {
@@ -563,16 +532,16 @@ impl Writer<'_> {
         let deferred = match outcomes {
             Some(outcomes) => {
                 let (done, deferred) = by_outcome(jobs, outcomes);
-                self.publisher.committed(self.sink, done);
+                self.shared.publisher.committed(&self.shared.sink, done);
                 deferred
             }
             None => jobs,
         };
         write_deferred(
-            self.pool,
-            self.sink,
-            self.search,
-            self.reachability,
+            &self.shared.pool,
+            &self.shared.sink,
+            self.shared.search,
+            &self.shared.reachability,
             deferred,
         )
         .await;
@@ -596,7 +565,7 @@ impl Writer<'_> {
         let held = match self.held {
             Some(held) => held,
             None => {
-                let mut connection = self.connections.acquire().await?;
+                let mut connection = self.shared.connections.acquire().await?;
                 // A plain BEGIN rather than sqlx's transaction, which would
                 // end with a COMMIT of its own: the commit hints (and the
                 // next batch's BEGIN) share the COMMIT's round trip
@@ -615,7 +584,7 @@ impl Writer<'_> {
                 // 64 clients, where the primary key's index took 2%
                 // (BENCHMARKS.md). What else this connection runs reads by
                 // key.
-                self.figures.round_trips(1);
+                self.shared.figures.round_trips(1);
                 connection
                     .execute("SET client_min_messages = error; SET enable_seqscan = off")
                     .await?;
@@ -625,12 +594,12 @@ impl Writer<'_> {
                 })
             }
         };
-        let mut run = append::Run::new(Dialect::Postgres, self.search, requests);
+        let mut run = append::Run::new(Dialect::Postgres, self.shared.search, requests);
         let now = Timestamp::now();
         *lent = self.kept.lend(&mut run, requests, now);
-        let one_trip = self.one_trip && !held.begun && run.reads_nothing();
+        let one_trip = self.shared.one_trip && !held.begun && run.reads_nothing();
         if !one_trip && !held.begun {
-            self.figures.round_trips(1);
+            self.shared.figures.round_trips(1);
             held.connection.execute("BEGIN").await?;
             held.begun = true;
         }
@@ -639,9 +608,9 @@ impl Writer<'_> {
             Ok(written) => written,
             // A kept session changed elsewhere: the write failed whole.
             Err(error) if stale(&error) => {
-                self.figures.round_trips(1);
+                self.shared.figures.round_trips(1);
                 if held.begun {
-                    self.figures.round_trips(1);
+                    self.shared.figures.round_trips(1);
                     connection.execute("ROLLBACK").await?;
                     held.begun = false;
                 }
@@ -649,7 +618,7 @@ impl Writer<'_> {
             }
             Err(error) => return Err(error),
         };
-        self.figures.round_trips(written.round_trips);
+        self.shared.figures.round_trips(written.round_trips);
         if one_trip {
             // Nothing was written if the run refused an append on what a
             // kept session was; else the write has committed.
@@ -658,15 +627,15 @@ impl Writer<'_> {
             }
             let hints = hints_of(&written);
             if hints::close_runs(applied_events(&written)) {
-                self.figures.round_trips(1);
-                hints::send_on(connection, &hints).await;
+                self.shared.figures.round_trips(1);
+                hints::send(&mut **connection, &hints).await;
             } else {
-                self.hinter.send(hints);
+                self.shared.hinter.send(hints);
             }
             return Ok(Attempt::Committed(written));
         }
         // And one more below: the commit, or the rollback.
-        self.figures.round_trips(1);
+        self.shared.figures.round_trips(1);
         if written.stale {
             connection.execute("ROLLBACK").await?;
             held.begun = false;
@@ -681,7 +650,7 @@ impl Writer<'_> {
         // Without one-trip batches, the next batch's transaction begins in
         // the commit's round trip; with them, the next batch (on the
         // sessions kept now) needs none.
-        held.begun = hints::commit_and_begin(connection, &hints, !self.one_trip).await?;
+        held.begun = hints::commit_and_begin(connection, &hints, !self.shared.one_trip).await?;
         Ok(Attempt::Committed(written))
     }
 }

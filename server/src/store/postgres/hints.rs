@@ -27,7 +27,8 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt as _;
-use sqlx::{AnyConnection, Executor as _, PgConnection};
+use futures_util::future::BoxFuture;
+use sqlx::{Executor, PgConnection};
 
 use crate::wire::{Effect, EncodedEvent};
 
@@ -96,17 +97,6 @@ pub(super) async fn commit_and_begin(
     Ok(begin && answered == statements)
 }
 
-/// [`send`] on an append writer's connection.
-pub(super) async fn send_on(conn: &mut PgConnection, hints: &[String]) -> bool {
-    for chunk in hints.chunks(HINTS_PER_STATEMENT) {
-        if let Err(error) = conn.execute(statement(chunk).as_str()).await {
-            lost(&error);
-            return false;
-        }
-    }
-    true
-}
-
 /// Whether the hints of `events` must reach the other replicas before the
 /// callers are answered: one closes a run, whose caller may publish the
 /// next run's deltas right after its answer (see the module's comment).
@@ -156,7 +146,7 @@ impl Hinter {
                         }
                     },
                 };
-                if !send(&mut *conn, &all).await
+                if !send(&mut **conn, &all).await
                     && let Some(mut conn) = held.take()
                 {
                     conn.close_on_drop();
@@ -174,16 +164,27 @@ impl Hinter {
     }
 }
 
-/// Sends `hints` on `conn`, outside any transaction. `false` if that
-/// failed: the connection may be broken.
-pub(super) async fn send(conn: &mut AnyConnection, hints: &[String]) -> bool {
-    for chunk in hints.chunks(HINTS_PER_STATEMENT) {
-        if let Err(error) = conn.execute(statement(chunk).as_str()).await {
-            lost(&error);
-            return false;
+/// Sends `hints` on `conn` (the general path's, the hint task's or an
+/// append writer's), outside any transaction, in one round trip. `false`
+/// if that failed: the connection may be broken.
+///
+/// A boxed future rather than an `async fn`: the compiler cannot prove an
+/// `async fn` generic over the executor's lifetime `Send` inside the
+/// spawned tasks that call it.
+pub(super) fn send<'c, C: Executor<'c> + 'c>(conn: C, hints: &[String]) -> BoxFuture<'c, bool> {
+    let statements: Vec<String> = hints.chunks(HINTS_PER_STATEMENT).map(statement).collect();
+    Box::pin(async move {
+        if statements.is_empty() {
+            return true;
         }
-    }
-    true
+        match conn.execute(statements.join("; ").as_str()).await {
+            Ok(_) => true,
+            Err(error) => {
+                lost(&error);
+                false
+            }
+        }
+    })
 }
 
 fn lost(error: &sqlx::Error) {

@@ -42,7 +42,7 @@ pub(super) async fn write(
             Ok(settle) => match tx.commit().await {
                 Ok(()) => {
                     let hints = hints::of(settle.events());
-                    if !hints::send(&mut conn, &hints).await {
+                    if !hints::send(&mut *conn, &hints).await {
                         // It may be the connection that failed.
                         conn.close_on_drop();
                     }
