@@ -746,9 +746,10 @@ async fn live_runs_cross_replicas() {
 /// next turn's first delta, index 0 again. A watcher on B gets the answer,
 /// then that delta, every turn: B's hub holds a delta that arrives while it
 /// reads the commits hinted before it (without that, about one run in four
-/// lost a turn's delta, judged against the previous turn's index), and A
-/// sends a run's closing hint before its answer although its writer commits
-/// these appends in one round trip (its session kept).
+/// lost a turn's delta, judged against the previous turn's index). That A
+/// sends the closing hint before its answer is checked apart
+/// (`store::appends::…a_one_trip_batch_closing_a_run_notifies_before_it_answers`):
+/// here the hint task would usually beat the client's next call anyway.
 async fn a_run_closed_by_an_append_is_closed_elsewhere_before_its_answer() {
     const TURNS: usize = 60;
     let servers = replicas(|_| {}).await;

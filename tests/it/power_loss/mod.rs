@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use sessionstore_client::SessionStoreClient;
 use sessionstore_client::v1 as pb;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::support::prereq::{self, Prerequisite};
 use crate::support::{
@@ -380,16 +380,11 @@ fn database_url(mount: &Mount) -> String {
     format!("sqlite://{}", database(mount).display())
 }
 
-/// A client of `server` with short connect and call timeouts.
+/// A client of `server`: 5 s to connect, 30 s a call.
 async fn client_of(server: &ServerProcess) -> SessionStoreClient<Channel> {
-    let channel = Endpoint::from_shared(server.endpoint())
-        .expect("endpoint")
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(30))
-        .connect()
+    server
+        .client_with_timeouts(Duration::from_secs(5), Duration::from_secs(30))
         .await
-        .expect("connect to sessionstore");
-    SessionStoreClient::new(channel)
 }
 
 /// Words the messages are padded with, so that they fill several sectors.

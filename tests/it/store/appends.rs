@@ -7,6 +7,7 @@ use sqlx::Connection as _;
 crate::postgres_tests!(
     postgres_writers_leave_no_transaction_open,
     one_trip_batches_leave_nothing_open_and_redo_a_changed_session,
+    a_one_trip_batch_closing_a_run_notifies_before_it_answers,
 );
 
 crate::backend_tests!(
@@ -243,6 +244,47 @@ async fn postgres_writers_leave_no_transaction_open() {
     )
     .await;
     store.close().await;
+}
+
+/// An append that closes a run, written in one round trip (its session
+/// kept), has sent the run's closing hint before it answers: a listener's
+/// next query finds it delivered. (Other replicas drop the run's buffered
+/// deltas on that hint, before its caller can publish the next turn's.)
+async fn a_one_trip_batch_closing_a_run_notifies_before_it_answers() {
+    let (storage, store) = open(Backend::Postgres).await;
+    let mut listener = sqlx::postgres::PgListener::connect(&storage.url)
+        .await
+        .unwrap();
+    listener.listen("sessionstore_commits").await.unwrap();
+    create(&store, "s").await;
+    // The first append reads the session; the writer keeps it after.
+    store
+        .append_exchange(TENANT, exchange("s", "q1"))
+        .await
+        .unwrap();
+    for turn in 2..6 {
+        let closing = NewExchange {
+            run_id: format!("run-{turn}"),
+            ..exchange("s", "q")
+        };
+        let (revision, _) = store.append_exchange(TENANT, closing).await.unwrap();
+        // Notifications committed before this query began reach the
+        // listener before its answer.
+        sqlx::query("SELECT 1")
+            .execute(&mut listener)
+            .await
+            .unwrap();
+        let mut delivered = Vec::new();
+        while let Some(notification) = listener.next_buffered() {
+            delivered.push(notification.payload().to_owned());
+        }
+        assert!(
+            delivered
+                .iter()
+                .any(|hint| hint.ends_with(&format!(":{revision}:run-{turn}"))),
+            "turn {turn}: the closing hint of revision {revision} before the answer: {delivered:?}"
+        );
+    }
 }
 
 /// One-trip batches (the default): a batch on kept sessions commits as

@@ -321,10 +321,20 @@ impl ServerProcess {
     /// A client with short connect and call timeouts (2 s, 10 s): a test
     /// of a killed or restarted binary fails fast instead of hanging.
     pub async fn short_timeout_client(&self) -> SessionStoreClient<Channel> {
+        self.client_with_timeouts(Duration::from_secs(2), Duration::from_secs(10))
+            .await
+    }
+
+    /// A client whose connecting and each call give up after these times.
+    pub async fn client_with_timeouts(
+        &self,
+        connect: Duration,
+        call: Duration,
+    ) -> SessionStoreClient<Channel> {
         let channel = tonic::transport::Endpoint::from_shared(self.endpoint())
             .expect("endpoint")
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(10))
+            .connect_timeout(connect)
+            .timeout(call)
             .connect()
             .await
             .expect("connect to sessionstore");
