@@ -1007,10 +1007,17 @@ class SessionstoreSessionService(BaseSessionService):
             if self.model is None:
                 # The newest-first read of the events gives the session's
                 # next sequence too.
-                stored, (events, newest, next_sequence) = await asyncio.gather(
+                # Both answered before either's error is raised: no call
+                # is left running after this one returns.
+                results = await asyncio.gather(
                     self._client.get_session(store_id, state_scopes=scopes),
                     self._events(store_id, limit, after),
+                    return_exceptions=True,
                 )
+                for result in results:
+                    if isinstance(result, BaseException):
+                        raise result
+                stored, (events, newest, next_sequence) = results
             else:
                 # An export has no sequences: the next sequence is read
                 # first, so a write after it makes the session stale.
